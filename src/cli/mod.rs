@@ -1,0 +1,44 @@
+//! The `reftablefs` command line: thin subcommands over the library's public API.
+//!
+//! Each subcommand lives in its own file and exposes `pub fn run(args: Args) -> Result<ExitCode>`.
+//! Exit codes: 0 success, 1 "not found"/"verification failed" style answers, 128 fatal
+//! errors (as git uses), 129 usage errors.
+
+pub mod args;
+
+use std::process::ExitCode;
+
+pub use args::Args;
+
+/// Usage text printed by `reftablefs help` and on usage errors.
+pub const USAGE: &str = "usage: reftablefs <command> [options]
+
+commands:
+  dump FILE [--verify]      print (or check) every block and record of a table
+";
+
+/// Runs the command line given without the program name.
+pub fn main_with_args(argv: Vec<std::ffi::OsString>) -> ExitCode {
+    let mut args = Args::new(argv);
+    let Some(cmd) = args.next_positional() else {
+        eprint!("{USAGE}");
+        return ExitCode::from(129);
+    };
+    let result: crate::Result<ExitCode> = match cmd.as_str() {
+        "help" | "--help" | "-h" => {
+            print!("{USAGE}");
+            Ok(ExitCode::SUCCESS)
+        }
+        other => {
+            eprintln!("reftablefs: unknown command '{other}'\n{USAGE}");
+            return ExitCode::from(129);
+        }
+    };
+    match result {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("fatal: {e}");
+            ExitCode::from(128)
+        }
+    }
+}

@@ -1,0 +1,22 @@
+//! reftablefs: git's reftable ref storage, read and written byte for byte the way git
+//! 2.47 does, plus a FUSE driver that serves a reftable stack as a files-backend
+//! (`refs/…`, `logs/…`, `packed-refs`) directory tree.
+//!
+//! Layers, bottom up (see `docs/design.md`):
+//!
+//! * [`format`]: pure bytes — varints, records, blocks, header/footer. No I/O.
+//! * [`table`]: one `.ref` file — [`table::TableWriter`] (one scratch buffer reused for
+//!   every record) and [`table::Table`] (reader with reseekable iterators).
+//! * [`merged`]: newest-wins merge over several tables, reseekable.
+//! * [`stack`]: `$GIT_DIR/reftable` — `tables.list`, locking, reload, transactions,
+//!   geometric auto-compaction, one cached reseekable merged iterator.
+//! * `fs` (feature `fuse`): the FUSE adapter.
+//! * `cli`: the `reftablefs` binary's subcommands, on top of the public API.
+
+pub mod error;
+pub mod format;
+pub mod table;
+pub mod cli;
+
+pub use error::{Error, Result};
+pub use format::{HashKind, LogRecord, ObjectId, RefRecord, RefValue};
