@@ -67,20 +67,35 @@ fn rng(seed: &mut u64) -> u64 {
 }
 
 fn main() {
-    let n: usize = std::env::var("REFS").ok().and_then(|v| v.parse().ok()).unwrap_or(1_000_000);
+    let n: usize = std::env::var("REFS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(1_000_000);
     let seeks = 100_000.min(n);
     let dir = tempfile::tempdir().expect("tempdir");
     let repo = dir.path().join("r");
-    run(git(dir.path()).args(["init", "-q", "--ref-format=files", "--initial-branch", "master", "r"]));
+    run(git(dir.path()).args([
+        "init",
+        "-q",
+        "--ref-format=files",
+        "--initial-branch",
+        "master",
+        "r",
+    ]));
     run(git(&repo).args(["commit", "-q", "--allow-empty", "-m", "base"]));
-    let oid = run(git(&repo).args(["rev-parse", "HEAD"])).trim().to_string();
+    let oid = run(git(&repo).args(["rev-parse", "HEAD"]))
+        .trim()
+        .to_string();
     // git 2.47 cannot migrate reflogs: drop the commit's.
     std::fs::remove_dir_all(repo.join(".git/logs")).unwrap();
     // packed-refs with n refs in the files backend, names spread over 1000 directories.
-    let mut names: Vec<String> = (0..n).map(|i| format!("refs/heads/d{:03}/branch-{i:07}", i % 1000)).collect();
+    let mut names: Vec<String> = (0..n)
+        .map(|i| format!("refs/heads/d{:03}/branch-{i:07}", i % 1000))
+        .collect();
     names.sort();
     {
-        let mut f = std::io::BufWriter::new(std::fs::File::create(repo.join(".git/packed-refs")).unwrap());
+        let mut f =
+            std::io::BufWriter::new(std::fs::File::create(repo.join(".git/packed-refs")).unwrap());
         writeln!(f, "# pack-refs with: peeled fully-peeled sorted ").unwrap();
         for name in &names {
             writeln!(f, "{oid} {name}").unwrap();
@@ -109,7 +124,8 @@ fn main() {
     let out_path = dir.path().join("ours.ref");
     let a0 = ALLOCS.load(Ordering::Relaxed);
     let t0 = Instant::now();
-    w.begin(git_table.min_update_index(), git_table.max_update_index()).unwrap();
+    w.begin(git_table.min_update_index(), git_table.max_update_index())
+        .unwrap();
     for r in &records {
         w.add_ref(r).unwrap();
     }
@@ -121,7 +137,8 @@ fn main() {
     // A second table with the same writer: buffers are warm, so this shows the steady state.
     let a0 = ALLOCS.load(Ordering::Relaxed);
     let t0 = Instant::now();
-    w.begin(git_table.min_update_index(), git_table.max_update_index()).unwrap();
+    w.begin(git_table.min_update_index(), git_table.max_update_index())
+        .unwrap();
     for r in &records {
         w.add_ref(r).unwrap();
     }
@@ -157,7 +174,11 @@ fn main() {
         writeln!(input, "verify {name} {oid}").unwrap();
     }
     let t0 = Instant::now();
-    let mut child = git(&repo).args(["update-ref", "--stdin"]).stdin(Stdio::piped()).spawn().unwrap();
+    let mut child = git(&repo)
+        .args(["update-ref", "--stdin"])
+        .stdin(Stdio::piped())
+        .spawn()
+        .unwrap();
     child.stdin.take().unwrap().write_all(&input).unwrap();
     assert!(child.wait().unwrap().success());
     let git_seek = t0.elapsed();
@@ -174,13 +195,20 @@ fn main() {
     let scan_allocs = ALLOCS.load(Ordering::Relaxed) - a0;
     std::hint::black_box(count);
     let t0 = Instant::now();
-    let out = git(&repo).args(["for-each-ref", "--format=%(objectname)"]).stdout(Stdio::null()).status().unwrap();
+    let out = git(&repo)
+        .args(["for-each-ref", "--format=%(objectname)"])
+        .stdout(Stdio::null())
+        .status()
+        .unwrap();
     assert!(out.success());
     let git_scan = t0.elapsed();
 
     let recs = records.len() as f64;
     let ns = |d: std::time::Duration, k: f64| d.as_nanos() as f64 / k;
-    println!("## table_core: {n} refs (+HEAD, master), table {} bytes, identical to git's: {identical}", bytes_len(&out_path));
+    println!(
+        "## table_core: {n} refs (+HEAD, master), table {} bytes, identical to git's: {identical}",
+        bytes_len(&out_path)
+    );
     println!("| work | ours ns/rec | allocs/rec | git ns/rec | ours/git |");
     println!("|---|---|---|---|---|");
     let row = |what: &str, o: std::time::Duration, allocs: u64, k: f64, g: std::time::Duration| {
@@ -192,10 +220,34 @@ fn main() {
             o.as_secs_f64() / g.as_secs_f64()
         );
     };
-    row("write (cold writer) vs refs migrate", our_write, write_allocs, recs, git_write);
-    row("write (warm writer) vs refs migrate", our_write_warm, warm_allocs, recs, git_write);
-    row("seek 100k random vs update-ref verify", our_seek, seek_allocs, seeks as f64, git_seek);
-    row("full scan vs for-each-ref", our_scan, scan_allocs, recs, git_scan);
+    row(
+        "write (cold writer) vs refs migrate",
+        our_write,
+        write_allocs,
+        recs,
+        git_write,
+    );
+    row(
+        "write (warm writer) vs refs migrate",
+        our_write_warm,
+        warm_allocs,
+        recs,
+        git_write,
+    );
+    row(
+        "seek 100k random vs update-ref verify",
+        our_seek,
+        seek_allocs,
+        seeks as f64,
+        git_seek,
+    );
+    row(
+        "full scan vs for-each-ref",
+        our_scan,
+        scan_allocs,
+        recs,
+        git_scan,
+    );
 }
 
 fn bytes_len(p: &Path) -> u64 {

@@ -365,3 +365,38 @@ fn sha256_tables_seek_linearly() {
         assert_eq!(it.next().unwrap().unwrap(), r);
     }
 }
+
+#[test]
+fn empty_table_reads_back_empty() {
+    for hash in [HashKind::Sha1, HashKind::Sha256] {
+        let mut w = TableWriter::new(WriteOptions {
+            hash,
+            ..WriteOptions::default()
+        });
+        w.begin(1, 1).unwrap();
+        assert!(matches!(w.finish(), Err(Error::EmptyTable)));
+        let t = Table::from_bytes("empty", w.output().to_vec()).unwrap();
+        assert_eq!(
+            t.file_size() as usize,
+            hash.footer_size() + hash.header_size()
+        );
+        assert!(t.blocks().unwrap().is_empty());
+        t.verify().unwrap();
+        let mut it = t.ref_iter();
+        it.seek(b"").unwrap();
+        assert!(it.next().unwrap().is_none());
+        let mut li = t.log_iter();
+        li.seek(b"", u64::MAX).unwrap();
+        assert!(li.next().unwrap().is_none());
+    }
+}
+
+#[test]
+fn tables_and_iterators_cross_threads() {
+    fn send_sync<T: Send + Sync>() {}
+    fn send<T: Send>() {}
+    send_sync::<Table>();
+    send::<reftablefs::table::TableRefIter>();
+    send::<reftablefs::table::TableLogIter>();
+    send::<TableWriter>();
+}

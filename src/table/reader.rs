@@ -20,7 +20,8 @@ use crate::format::{varint, HashKind, LogRecord, ObjectId, RefRecord, RefValue};
 
 use super::{LogIter, RefIter};
 
-/// How many inflated log blocks a table keeps.
+/// How many inflated log blocks a table keeps. Other blocks need no decoding (records
+/// are read in place from the file bytes), so only log blocks are cached.
 const LOG_CACHE_BLOCKS: usize = 64;
 /// Largest uncompressed log block accepted (the u24 `block_len` cannot say more anyway).
 const MAX_LOG_BLOCK: usize = 16 << 20;
@@ -229,6 +230,9 @@ impl Table {
             0
         };
         let at = off + header_off;
+        if off == 0 && at == self.end {
+            return Ok(None); // header and footer only: an empty table
+        }
         if at >= self.end {
             return Err(self.ferr(at, "block header past end of table"));
         }
