@@ -2,6 +2,8 @@
 //! checking each block's type before decoding it; keeps inflated log blocks in an `lru`
 //! cache; seeks through (multi-level) indexes; iterates with reseekable cursors.
 
+#![cfg_attr(not(test), deny(clippy::indexing_slicing))]
+
 use std::num::NonZeroUsize;
 use std::path::Path;
 use std::sync::{Arc, Mutex};
