@@ -5,6 +5,7 @@
 //! errors (as git uses), 129 usage errors.
 
 pub mod args;
+pub mod dump;
 
 use std::process::ExitCode;
 
@@ -29,6 +30,7 @@ pub fn main_with_args(argv: Vec<std::ffi::OsString>) -> ExitCode {
             print!("{USAGE}");
             Ok(ExitCode::SUCCESS)
         }
+        "dump" => dump::run(args),
         other => {
             eprintln!("reftablefs: unknown command '{other}'\n{USAGE}");
             return ExitCode::from(129);
