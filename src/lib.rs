@@ -16,7 +16,12 @@
 pub mod cli;
 pub mod error;
 pub mod format;
+pub mod lockfile;
+pub mod merged;
+pub mod refname;
+pub mod stack;
 pub mod table;
+pub mod transaction;
 
 pub use error::{Error, Result};
 pub use format::{HashKind, LogRecord, ObjectId, RefRecord, RefValue};
