@@ -17,6 +17,7 @@ pub mod cli;
 pub mod error;
 pub mod files;
 pub mod format;
+pub mod repo;
 pub mod table;
 
 pub use error::{Error, Result};
