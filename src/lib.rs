@@ -17,6 +17,9 @@ pub mod cli;
 pub mod error;
 pub mod files;
 pub mod format;
+pub mod lockfile;
+pub mod merged;
+pub mod refname;
 pub mod repo;
 pub mod table;
 
