@@ -5,6 +5,7 @@
 //! errors (as git uses), 129 usage errors.
 
 pub mod args;
+pub mod common;
 
 use std::process::ExitCode;
 
@@ -13,6 +14,8 @@ pub use args::Args;
 /// Usage text printed by `reftablefs help` and on usage errors.
 pub const USAGE: &str = "usage: reftablefs <command> [options]
 
+global options (before the command): -C DIR, --git-dir=DIR, -c KEY=VALUE
+
 commands:
   dump FILE [--verify]      print (or check) every block and record of a table
 ";
@@ -20,6 +23,9 @@ commands:
 /// Runs the command line given without the program name.
 pub fn main_with_args(argv: Vec<std::ffi::OsString>) -> ExitCode {
     let mut args = Args::new(argv);
+    if let Err(msg) = common::parse_global_options(&mut args) {
+        return common::usage_error(&msg, USAGE);
+    }
     let Some(cmd) = args.next_positional() else {
         eprint!("{USAGE}");
         return ExitCode::from(129);
