@@ -6,6 +6,7 @@
 
 pub mod args;
 pub mod common;
+pub mod update_ref_parse;
 
 use std::process::ExitCode;
 
