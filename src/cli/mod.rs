@@ -6,6 +6,9 @@
 
 pub mod args;
 pub mod common;
+pub mod migrate;
+pub mod objects;
+pub mod progress;
 pub mod update_ref_parse;
 
 use std::process::ExitCode;
@@ -19,6 +22,7 @@ global options (before the command): -C DIR, --git-dir=DIR, -c KEY=VALUE
 
 commands:
   dump FILE [--verify]      print (or check) every block and record of a table
+  migrate [--dry-run]       convert a files-backend repository to reftable (as git refs migrate)
 ";
 
 /// Runs the command line given without the program name.
@@ -36,6 +40,7 @@ pub fn main_with_args(argv: Vec<std::ffi::OsString>) -> ExitCode {
             print!("{USAGE}");
             Ok(ExitCode::SUCCESS)
         }
+        "migrate" => migrate::run(args),
         other => {
             eprintln!("reftablefs: unknown command '{other}'\n{USAGE}");
             return ExitCode::from(129);
