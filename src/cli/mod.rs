@@ -6,6 +6,7 @@
 
 pub mod args;
 pub mod common;
+pub mod dump;
 pub mod migrate;
 pub mod objects;
 pub mod progress;
@@ -41,6 +42,7 @@ pub fn main_with_args(argv: Vec<std::ffi::OsString>) -> ExitCode {
             Ok(ExitCode::SUCCESS)
         }
         "migrate" => migrate::run(args),
+        "dump" => dump::run(args),
         other => {
             eprintln!("reftablefs: unknown command '{other}'\n{USAGE}");
             return ExitCode::from(129);
