@@ -306,6 +306,64 @@ pub fn rev_parse(
     }
 }
 
+/// One listed ref, with symrefs resolved.
+#[derive(Debug)]
+pub struct Listed<'a> {
+    pub name: &'a [u8],
+    /// The object id (of the symref's final target for a symref).
+    pub id: ObjectId,
+    /// The peeled id of an annotated tag (from the table's value type 2).
+    pub peeled: Option<ObjectId>,
+    /// The symref's direct target, for a symref.
+    pub symref: Option<&'a [u8]>,
+}
+
+/// Calls `f` for every live ref whose name starts with `prefix`, in name order, with
+/// symrefs resolved (dangling or broken symrefs are skipped, as git's ref iteration
+/// does). `list` walks, `res` is reseeked for symref resolution. `f` returns `false`
+/// to stop.
+pub fn for_each_resolved(
+    list: &mut dyn RefIter,
+    res: &mut dyn RefIter,
+    prefix: &[u8],
+    f: &mut dyn FnMut(Listed<'_>) -> Result<bool>,
+) -> Result<()> {
+    list.seek(prefix)?;
+    while let Some(rec) = list.next()? {
+        if !rec.name.starts_with(prefix) {
+            break;
+        }
+        let listed = match &rec.value {
+            RefValue::Deletion => continue,
+            RefValue::Val1(id) => Listed {
+                name: &rec.name,
+                id: *id,
+                peeled: None,
+                symref: None,
+            },
+            RefValue::Val2 { value, peeled } => Listed {
+                name: &rec.name,
+                id: *value,
+                peeled: Some(*peeled),
+                symref: None,
+            },
+            RefValue::Symref(target) => match resolve(res, &rec.name)? {
+                Resolved::Oid { id, peeled, .. } => Listed {
+                    name: &rec.name,
+                    id,
+                    peeled,
+                    symref: Some(target),
+                },
+                _ => continue,
+            },
+        };
+        if !f(listed)? {
+            break;
+        }
+    }
+    Ok(())
+}
+
 /// Peeled-tag aware display helper: `refs/tags/v1^{}`.
 pub fn peeled_name(name: &[u8]) -> Vec<u8> {
     let mut v = name.to_vec();

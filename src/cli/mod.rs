@@ -7,9 +7,12 @@
 pub mod args;
 pub mod common;
 pub mod dump;
+pub mod for_each_ref;
 pub mod migrate;
 pub mod objects;
 pub mod progress;
+pub mod resolve;
+pub mod show_ref;
 pub mod update_ref_parse;
 
 use std::process::ExitCode;
@@ -23,6 +26,9 @@ global options (before the command): -C DIR, --git-dir=DIR, -c KEY=VALUE
 
 commands:
   dump FILE [--verify]      print (or check) every block and record of a table
+  show-ref [--head] [-d] [PATTERN...]   list refs as git show-ref
+  for-each-ref [--format=F] [PATTERN...] list refs as git for-each-ref
+  resolve [--stdin] NAME...  print the object id of each name (git rev-parse for refs)
   migrate [--dry-run]       convert a files-backend repository to reftable (as git refs migrate)
 ";
 
@@ -42,6 +48,9 @@ pub fn main_with_args(argv: Vec<std::ffi::OsString>) -> ExitCode {
             Ok(ExitCode::SUCCESS)
         }
         "migrate" => migrate::run(args),
+        "show-ref" => show_ref::run(args),
+        "for-each-ref" => for_each_ref::run(args),
+        "resolve" => resolve::run(args),
         "dump" => dump::run(args),
         other => {
             eprintln!("reftablefs: unknown command '{other}'\n{USAGE}");
