@@ -13,6 +13,7 @@ pub mod objects;
 pub mod progress;
 pub mod resolve;
 pub mod show_ref;
+pub mod update_ref;
 pub mod update_ref_parse;
 
 use std::process::ExitCode;
@@ -29,6 +30,7 @@ commands:
   show-ref [--head] [-d] [PATTERN...]   list refs as git show-ref
   for-each-ref [--format=F] [PATTERN...] list refs as git for-each-ref
   resolve [--stdin] NAME...  print the object id of each name (git rev-parse for refs)
+  update-ref --stdin [-z] | REF NEW [OLD] | -d REF   git's update-ref, one table per transaction
   migrate [--dry-run]       convert a files-backend repository to reftable (as git refs migrate)
 ";
 
@@ -51,6 +53,7 @@ pub fn main_with_args(argv: Vec<std::ffi::OsString>) -> ExitCode {
         "show-ref" => show_ref::run(args),
         "for-each-ref" => for_each_ref::run(args),
         "resolve" => resolve::run(args),
+        "update-ref" => update_ref::run(args),
         "dump" => dump::run(args),
         other => {
             eprintln!("reftablefs: unknown command '{other}'\n{USAGE}");
