@@ -6,15 +6,18 @@
 
 pub mod args;
 pub mod common;
+pub mod compact;
 pub mod dump;
 pub mod for_each_ref;
 pub mod migrate;
 pub mod objects;
 pub mod progress;
+pub mod reflog;
 pub mod resolve;
 pub mod show_ref;
 pub mod update_ref;
 pub mod update_ref_parse;
+pub mod verify;
 
 use std::process::ExitCode;
 
@@ -31,6 +34,9 @@ commands:
   for-each-ref [--format=F] [PATTERN...] list refs as git for-each-ref
   resolve [--stdin] NAME...  print the object id of each name (git rev-parse for refs)
   update-ref --stdin [-z] | REF NEW [OLD] | -d REF   git's update-ref, one table per transaction
+  reflog [NAME]             show a reflog as git reflog show
+  compact [--auto]          compact the stack (as git pack-refs)
+  verify                    check the stack (as git refs verify)
   migrate [--dry-run]       convert a files-backend repository to reftable (as git refs migrate)
 ";
 
@@ -54,6 +60,9 @@ pub fn main_with_args(argv: Vec<std::ffi::OsString>) -> ExitCode {
         "for-each-ref" => for_each_ref::run(args),
         "resolve" => resolve::run(args),
         "update-ref" => update_ref::run(args),
+        "reflog" => reflog::run(args),
+        "compact" => compact::run(args),
+        "verify" => verify::run(args),
         "dump" => dump::run(args),
         other => {
             eprintln!("reftablefs: unknown command '{other}'\n{USAGE}");
