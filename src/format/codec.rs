@@ -509,10 +509,10 @@ mod tests {
         let mut out = Vec::new();
         assert_eq!(encode_obj_value(&mut out, &[100, 200, 300]), 3);
         assert_eq!(out, [0x64, 0x64, 0x64]);
+        let mut got = Vec::new();
         // Repeated positions are corruption.
         assert!(decode_obj_value(&[100, 0], 2, &mut got).is_err());
         // An absurd count is refused before allocating.
-        let mut got = Vec::new();
         assert!(decode_obj_value(&[0x80, 0xfe, 0xfe, 0xfe, 0x7f, 0], 0, &mut got).is_err());
     }
 
