@@ -400,3 +400,35 @@ fn tables_and_iterators_cross_threads() {
     send::<reftablefs::table::TableLogIter>();
     send::<TableWriter>();
 }
+
+#[test]
+fn verify_catches_a_wrong_obj_position() {
+    let refs: Vec<RefRecord> = (1..=12u32)
+        .map(|i| RefRecord {
+            name: format!("refs/heads/branch-{i:02}").into_bytes(),
+            update_index: 1,
+            value: RefValue::Val1(id(7, 0)),
+        })
+        .collect();
+    let (t, _) = write(
+        WriteOptions {
+            block_size: 100,
+            ..WriteOptions::default()
+        },
+        1,
+        1,
+        &refs,
+        &[],
+    );
+    t.verify().unwrap();
+    let obj = t.footer().obj_position as usize;
+    assert!(obj > 0);
+    let mut bytes = t.bytes().to_vec();
+    // o, len(3), prefix 0, (2 << 3 | 0) with a count varint, key 07 00, count, first position.
+    assert_eq!(&bytes[obj..obj + 1], b"o");
+    let first_pos = obj + 4 + 2 + 2 + 1;
+    bytes[first_pos] ^= 1;
+    let bad = Table::from_bytes("bad-obj", bytes).unwrap();
+    let e = bad.verify().unwrap_err().to_string();
+    assert!(e.contains("bad-obj") && e.contains("obj record"), "{e}");
+}
