@@ -12,12 +12,23 @@ pub type Result<T, E = Error> = std::result::Result<T, E>;
 #[derive(Debug)]
 pub enum Error {
     /// An I/O error, with the path it concerns when known.
-    Io { path: Option<PathBuf>, source: io::Error },
+    Io {
+        path: Option<PathBuf>,
+        source: io::Error,
+    },
     /// Bytes on disk that are not a valid reftable: `file` (may be empty for in-memory
     /// data), byte `offset` in that file, and what was wrong.
-    Format { file: String, offset: u64, what: String },
+    Format {
+        file: String,
+        offset: u64,
+        what: String,
+    },
     /// A zlib stream in a log block could not be inflated.
-    Zlib { file: String, offset: u64, what: String },
+    Zlib {
+        file: String,
+        offset: u64,
+        what: String,
+    },
     /// A table listed in `tables.list` does not exist.
     NotExist(PathBuf),
     /// A lock file is held by someone else ("data is locked").
@@ -39,12 +50,19 @@ pub enum Error {
 impl Error {
     /// Builds a format error.
     pub fn format(file: impl Into<String>, offset: u64, what: impl Into<String>) -> Self {
-        Error::Format { file: file.into(), offset, what: what.into() }
+        Error::Format {
+            file: file.into(),
+            offset,
+            what: what.into(),
+        }
     }
 
     /// Wraps an I/O error with the path it concerns.
     pub fn io(path: impl Into<PathBuf>, source: io::Error) -> Self {
-        Error::Io { path: Some(path.into()), source }
+        Error::Io {
+            path: Some(path.into()),
+            source,
+        }
     }
 
     /// The errno that best describes this error to a FUSE client.
@@ -63,7 +81,10 @@ impl Error {
 impl fmt::Display for Error {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            Error::Io { path: Some(p), source } => write!(f, "{}: {}", p.display(), source),
+            Error::Io {
+                path: Some(p),
+                source,
+            } => write!(f, "{}: {}", p.display(), source),
             Error::Io { path: None, source } => write!(f, "{source}"),
             Error::Format { file, offset, what } => {
                 write!(f, "corrupt reftable file {file} at offset {offset}: {what}")

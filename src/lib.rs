@@ -13,10 +13,10 @@
 //! * `fs` (feature `fuse`): the FUSE adapter.
 //! * `cli`: the `reftablefs` binary's subcommands, on top of the public API.
 
+pub mod cli;
 pub mod error;
 pub mod format;
 pub mod table;
-pub mod cli;
 
 pub use error::{Error, Result};
 pub use format::{HashKind, LogRecord, ObjectId, RefRecord, RefValue};
