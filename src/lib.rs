@@ -13,10 +13,12 @@
 //! * `fs` (feature `fuse`): the FUSE adapter.
 //! * `cli`: the `reftablefs` binary's subcommands, on top of the public API.
 
+pub mod cli;
 pub mod error;
 pub mod format;
+#[cfg(feature = "fuse")]
+pub mod fs;
 pub mod table;
-pub mod cli;
 
 pub use error::{Error, Result};
 pub use format::{HashKind, LogRecord, ObjectId, RefRecord, RefValue};
