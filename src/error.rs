@@ -12,12 +12,23 @@ pub type Result<T, E = Error> = std::result::Result<T, E>;
 #[derive(Debug)]
 pub enum Error {
     /// An I/O error, with the path it concerns when known.
-    Io { path: Option<PathBuf>, source: io::Error },
+    Io {
+        path: Option<PathBuf>,
+        source: io::Error,
+    },
     /// Bytes on disk that are not a valid reftable: `file` (may be empty for in-memory
     /// data), byte `offset` in that file, and what was wrong.
-    Format { file: String, offset: u64, what: String },
+    Format {
+        file: String,
+        offset: u64,
+        what: String,
+    },
     /// A zlib stream in a log block could not be inflated.
-    Zlib { file: String, offset: u64, what: String },
+    Zlib {
+        file: String,
+        offset: u64,
+        what: String,
+    },
     /// A table listed in `tables.list` does not exist.
     NotExist(PathBuf),
     /// A lock file is held by someone else ("data is locked").
@@ -34,17 +45,27 @@ pub enum Error {
     Outdated,
     /// A transaction precondition failed (expected old value, D/F conflict, …).
     Transaction(String),
+    /// Repository discovery or configuration problem (not a repository, bad config
+    /// line, unsupported extension); the message says what and where.
+    Repo(String),
 }
 
 impl Error {
     /// Builds a format error.
     pub fn format(file: impl Into<String>, offset: u64, what: impl Into<String>) -> Self {
-        Error::Format { file: file.into(), offset, what: what.into() }
+        Error::Format {
+            file: file.into(),
+            offset,
+            what: what.into(),
+        }
     }
 
     /// Wraps an I/O error with the path it concerns.
     pub fn io(path: impl Into<PathBuf>, source: io::Error) -> Self {
-        Error::Io { path: Some(path.into()), source }
+        Error::Io {
+            path: Some(path.into()),
+            source,
+        }
     }
 
     /// The errno that best describes this error to a FUSE client.
@@ -53,7 +74,9 @@ impl Error {
             Error::Io { source, .. } => source.raw_os_error().unwrap_or(libc::EIO),
             Error::Format { .. } | Error::Zlib { .. } | Error::NotExist(_) => libc::EIO,
             Error::Lock(_) => libc::EEXIST,
-            Error::Refname { .. } | Error::Api(_) | Error::EntryTooBig => libc::EINVAL,
+            Error::Refname { .. } | Error::Api(_) | Error::EntryTooBig | Error::Repo(_) => {
+                libc::EINVAL
+            }
             Error::EmptyTable => 0,
             Error::Outdated | Error::Transaction(_) => libc::EAGAIN,
         }
@@ -63,7 +86,10 @@ impl Error {
 impl fmt::Display for Error {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            Error::Io { path: Some(p), source } => write!(f, "{}: {}", p.display(), source),
+            Error::Io {
+                path: Some(p),
+                source,
+            } => write!(f, "{}: {}", p.display(), source),
             Error::Io { path: None, source } => write!(f, "{source}"),
             Error::Format { file, offset, what } => {
                 write!(f, "corrupt reftable file {file} at offset {offset}: {what}")
@@ -79,6 +105,7 @@ impl fmt::Display for Error {
             Error::Refname { name, reason } => write!(f, "invalid ref name '{name}': {reason}"),
             Error::Outdated => write!(f, "data concurrently modified"),
             Error::Transaction(m) => write!(f, "{m}"),
+            Error::Repo(m) => write!(f, "{m}"),
         }
     }
 }

@@ -15,9 +15,11 @@
 
 pub mod cli;
 pub mod error;
+pub mod files;
 pub mod format;
 #[cfg(feature = "fuse")]
 pub mod fs;
+pub mod repo;
 pub mod table;
 
 pub use error::{Error, Result};

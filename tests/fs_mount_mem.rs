@@ -67,14 +67,26 @@ impl Mounted {
         std::fs::create_dir(&rt).unwrap();
         let (mp2, rt2) = (mp.clone(), rt.clone());
         let thread = std::thread::spawn(move || {
-            fs::mount(Box::new(SharedMem(mem)), &rt2, &mp2, &MountOptions::default())
+            fs::mount(
+                Box::new(SharedMem(mem)),
+                &rt2,
+                &mp2,
+                &MountOptions::default(),
+            )
         });
         let start = Instant::now();
         while !fs::is_mounted(&mp) {
-            assert!(start.elapsed() < Duration::from_secs(10), "mount did not come up");
+            assert!(
+                start.elapsed() < Duration::from_secs(10),
+                "mount did not come up"
+            );
             std::thread::sleep(Duration::from_millis(10));
         }
-        Mounted { mp, thread: Some(thread), _dir: dir }
+        Mounted {
+            mp,
+            thread: Some(thread),
+            _dir: dir,
+        }
     }
 
     fn unmount(mut self) -> reftablefs::Result<()> {
@@ -96,7 +108,13 @@ fn sample() -> MemSource {
     m.set("HEAD", RefValue::Symref(b"refs/heads/main".to_vec()));
     m.set("refs/heads/main", RefValue::Val1(id(0x11)));
     m.set("refs/heads/feature/deep/x", RefValue::Val1(id(0x22)));
-    m.set("refs/tags/v1", RefValue::Val2 { value: id(0x33), peeled: id(0x11) });
+    m.set(
+        "refs/tags/v1",
+        RefValue::Val2 {
+            value: id(0x33),
+            peeled: id(0x11),
+        },
+    );
     m.add_log(LogRecord {
         refname: b"refs/heads/main".to_vec(),
         update_index: 1,
@@ -123,8 +141,13 @@ fn serves_refs_logs_and_packed_refs_and_sees_changes() {
     assert_eq!(read("HEAD"), "ref: refs/heads/main\n");
     assert_eq!(read("refs/heads/main"), format!("{}\n", "11".repeat(20)));
     assert_eq!(read("refs/tags/v1"), format!("{}\n", "33".repeat(20)));
-    assert_eq!(std::fs::metadata(mp.join("refs/heads/main")).unwrap().len(), 41);
-    assert!(std::fs::metadata(mp.join("refs/heads/feature/deep")).unwrap().is_dir());
+    assert_eq!(
+        std::fs::metadata(mp.join("refs/heads/main")).unwrap().len(),
+        41
+    );
+    assert!(std::fs::metadata(mp.join("refs/heads/feature/deep"))
+        .unwrap()
+        .is_dir());
     assert_eq!(
         read("logs/refs/heads/main"),
         format!(
@@ -133,7 +156,10 @@ fn serves_refs_logs_and_packed_refs_and_sees_changes() {
             "11".repeat(20)
         )
     );
-    assert_eq!(read("packed-refs"), "# pack-refs with: peeled fully-peeled sorted \n");
+    assert_eq!(
+        read("packed-refs"),
+        "# pack-refs with: peeled fully-peeled sorted \n"
+    );
     let mut root: Vec<String> = std::fs::read_dir(mp)
         .unwrap()
         .map(|e| e.unwrap().file_name().into_string().unwrap())
@@ -144,15 +170,24 @@ fn serves_refs_logs_and_packed_refs_and_sees_changes() {
     let mut kinds: Vec<(String, bool)> = heads
         .map(|e| {
             let e = e.unwrap();
-            (e.file_name().into_string().unwrap(), e.file_type().unwrap().is_dir())
+            (
+                e.file_name().into_string().unwrap(),
+                e.file_type().unwrap().is_dir(),
+            )
         })
         .collect();
     kinds.sort();
-    assert_eq!(kinds, [("feature".to_string(), true), ("main".to_string(), false)]);
+    assert_eq!(
+        kinds,
+        [("feature".to_string(), true), ("main".to_string(), false)]
+    );
     assert!(std::fs::metadata(mp.join("refs/heads/nope")).is_err());
 
     // A change underneath is visible at once (no stale size, no stale content).
-    mem.lock().unwrap().set("HEAD", RefValue::Symref(b"refs/heads/feature/deep/x".to_vec()));
+    mem.lock().unwrap().set(
+        "HEAD",
+        RefValue::Symref(b"refs/heads/feature/deep/x".to_vec()),
+    );
     assert_eq!(std::fs::metadata(mp.join("HEAD")).unwrap().len(), 31);
     assert_eq!(read("HEAD"), "ref: refs/heads/feature/deep/x\n");
     // Deleting a ref and turning its name into a directory.
@@ -175,7 +210,10 @@ fn serves_refs_logs_and_packed_refs_and_sees_changes() {
         }
     }
     eprintln!("file->dir flip visible after {:?}", start.elapsed());
-    assert_eq!(read("refs/heads/main/sub"), format!("{}\n", "44".repeat(20)));
+    assert_eq!(
+        read("refs/heads/main/sub"),
+        format!("{}\n", "44".repeat(20))
+    );
 
     // A corrupt store: EIO, and the mount serves again once repaired.
     mem.lock().unwrap().fail = true;

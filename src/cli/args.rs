@@ -13,7 +13,10 @@ pub struct Args {
 impl Args {
     /// Wraps the words after the program name.
     pub fn new(words: Vec<OsString>) -> Self {
-        Args { words: words.into(), options_done: false }
+        Args {
+            words: words.into(),
+            options_done: false,
+        }
     }
 
     /// Takes the next word if it is exactly `flag` (e.g. `--verify`).
@@ -63,7 +66,9 @@ impl Args {
             self.words.pop_front();
             self.options_done = true;
         }
-        self.words.pop_front().map(|w| w.to_string_lossy().into_owned())
+        self.words
+            .pop_front()
+            .map(|w| w.to_string_lossy().into_owned())
     }
 
     /// Takes the next positional word as a path.
@@ -77,7 +82,10 @@ impl Args {
 
     /// All remaining words.
     pub fn rest(&mut self) -> Vec<String> {
-        self.words.drain(..).map(|w| w.to_string_lossy().into_owned()).collect()
+        self.words
+            .drain(..)
+            .map(|w| w.to_string_lossy().into_owned())
+            .collect()
     }
 
     /// Whether nothing is left.

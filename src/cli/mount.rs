@@ -39,12 +39,19 @@ pub fn run(mut args: Args) -> Result<ExitCode> {
                 None => return usage("--batch-window takes a number of milliseconds"),
             }
         } else if let Some(v) = args.value("--batch-max") {
-            match v.to_str().and_then(|s| s.parse::<usize>().ok()).filter(|&n| n > 0) {
+            match v
+                .to_str()
+                .and_then(|s| s.parse::<usize>().ok())
+                .filter(|&n| n > 0)
+            {
                 Some(n) => opts.batch_max = n,
                 None => return usage("--batch-max takes a positive number"),
             }
         } else if args.peek_is_option() {
-            return usage(&format!("unknown option '{}'", args.peek().unwrap_or_default()));
+            return usage(&format!(
+                "unknown option '{}'",
+                args.peek().unwrap_or_default()
+            ));
         } else if let Some(p) = args.next_path() {
             positional.push(p);
         }
@@ -64,8 +71,12 @@ pub fn run(mut args: Args) -> Result<ExitCode> {
 
 /// `GITDIR/reftable`, after checking that GITDIR is a repository using reftable.
 pub fn reftable_dir(gitdir: &Path) -> Result<PathBuf> {
-    let not_reftable =
-        |why: &str| Error::Api(format!("{} is not a reftable repository: {why}", gitdir.display()));
+    let not_reftable = |why: &str| {
+        Error::Api(format!(
+            "{} is not a reftable repository: {why}",
+            gitdir.display()
+        ))
+    };
     let config = std::fs::read(gitdir.join("config"))
         .map_err(|e| not_reftable(&format!("cannot read config: {e}")))?;
     let config = String::from_utf8_lossy(&config).to_ascii_lowercase();
@@ -88,8 +99,10 @@ pub fn reftable_dir(gitdir: &Path) -> Result<PathBuf> {
 /// Re-runs this command without `--daemon`, detached, and waits until the mount is ready.
 fn spawn_daemon(mountpoint: &Path) -> Result<ExitCode> {
     let exe = std::env::current_exe().map_err(|e| Error::io("current_exe", e))?;
-    let argv: Vec<std::ffi::OsString> =
-        std::env::args_os().skip(1).filter(|a| a != "--daemon").collect();
+    let argv: Vec<std::ffi::OsString> = std::env::args_os()
+        .skip(1)
+        .filter(|a| a != "--daemon")
+        .collect();
     let mut child = Command::new(exe)
         .args(&argv)
         .stdin(Stdio::null())
@@ -99,7 +112,11 @@ fn spawn_daemon(mountpoint: &Path) -> Result<ExitCode> {
     let start = Instant::now();
     loop {
         if fs::is_mounted(mountpoint) {
-            eprintln!("reftablefs: mounted on {} (pid {})", mountpoint.display(), child.id());
+            eprintln!(
+                "reftablefs: mounted on {} (pid {})",
+                mountpoint.display(),
+                child.id()
+            );
             return Ok(ExitCode::SUCCESS);
         }
         if let Ok(Some(status)) = child.try_wait() {
@@ -123,7 +140,10 @@ pub fn run_unmount(mut args: Args) -> Result<ExitCode> {
         return Ok(ExitCode::from(129));
     };
     if !fs::is_mounted(&mountpoint) {
-        eprintln!("reftablefs unmount: {} is not mounted", mountpoint.display());
+        eprintln!(
+            "reftablefs unmount: {} is not mounted",
+            mountpoint.display()
+        );
         return Ok(ExitCode::from(1));
     }
     if let Ok(dir) = std::fs::File::open(&mountpoint) {
@@ -131,7 +151,10 @@ pub fn run_unmount(mut args: Args) -> Result<ExitCode> {
             eprintln!("reftablefs unmount: flushing {}: {e}", mountpoint.display());
         }
     }
-    let status = Command::new("fusermount3").arg("-u").arg(&mountpoint).status();
+    let status = Command::new("fusermount3")
+        .arg("-u")
+        .arg(&mountpoint)
+        .status();
     if !matches!(status, Ok(s) if s.success()) && !fs::lazy_unmount(&mountpoint) {
         return Err(Error::Api(format!(
             "cannot unmount {}: {}",

@@ -58,7 +58,10 @@ impl HashKind {
     }
     /// The all-zero id of this hash.
     pub const fn null_id(self) -> ObjectId {
-        ObjectId { len: self.size() as u8, bytes: [0; 32] }
+        ObjectId {
+            len: self.size() as u8,
+            bytes: [0; 32],
+        }
     }
 }
 
@@ -77,7 +80,10 @@ impl ObjectId {
         }
         let mut bytes = [0u8; 32];
         bytes[..raw.len()].copy_from_slice(raw);
-        Some(ObjectId { len: raw.len() as u8, bytes })
+        Some(ObjectId {
+            len: raw.len() as u8,
+            bytes,
+        })
     }
 
     /// Parses exactly `kind.hex_len()` hex digits (either case).
@@ -91,7 +97,10 @@ impl ObjectId {
             let lo = (pair[1] as char).to_digit(16)?;
             bytes[i] = (hi * 16 + lo) as u8;
         }
-        Some(ObjectId { len: kind.size() as u8, bytes })
+        Some(ObjectId {
+            len: kind.size() as u8,
+            bytes,
+        })
     }
 
     /// The raw bytes (20 or 32 of them).

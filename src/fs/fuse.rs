@@ -90,7 +90,11 @@ impl Filesystem for RefFs {
     fn lookup(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
         match self.shared.lookup(parent.0, name.as_bytes()) {
             Ok(a) => {
-                let kind = if a.kind == FileType::Directory { Kind::Dir } else { Kind::Ref };
+                let kind = if a.kind == FileType::Directory {
+                    Kind::Dir
+                } else {
+                    Kind::Ref
+                };
                 let (attr_ttl, entry_ttl) = ttls(kind);
                 reply.entry_with_ttls(&attr_ttl, &entry_ttl, &a, Generation(0));
             }
@@ -105,7 +109,11 @@ impl Filesystem for RefFs {
     fn getattr(&self, _req: &Request, ino: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {
         match self.shared.getattr(ino.0) {
             Ok(a) => {
-                let ttl = if a.kind == FileType::Directory { DIR_ATTR_TTL } else { FILE_ATTR_TTL };
+                let ttl = if a.kind == FileType::Directory {
+                    DIR_ATTR_TTL
+                } else {
+                    FILE_ATTR_TTL
+                };
                 reply.attr(&ttl, &a);
             }
             Err(e) => reply.error(errno(e)),
@@ -115,7 +123,11 @@ impl Filesystem for RefFs {
     fn open(&self, _req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
         match self.shared.open(ino.0) {
             Ok((fh, direct)) => {
-                let flags = if direct { FopenFlags::FOPEN_DIRECT_IO } else { FopenFlags::empty() };
+                let flags = if direct {
+                    FopenFlags::FOPEN_DIRECT_IO
+                } else {
+                    FopenFlags::empty()
+                };
                 reply.opened(FileHandle(fh), flags);
             }
             Err(e) => reply.error(errno(e)),
@@ -135,7 +147,9 @@ impl Filesystem for RefFs {
     ) {
         self.shared.with_handle(fh.0, |h| match h {
             Some(Handle::File { data, .. }) => {
-                let start = usize::try_from(offset).unwrap_or(usize::MAX).min(data.len());
+                let start = usize::try_from(offset)
+                    .unwrap_or(usize::MAX)
+                    .min(data.len());
                 let end = start.saturating_add(size as usize).min(data.len());
                 reply.data(data.get(start..end).unwrap_or_default());
             }

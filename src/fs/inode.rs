@@ -55,7 +55,15 @@ impl Inodes {
         loop {
             match self.nodes.get_mut(&ino) {
                 None => {
-                    self.nodes.insert(ino, Node { parent, name: name.into(), kind, nlookup: 1 });
+                    self.nodes.insert(
+                        ino,
+                        Node {
+                            parent,
+                            name: name.into(),
+                            kind,
+                            nlookup: 1,
+                        },
+                    );
                     return ino;
                 }
                 Some(n) if n.parent == parent && *n.name == *name && n.kind == kind => {
@@ -140,7 +148,10 @@ mod tests {
         let main = t.remember(heads, b"main", b"refs/heads/main", Kind::Ref);
         assert_eq!(main, ino_of(b"refs/heads/main", Kind::Ref));
         assert_ne!(main, ino_of(b"refs/heads/main", Kind::Dir));
-        assert_eq!(t.remember(heads, b"main", b"refs/heads/main", Kind::Ref), main);
+        assert_eq!(
+            t.remember(heads, b"main", b"refs/heads/main", Kind::Ref),
+            main
+        );
         let mut p = Vec::new();
         assert_eq!(t.path(main, &mut p), Some(Kind::Ref));
         assert_eq!(p, b"refs/heads/main");
@@ -149,7 +160,10 @@ mod tests {
         t.forget(main, 1);
         assert!(t.path(main, &mut p).is_none());
         // The number comes back the same.
-        assert_eq!(t.remember(heads, b"main", b"refs/heads/main", Kind::Ref), main);
+        assert_eq!(
+            t.remember(heads, b"main", b"refs/heads/main", Kind::Ref),
+            main
+        );
         assert_eq!(t.path(ROOT, &mut p), Some(Kind::Dir));
         assert!(p.is_empty());
     }

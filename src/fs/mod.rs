@@ -56,11 +56,17 @@ impl Default for MountOptions {
 
 /// Whether `path` is currently a mount point (listed in `/proc/self/mountinfo`).
 pub fn is_mounted(path: &Path) -> bool {
-    let Ok(canon) = path.canonicalize() else { return false };
-    let Ok(info) = std::fs::read("/proc/self/mountinfo") else { return false };
+    let Ok(canon) = path.canonicalize() else {
+        return false;
+    };
+    let Ok(info) = std::fs::read("/proc/self/mountinfo") else {
+        return false;
+    };
     let want = canon.as_os_str().as_bytes();
     info.split(|&b| b == b'\n').any(|line| {
-        line.split(|&b| b == b' ').nth(4).is_some_and(|mp| unescape_mountinfo(mp) == want)
+        line.split(|&b| b == b' ')
+            .nth(4)
+            .is_some_and(|mp| unescape_mountinfo(mp) == want)
     })
 }
 
@@ -71,8 +77,9 @@ fn unescape_mountinfo(s: &[u8]) -> Vec<u8> {
     while let Some(&b) = s.get(i) {
         if b == b'\\' {
             if let Some(oct) = s.get(i + 1..i + 4) {
-                if let Some(v) =
-                    std::str::from_utf8(oct).ok().and_then(|o| u8::from_str_radix(o, 8).ok())
+                if let Some(v) = std::str::from_utf8(oct)
+                    .ok()
+                    .and_then(|o| u8::from_str_radix(o, 8).ok())
                 {
                     out.push(v);
                     i += 4;
@@ -98,9 +105,17 @@ pub fn check_mountpoint(mountpoint: &Path) -> Result<()> {
         ));
     }
     match std::fs::metadata(mountpoint) {
-        Err(e) => return Err(fail(format!("cannot mount on {}: {e}", mountpoint.display()))),
+        Err(e) => {
+            return Err(fail(format!(
+                "cannot mount on {}: {e}",
+                mountpoint.display()
+            )))
+        }
         Ok(m) if !m.is_dir() => {
-            return Err(fail(format!("cannot mount on {}: not a directory", mountpoint.display())))
+            return Err(fail(format!(
+                "cannot mount on {}: not a directory",
+                mountpoint.display()
+            )))
         }
         Ok(_) => {}
     }
@@ -139,7 +154,9 @@ pub fn mount(
     check_mountpoint(mountpoint)?;
     let sigset = block_signals();
     let shared = Shared::new(src);
-    let fs = fuse::RefFs { shared: shared.clone() };
+    let fs = fuse::RefFs {
+        shared: shared.clone(),
+    };
     let mut config = Config::default();
     config.mount_options = vec![
         MountOption::FSName("reftablefs".into()),
@@ -147,7 +164,11 @@ pub fn mount(
         MountOption::DefaultPermissions,
         MountOption::NoDev,
         MountOption::NoSuid,
-        if opts.read_only { MountOption::RO } else { MountOption::RW },
+        if opts.read_only {
+            MountOption::RO
+        } else {
+            MountOption::RW
+        },
     ];
     config.n_threads = Some(opts.threads.max(2));
     let mut session = Session::new(fs, mountpoint, &config)
@@ -167,7 +188,10 @@ pub fn mount(
             if r == 0 {
                 eprintln!("reftablefs: signal {sig}: unmounting {}", mp.display());
                 if let Err(e) = unmounter.unmount() {
-                    eprintln!("reftablefs: unmount {}: {e}; trying a lazy unmount", mp.display());
+                    eprintln!(
+                        "reftablefs: unmount {}: {e}; trying a lazy unmount",
+                        mp.display()
+                    );
                     lazy_unmount(&mp);
                 }
             }
@@ -177,13 +201,18 @@ pub fn mount(
     shared.shutdown();
     let _ = watcher.join();
     result.map_err(|e| {
-        fail(format!("FUSE session on {} ended with an error: {e}", mountpoint.display()))
+        fail(format!(
+            "FUSE session on {} ended with an error: {e}",
+            mountpoint.display()
+        ))
     })
 }
 
 /// `umount2(MNT_DETACH)`, the last resort.
 pub fn lazy_unmount(mountpoint: &Path) -> bool {
-    let Ok(c) = CString::new(mountpoint.as_os_str().as_bytes()) else { return false };
+    let Ok(c) = CString::new(mountpoint.as_os_str().as_bytes()) else {
+        return false;
+    };
     // SAFETY: a NUL-terminated path.
     unsafe { libc::umount2(c.as_ptr(), libc::MNT_DETACH) == 0 }
 }

@@ -88,7 +88,10 @@ pub struct MemSource {
 impl MemSource {
     /// An empty SHA-1 store.
     pub fn new() -> Self {
-        MemSource { next_update_index: 1, ..Default::default() }
+        MemSource {
+            next_update_index: 1,
+            ..Default::default()
+        }
     }
 
     /// Sets a ref directly (as another writer would) and bumps the generation.
@@ -99,7 +102,8 @@ impl MemSource {
 
     /// Adds a log record directly.
     pub fn add_log(&mut self, rec: LogRecord) {
-        self.logs.insert((rec.refname.clone(), !rec.update_index), rec);
+        self.logs
+            .insert((rec.refname.clone(), !rec.update_index), rec);
         self.generation += 1;
     }
 

@@ -28,7 +28,10 @@ pub enum Handle {
     /// value however the ref changes meanwhile.
     File { data: Vec<u8> },
     /// An open directory: the listing as of `opendir`.
-    Dir { path: Vec<u8>, entries: Arc<Vec<Entry>> },
+    Dir {
+        path: Vec<u8>,
+        entries: Arc<Vec<Entry>>,
+    },
 }
 
 /// Everything behind the state mutex.
@@ -148,7 +151,10 @@ impl Shared {
     }
 
     pub(crate) fn parent_of(&self, ino: u64) -> u64 {
-        self.lock().inodes.parent_and_name(ino).map_or(ROOT, |(p, _)| p)
+        self.lock()
+            .inodes
+            .parent_and_name(ino)
+            .map_or(ROOT, |(p, _)| p)
     }
 
     /// Opens a file for reading: renders its content once. Returns the handle and whether

@@ -152,14 +152,20 @@ pub fn list_refs(
             Some(i) => {
                 let child = rest.get(..i).unwrap_or_default();
                 if !child.is_empty() {
-                    out.push(Entry { name: child.into(), kind: Kind::Dir });
+                    out.push(Entry {
+                        name: child.into(),
+                        kind: Kind::Dir,
+                    });
                 }
                 let child = child.to_vec();
                 past_subtree(&mut s.key, prefix, &child);
             }
             None => {
                 if !rest.is_empty() {
-                    out.push(Entry { name: rest.into(), kind: Kind::Ref });
+                    out.push(Entry {
+                        name: rest.into(),
+                        kind: Kind::Ref,
+                    });
                 }
                 // The next key after this name.
                 s.key.clear();
@@ -190,13 +196,19 @@ pub fn list_logs(
             Some(i) => {
                 let child = rest.get(..i).unwrap_or_default().to_vec();
                 if !child.is_empty() {
-                    out.push(Entry { name: child.as_slice().into(), kind: Kind::Dir });
+                    out.push(Entry {
+                        name: child.as_slice().into(),
+                        kind: Kind::Dir,
+                    });
                 }
                 past_subtree(&mut s.key, prefix, &child);
             }
             None => {
                 if !rest.is_empty() {
-                    out.push(Entry { name: rest.into(), kind: Kind::Log });
+                    out.push(Entry {
+                        name: rest.into(),
+                        kind: Kind::Log,
+                    });
                 }
                 s.key.clear();
                 s.key.extend_from_slice(&s.name);
@@ -238,7 +250,10 @@ pub fn list_dir(
                 (b"packed-refs", Kind::PackedRefs),
             ] {
                 if !out.iter().any(|e| &*e.name == name) {
-                    out.push(Entry { name: name.into(), kind });
+                    out.push(Entry {
+                        name: name.into(),
+                        kind,
+                    });
                 }
             }
             finish_listing(out);
@@ -261,7 +276,10 @@ pub fn list_dir(
 
 /// git's root-ref syntax: only `A-Z`, `-` and `_` (`HEAD`, `ORIG_HEAD`, …).
 pub fn is_root_ref_name(name: &[u8]) -> bool {
-    !name.is_empty() && name.iter().all(|&b| b.is_ascii_uppercase() || b == b'-' || b == b'_')
+    !name.is_empty()
+        && name
+            .iter()
+            .all(|&b| b.is_ascii_uppercase() || b == b'-' || b == b'_')
 }
 
 /// Renders a ref value exactly as the files backend stores it: `<hex>\n` or `ref: <t>\n`.
@@ -350,7 +368,9 @@ mod tests {
     }
 
     fn names(v: &[Entry]) -> Vec<(String, Kind)> {
-        v.iter().map(|e| (String::from_utf8_lossy(&e.name).into_owned(), e.kind)).collect()
+        v.iter()
+            .map(|e| (String::from_utf8_lossy(&e.name).into_owned(), e.kind))
+            .collect()
     }
 
     /// A source that counts seeks, to prove listings skip subtrees.
@@ -393,7 +413,13 @@ mod tests {
         m.set("refs/heads/a/x", RefValue::Val1(id(3)));
         m.set("refs/heads/a/y/z", RefValue::Val1(id(3)));
         m.set("refs/heads/a.c", RefValue::Val1(id(3)));
-        m.set("refs/tags/v1", RefValue::Val2 { value: id(4), peeled: id(1) });
+        m.set(
+            "refs/tags/v1",
+            RefValue::Val2 {
+                value: id(4),
+                peeled: id(1),
+            },
+        );
         m.add_log(LogRecord {
             refname: b"HEAD".to_vec(),
             update_index: 1,
@@ -470,7 +496,10 @@ mod tests {
         // One seek per child plus the final one, not one per ref below.
         assert!(c.1 <= 5, "{} seeks", c.1);
         list_dir(&mut c, &mut s, b"refs/heads/a", &mut out).unwrap();
-        assert_eq!(names(&out), vec![("x".into(), Kind::Ref), ("y".into(), Kind::Dir)]);
+        assert_eq!(
+            names(&out),
+            vec![("x".into(), Kind::Ref), ("y".into(), Kind::Dir)]
+        );
     }
 
     #[test]
@@ -490,7 +519,10 @@ mod tests {
             ]
         );
         list_dir(&mut m, &mut s, b"logs", &mut out).unwrap();
-        assert_eq!(names(&out), vec![("HEAD".into(), Kind::Log), ("refs".into(), Kind::Dir)]);
+        assert_eq!(
+            names(&out),
+            vec![("HEAD".into(), Kind::Log), ("refs".into(), Kind::Dir)]
+        );
         list_dir(&mut m, &mut s, b"logs/refs/heads/a", &mut out).unwrap();
         assert_eq!(names(&out), vec![("x".into(), Kind::Log)]);
     }
@@ -504,7 +536,10 @@ mod tests {
         let mut out = Vec::new();
         list_dir(&mut m, &mut s, b"refs/heads", &mut out).unwrap();
         assert_eq!(names(&out), vec![("x".into(), Kind::Ref)]);
-        assert_eq!(classify(&mut m, &mut s, b"refs/heads/x").unwrap(), Some(Kind::Ref));
+        assert_eq!(
+            classify(&mut m, &mut s, b"refs/heads/x").unwrap(),
+            Some(Kind::Ref)
+        );
     }
 
     #[test]
@@ -512,7 +547,13 @@ mod tests {
         let mut out = Vec::new();
         render_ref(&RefValue::Val1(id(0xab)), &mut out);
         assert_eq!(out, format!("{}\n", "ab".repeat(20)).as_bytes());
-        render_ref(&RefValue::Val2 { value: id(1), peeled: id(2) }, &mut out);
+        render_ref(
+            &RefValue::Val2 {
+                value: id(1),
+                peeled: id(2),
+            },
+            &mut out,
+        );
         assert_eq!(out, format!("{}\n", "01".repeat(20)).as_bytes());
         render_ref(&RefValue::Symref(b"refs/heads/main".to_vec()), &mut out);
         assert_eq!(out, b"ref: refs/heads/main\n");

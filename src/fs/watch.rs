@@ -49,7 +49,11 @@ impl Inotify {
 
     /// Waits up to `timeout_ms` for events; drains them. `true` if any arrived.
     fn wait(&self, timeout_ms: i32) -> bool {
-        let mut pfd = libc::pollfd { fd: self.fd, events: libc::POLLIN, revents: 0 };
+        let mut pfd = libc::pollfd {
+            fd: self.fd,
+            events: libc::POLLIN,
+            revents: 0,
+        };
         // SAFETY: one valid pollfd.
         let n = unsafe { libc::poll(&mut pfd, 1, timeout_ms) };
         if n <= 0 {
