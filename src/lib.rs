@@ -19,6 +19,9 @@ pub mod files;
 pub mod format;
 #[cfg(feature = "fuse")]
 pub mod fs;
+pub mod lockfile;
+pub mod merged;
+pub mod refname;
 pub mod repo;
 pub mod table;
 
