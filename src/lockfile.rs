@@ -1,0 +1,293 @@
+//! File-system helpers for the stack: git-style `.lock` files (created `O_EXCL`, retried
+//! with git's quadratic backoff, removed on drop, committed by rename), temporary files
+//! named like `mkstemp`'s, fsync with counting, permissions, and a small PRNG for the
+//! random parts of table names.
+
+use std::cell::Cell;
+use std::fs::{self, File, OpenOptions};
+use std::io;
+use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use crate::{Error, Result};
+
+/// A held `.lock` file. Dropping it removes the file unless it was committed.
+#[must_use = "a lock is released as soon as it is dropped"]
+#[derive(Debug)]
+pub struct LockFile {
+    path: PathBuf,
+    file: Option<File>,
+    done: bool,
+}
+
+impl LockFile {
+    /// Creates `lock_path` with `O_CREAT|O_EXCL` (mode 0666 minus the umask), retrying
+    /// while it exists for up to `timeout` (`None`: fail at once; `Duration::MAX`: wait
+    /// forever) with git's backoff (`lockfile.c`: wait ≈ n² ms · U(0.75, 1.25), at most
+    /// 1 s between attempts). A lock held by someone else is [`Error::Lock`].
+    pub fn acquire(lock_path: impl Into<PathBuf>, timeout: Option<Duration>) -> Result<LockFile> {
+        let path = lock_path.into();
+        let start = Instant::now();
+        let mut multiplier: u64 = 1;
+        let mut n: u64 = 1;
+        loop {
+            match OpenOptions::new()
+                .write(true)
+                .create_new(true)
+                .mode(0o666)
+                .open(&path)
+            {
+                Ok(file) => {
+                    return Ok(LockFile {
+                        path,
+                        file: Some(file),
+                        done: false,
+                    })
+                }
+                Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
+                Err(e) => return Err(Error::io(path, e)),
+            }
+            let Some(limit) = timeout else {
+                return Err(Error::Lock(path));
+            };
+            if start.elapsed() >= limit {
+                return Err(Error::Lock(path));
+            }
+            let wait_ms = (750 + u64::from(rand_u32() % 500)) * multiplier / 1000;
+            let remaining = limit.saturating_sub(start.elapsed());
+            std::thread::sleep(Duration::from_millis(wait_ms.max(1)).min(remaining));
+            multiplier += 2 * n + 1;
+            if multiplier > 1000 {
+                multiplier = 1000;
+            } else {
+                n += 1;
+            }
+        }
+    }
+
+    /// Like [`acquire`](Self::acquire) without retry, closing the descriptor at once: the
+    /// `<table>.lock` markers of compaction.
+    pub fn marker(lock_path: impl Into<PathBuf>) -> Result<LockFile> {
+        let mut lock = LockFile::acquire(lock_path, None)?;
+        lock.file = None;
+        Ok(lock)
+    }
+
+    /// The lock file's path.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// The open lock file, to write the new content into.
+    pub fn file(&mut self) -> Result<&mut File> {
+        match self.file.as_mut() {
+            Some(f) => Ok(f),
+            None => Err(Error::Api(format!(
+                "lock {} has no open file",
+                self.path.display()
+            ))),
+        }
+    }
+
+    /// Renames the lock over `target`. On failure the lock file is removed.
+    pub fn commit(mut self, target: &Path) -> Result<()> {
+        self.file = None;
+        fs::rename(&self.path, target).map_err(|e| Error::io(target, e))?;
+        self.done = true;
+        Ok(())
+    }
+}
+
+impl Drop for LockFile {
+    fn drop(&mut self) {
+        self.file = None;
+        if !self.done {
+            let _ = fs::remove_file(&self.path);
+        }
+    }
+}
+
+/// Creates a new file `<prefix>.temp.XXXXXX` in `dir` as `mkstemp` does (mode 0600,
+/// `O_EXCL`, six random characters). Returns the file and its path.
+pub fn create_temp(dir: &Path, prefix: &str) -> Result<(File, PathBuf)> {
+    const CHARS: &[u8] = b"abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789";
+    for _ in 0..100 {
+        let mut name = format!("{prefix}.temp.");
+        let mut r = u64::from(rand_u32()) << 32 | u64::from(rand_u32());
+        for _ in 0..6 {
+            let idx = (r % CHARS.len() as u64) as usize;
+            name.push(char::from(CHARS.get(idx).copied().unwrap_or(b'x')));
+            r /= CHARS.len() as u64;
+        }
+        let path = dir.join(name);
+        match OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .open(&path)
+        {
+            Ok(f) => return Ok((f, path)),
+            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => continue,
+            Err(e) => return Err(Error::io(path, e)),
+        }
+    }
+    Err(Error::io(
+        dir,
+        io::Error::new(
+            io::ErrorKind::AlreadyExists,
+            "could not create a temporary file",
+        ),
+    ))
+}
+
+/// Sets the permission bits of `path`.
+pub fn chmod(path: &Path, mode: u32) -> Result<()> {
+    fs::set_permissions(path, fs::Permissions::from_mode(mode)).map_err(|e| Error::io(path, e))
+}
+
+/// Fsyncs a directory (so that renames in it are durable).
+pub fn sync_dir(dir: &Path) -> Result<()> {
+    let f = File::open(dir).map_err(|e| Error::io(dir, e))?;
+    f.sync_all().map_err(|e| Error::io(dir, e))
+}
+
+/// The process umask, read from `/proc/self/status` (changing it to read it would race
+/// with other threads); 0o022 when unknown.
+pub fn current_umask() -> u32 {
+    let Ok(status) = fs::read_to_string("/proc/self/status") else {
+        return 0o022;
+    };
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("Umask:"))
+        .and_then(|v| u32::from_str_radix(v.trim(), 8).ok())
+        .unwrap_or(0o022)
+}
+
+/// git's default for new reftable files: `0666 & ~umask`, adjusted by
+/// `core.sharedRepository` (`shared_bits`: 0 for `umask`, 0o660 for `group`, 0o664 for
+/// `world`/`everybody`), as `calc_shared_perm` does.
+pub fn default_permissions(shared_bits: u32) -> u32 {
+    let base = 0o666 & !current_umask();
+    if shared_bits == 0 {
+        return base;
+    }
+    // calc_shared_perm: no write bits for others when the user cannot write.
+    let mut tweak = shared_bits;
+    if base & 0o200 == 0 {
+        tweak &= !0o222;
+    }
+    base | tweak
+}
+
+thread_local! {
+    static RNG: Cell<u64> = const { Cell::new(0) };
+}
+
+/// A fast, non-cryptographic 32-bit random number (SplitMix64, seeded from the clock,
+/// the pid and the thread), standing in for git's insecure PRNG in table names and backoff.
+pub fn rand_u32() -> u32 {
+    RNG.with(|cell| {
+        let mut s = cell.get();
+        if s == 0 {
+            let nanos = SystemTime::now()
+                .duration_since(UNIX_EPOCH)
+                .map(|d| d.as_nanos())
+                .unwrap_or(0);
+            let local = 0u8;
+            s = (nanos as u64)
+                ^ (u64::from(std::process::id()) << 32)
+                ^ (&local as *const u8 as u64)
+                ^ 0x9e37_79b9_7f4a_7c15;
+        }
+        s = s.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        cell.set(s);
+        let mut z = s;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        ((z ^ (z >> 31)) >> 32) as u32
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::Write;
+
+    #[test]
+    fn lock_is_exclusive_and_released_on_drop() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("tables.list.lock");
+        let lock = LockFile::acquire(&p, None).unwrap();
+        let err = LockFile::acquire(&p, None).unwrap_err();
+        assert!(matches!(err, Error::Lock(_)), "{err}");
+        assert!(err.to_string().starts_with("data is locked"), "{err}");
+        drop(lock);
+        assert!(!p.exists(), "dropping a lock removes it");
+        let _again = LockFile::acquire(&p, None).unwrap();
+    }
+
+    #[test]
+    fn lock_times_out_then_waits_for_release() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("x.lock");
+        let held = LockFile::acquire(&p, None).unwrap();
+        let t = Instant::now();
+        assert!(LockFile::acquire(&p, Some(Duration::from_millis(100))).is_err());
+        assert!(
+            t.elapsed() >= Duration::from_millis(100),
+            "waited the whole timeout"
+        );
+        let p2 = p.clone();
+        let releaser = std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(200));
+            drop(held);
+            p2
+        });
+        let got = LockFile::acquire(&p, Some(Duration::from_secs(5)));
+        releaser.join().unwrap();
+        assert!(got.is_ok(), "lock acquired after release");
+    }
+
+    #[test]
+    fn commit_renames() {
+        let dir = tempfile::tempdir().unwrap();
+        let target = dir.path().join("tables.list");
+        let mut lock = LockFile::acquire(dir.path().join("tables.list.lock"), None).unwrap();
+        lock.file().unwrap().write_all(b"a.ref\n").unwrap();
+        lock.commit(&target).unwrap();
+        assert_eq!(fs::read(&target).unwrap(), b"a.ref\n");
+        assert!(!dir.path().join("tables.list.lock").exists());
+    }
+
+    #[test]
+    fn temp_names_and_modes() {
+        let dir = tempfile::tempdir().unwrap();
+        let (_f, p) = create_temp(dir.path(), "0x000000000001-0x000000000001-0badf00d").unwrap();
+        let name = p.file_name().unwrap().to_str().unwrap().to_owned();
+        assert!(
+            name.starts_with("0x000000000001-0x000000000001-0badf00d.temp."),
+            "{name}"
+        );
+        assert_eq!(
+            name.len(),
+            "0x000000000001-0x000000000001-0badf00d.temp.".len() + 6
+        );
+        assert_eq!(
+            fs::metadata(&p).unwrap().permissions().mode() & 0o777,
+            0o600
+        );
+        chmod(&p, 0o640).unwrap();
+        assert_eq!(
+            fs::metadata(&p).unwrap().permissions().mode() & 0o777,
+            0o640
+        );
+    }
+
+    #[test]
+    fn random_numbers_vary() {
+        let a: Vec<u32> = (0..8).map(|_| rand_u32()).collect();
+        assert!(a.windows(2).any(|w| w[0] != w[1]));
+    }
+}
