@@ -5,6 +5,7 @@
 //! errors (as git uses), 129 usage errors.
 
 pub mod args;
+pub mod dump;
 #[cfg(feature = "fuse")]
 pub mod mount;
 
@@ -37,6 +38,7 @@ pub fn main_with_args(argv: Vec<std::ffi::OsString>) -> ExitCode {
         "mount" => mount::run(args),
         #[cfg(feature = "fuse")]
         "unmount" => mount::run_unmount(args),
+        "dump" => dump::run(args),
         other => {
             eprintln!("reftablefs: unknown command '{other}'\n{USAGE}");
             return ExitCode::from(129);
