@@ -45,6 +45,9 @@ pub enum Error {
     Outdated,
     /// A transaction precondition failed (expected old value, D/F conflict, …).
     Transaction(String),
+    /// Repository discovery or configuration problem (not a repository, bad config
+    /// line, unsupported extension); the message says what and where.
+    Repo(String),
 }
 
 impl Error {
@@ -71,7 +74,9 @@ impl Error {
             Error::Io { source, .. } => source.raw_os_error().unwrap_or(libc::EIO),
             Error::Format { .. } | Error::Zlib { .. } | Error::NotExist(_) => libc::EIO,
             Error::Lock(_) => libc::EEXIST,
-            Error::Refname { .. } | Error::Api(_) | Error::EntryTooBig => libc::EINVAL,
+            Error::Refname { .. } | Error::Api(_) | Error::EntryTooBig | Error::Repo(_) => {
+                libc::EINVAL
+            }
             Error::EmptyTable => 0,
             Error::Outdated | Error::Transaction(_) => libc::EAGAIN,
         }
@@ -100,6 +105,7 @@ impl fmt::Display for Error {
             Error::Refname { name, reason } => write!(f, "invalid ref name '{name}': {reason}"),
             Error::Outdated => write!(f, "data concurrently modified"),
             Error::Transaction(m) => write!(f, "{m}"),
+            Error::Repo(m) => write!(f, "{m}"),
         }
     }
 }

@@ -15,10 +15,14 @@
 
 pub mod cli;
 pub mod error;
+pub mod files;
 pub mod format;
+#[cfg(feature = "fuse")]
+pub mod fs;
 pub mod lockfile;
 pub mod merged;
 pub mod refname;
+pub mod repo;
 pub mod stack;
 pub mod table;
 pub mod transaction;

@@ -6,6 +6,8 @@
 
 pub mod args;
 pub mod dump;
+#[cfg(feature = "fuse")]
+pub mod mount;
 
 use std::process::ExitCode;
 
@@ -16,6 +18,8 @@ pub const USAGE: &str = "usage: reftablefs <command> [options]
 
 commands:
   dump FILE [--verify]      print (or check) every block and record of a table
+  mount [--read-only] [--daemon] [--batch-window MS] [--batch-max N] [--no-fsync] GITDIR MOUNTPOINT
+  unmount MOUNTPOINT        flush pending writes and unmount
 ";
 
 /// Runs the command line given without the program name.
@@ -30,6 +34,10 @@ pub fn main_with_args(argv: Vec<std::ffi::OsString>) -> ExitCode {
             print!("{USAGE}");
             Ok(ExitCode::SUCCESS)
         }
+        #[cfg(feature = "fuse")]
+        "mount" => mount::run(args),
+        #[cfg(feature = "fuse")]
+        "unmount" => mount::run_unmount(args),
         "dump" => dump::run(args),
         other => {
             eprintln!("reftablefs: unknown command '{other}'\n{USAGE}");
