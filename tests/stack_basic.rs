@@ -673,3 +673,105 @@ fn deref_head_and_peeled_values() {
     let show = repo.git(&["show-ref", "-d", "refs/tags/copy"]);
     assert!(show.contains("refs/tags/copy^{}"), "{show}");
 }
+
+#[test]
+fn corrupted_tables_and_list_make_writes_fail() {
+    let repo = Repo::new(HashKind::Sha1);
+    let c = repo.commits(1);
+    let mut st = repo.open();
+    let mut tx = st.transaction();
+    tx.edit(RefEdit::create("refs/heads/a", c[0]));
+    tx.commit().unwrap();
+    // A table truncated to 0 bytes: a fresh open fails, and so does a write.
+    let table = repo.reftable_dir().join(&repo.tables()[0]);
+    let saved = fs::read(&table).unwrap();
+    fs::write(&table, b"").unwrap();
+    let err = Stack::open(repo.reftable_dir(), repo.options()).unwrap_err();
+    assert!(matches!(err, Error::Format { .. }), "{err}");
+    fs::write(&table, &saved).unwrap();
+    // `garbage` in tables.list: reload and writes fail, nothing is written.
+    let list = repo.reftable_dir().join("tables.list");
+    let good = fs::read(&list).unwrap();
+    // (Replaced by rename, as every writer does, so that the stat check notices.)
+    fs::write(repo.reftable_dir().join("tmp"), b"garbage\n").unwrap();
+    fs::rename(repo.reftable_dir().join("tmp"), &list).unwrap();
+    let err = Stack::open(repo.reftable_dir(), repo.options()).unwrap_err();
+    assert!(matches!(err, Error::NotExist(_)), "{err}");
+    let mut tx = st.transaction();
+    tx.edit(RefEdit::create("refs/heads/b", c[0]));
+    assert!(tx.commit().is_err());
+    assert_eq!(fs::read(&list).unwrap(), b"garbage\n");
+    fs::write(&list, good).unwrap();
+    assert!(
+        !repo.reftable_dir().join("tables.list.lock").exists(),
+        "lock released"
+    );
+}
+
+#[test]
+fn empty_transaction_in_empty_repo() {
+    // t0610: delete main and HEAD (no-deref), then an empty transaction succeeds.
+    let repo = Repo::new(HashKind::Sha1);
+    repo.git(&["commit", "-q", "--allow-empty", "-m", "A"]);
+    repo.git(&["update-ref", "-d", "refs/heads/main"]);
+    repo.git(&["update-ref", "-d", "--no-deref", "HEAD"]);
+    let mut st = repo.open();
+    let done = st.transaction().commit().unwrap();
+    assert_eq!(done.table, None);
+    let mut n = 0;
+    st.for_each_ref(b"", |_| {
+        n += 1;
+        true
+    })
+    .unwrap();
+    assert_eq!(n, 0);
+}
+
+#[test]
+fn many_concurrent_writers_all_land() {
+    // t0610 "many concurrent writers": here 8 threads with their own stack handles plus
+    // git processes, all with long lock timeouts, 100 refs in total.
+    let repo = Repo::new(HashKind::Sha1);
+    let c = repo.commits(1)[0];
+    let dir = repo.reftable_dir();
+    let mut handles = Vec::new();
+    for t in 0..8 {
+        let dir = dir.clone();
+        let opts = StackOptions {
+            lock_timeout: Some(Duration::from_secs(300)),
+            ..repo.options()
+        };
+        handles.push(std::thread::spawn(move || {
+            let mut st = Stack::open(dir, opts).unwrap();
+            for i in 0..10 {
+                let mut tx = st.transaction();
+                tx.edit(RefEdit::create(
+                    format!("refs/heads/branch-{}", t * 10 + i + 1),
+                    c,
+                ));
+                tx.commit().unwrap();
+            }
+        }));
+    }
+    for i in 81..=100 {
+        let out = repo.git_out(&[
+            "-c",
+            "reftable.lockTimeout=300000",
+            "update-ref",
+            &format!("refs/heads/branch-{i}"),
+            &c.to_hex(),
+        ]);
+        assert!(out.status.success(), "{out:?}");
+    }
+    for h in handles {
+        h.join().unwrap();
+    }
+    let listing = repo.git(&["for-each-ref", "--format=%(refname)", "refs/heads/"]);
+    for i in 1..=100 {
+        assert!(
+            listing.contains(&format!("refs/heads/branch-{i}\n")),
+            "branch-{i} missing"
+        );
+    }
+    repo.git(&["refs", "verify"]);
+}
