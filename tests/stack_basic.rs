@@ -82,43 +82,45 @@ fn we_write_git_reads_refs_reflogs_and_fsck_passes() {
 
 #[test]
 fn git_writes_we_read() {
-    let repo = Repo::new(HashKind::Sha1);
-    repo.git(&["commit", "-q", "--allow-empty", "-m", "initial"]);
-    repo.git(&["tag", "-a", "-m", "tag", "t1"]);
-    repo.git(&["branch", "b1"]);
-    repo.git(&["symbolic-ref", "refs/heads/s", "refs/heads/b1"]);
-    let mut st = repo.open();
-    let head = st.read_ref(b"HEAD").unwrap().unwrap();
-    assert_eq!(head.value, RefValue::Symref(b"refs/heads/main".to_vec()));
-    let main = repo.git(&["rev-parse", "main"]);
-    let tag = repo.git(&["rev-parse", "t1"]);
-    match st.read_ref(b"refs/tags/t1").unwrap().unwrap().value {
-        RefValue::Val2 { value, peeled } => {
-            assert_eq!(value.to_hex(), tag.trim());
-            assert_eq!(peeled.to_hex(), main.trim());
+    for hash in [HashKind::Sha1, HashKind::Sha256] {
+        let repo = Repo::new(hash);
+        repo.git(&["commit", "-q", "--allow-empty", "-m", "initial"]);
+        repo.git(&["tag", "-a", "-m", "tag", "t1"]);
+        repo.git(&["branch", "b1"]);
+        repo.git(&["symbolic-ref", "refs/heads/s", "refs/heads/b1"]);
+        let mut st = repo.open();
+        let head = st.read_ref(b"HEAD").unwrap().unwrap();
+        assert_eq!(head.value, RefValue::Symref(b"refs/heads/main".to_vec()));
+        let main = repo.git(&["rev-parse", "main"]);
+        let tag = repo.git(&["rev-parse", "t1"]);
+        match st.read_ref(b"refs/tags/t1").unwrap().unwrap().value {
+            RefValue::Val2 { value, peeled } => {
+                assert_eq!(value.to_hex(), tag.trim());
+                assert_eq!(peeled.to_hex(), main.trim());
+            }
+            v => panic!("annotated tag should be peeled, got {v:?}"),
         }
-        v => panic!("annotated tag should be peeled, got {v:?}"),
+        let mut names = Vec::new();
+        st.for_each_ref(b"refs/", |r| {
+            names.push(String::from_utf8(r.name.clone()).unwrap());
+            true
+        })
+        .unwrap();
+        assert_eq!(
+            names,
+            [
+                "refs/heads/b1",
+                "refs/heads/main",
+                "refs/heads/s",
+                "refs/tags/t1"
+            ]
+        );
+        let log = st.read_log(b"refs/heads/main").unwrap();
+        assert_eq!(log.len(), 1);
+        assert_eq!(log[0].message, b"commit (initial): initial\n");
+        assert_eq!(log[0].tz_offset, -700);
+        assert_eq!(log[0].time, 1_112_912_053);
     }
-    let mut names = Vec::new();
-    st.for_each_ref(b"refs/", |r| {
-        names.push(String::from_utf8(r.name.clone()).unwrap());
-        true
-    })
-    .unwrap();
-    assert_eq!(
-        names,
-        [
-            "refs/heads/b1",
-            "refs/heads/main",
-            "refs/heads/s",
-            "refs/tags/t1"
-        ]
-    );
-    let log = st.read_log(b"refs/heads/main").unwrap();
-    assert_eq!(log.len(), 1);
-    assert_eq!(log[0].message, b"commit (initial): initial\n");
-    assert_eq!(log[0].tz_offset, -700);
-    assert_eq!(log[0].time, 1_112_912_053);
 }
 
 #[test]
@@ -773,5 +775,28 @@ fn many_concurrent_writers_all_land() {
             "branch-{i} missing"
         );
     }
+    repo.git(&["refs", "verify"]);
+}
+
+#[test]
+fn deleting_heads_referent_logs_head_like_git() {
+    // git 2.47: `update-ref -m del -d refs/heads/master` writes HEAD `old -> 0` "del"
+    // and tombstones master's reflog.
+    let repo = Repo::new(HashKind::Sha1);
+    repo.git(&["commit", "-q", "--allow-empty", "-m", "i"]);
+    let c = repo.git(&["rev-parse", "main"]);
+    let mut st = repo.open();
+    let mut tx = st.transaction();
+    tx.identity(ident())
+        .edit(RefEdit::delete("refs/heads/main").message("del"));
+    tx.commit().unwrap();
+    assert!(st.read_ref(b"refs/heads/main").unwrap().is_none());
+    assert!(st.read_log(b"refs/heads/main").unwrap().is_empty());
+    let head = st.read_log(b"HEAD").unwrap();
+    assert_eq!(head.len(), 2);
+    assert_eq!(head[0].old_id.to_hex(), c.trim());
+    assert!(head[0].new_id.is_null());
+    assert_eq!(head[0].message, b"del\n");
+    assert_eq!(head[1].message, b"commit (initial): i\n");
     repo.git(&["refs", "verify"]);
 }
