@@ -800,3 +800,89 @@ fn deleting_heads_referent_logs_head_like_git() {
     assert_eq!(head[1].message, b"commit (initial): i\n");
     repo.git(&["refs", "verify"]);
 }
+
+#[test]
+fn transaction_tables_are_byte_identical_to_gits() {
+    // The same updates made by git and by us, with the same identity and clock, give
+    // the same table bytes (after auto-compaction with the init table).
+    let a = Repo::new(HashKind::Sha1);
+    let b = Repo::new(HashKind::Sha1);
+    let ca = a.commits(2);
+    let cb = b.commits(2);
+    assert_eq!(ca, cb, "same objects in both repositories");
+    a.git(&[
+        "update-ref",
+        "-m",
+        "first  message",
+        "refs/heads/main",
+        &ca[0].to_hex(),
+    ]);
+    a.git(&[
+        "update-ref",
+        "-m",
+        "second",
+        "refs/heads/main",
+        &ca[1].to_hex(),
+        &ca[0].to_hex(),
+    ]);
+    a.git(&["update-ref", "refs/tags/v1", &ca[0].to_hex()]);
+    a.git(&["update-ref", "-d", "refs/tags/v1"]);
+    let mut st = b.open();
+    for (name, new, old, msg) in [
+        ("refs/heads/main", Some(cb[0]), None, Some("first  message")),
+        ("refs/heads/main", Some(cb[1]), Some(cb[0]), Some("second")),
+        ("refs/tags/v1", Some(cb[0]), None, None),
+        ("refs/tags/v1", None, None, None),
+    ] {
+        let mut tx = st.transaction();
+        tx.identity(ident());
+        let mut e = match new {
+            Some(id) => RefEdit::update(name, id),
+            None => RefEdit::delete(name),
+        };
+        if let Some(old) = old {
+            e = e.expect(Expected::Oid(old));
+        }
+        if let Some(m) = msg {
+            e = e.message(m);
+        }
+        tx.edit(e);
+        tx.commit().unwrap();
+    }
+    // A batch through HEAD, with creates, a no-op and a delete, in one transaction.
+    let input = format!(
+        "update HEAD {} {}\ncreate refs/heads/b1 {}\ncreate refs/tags/t1 {}\nupdate refs/heads/b0 {}\ndelete refs/heads/gone\n",
+        ca[0], ca[1], ca[1], ca[0], ca[1]
+    );
+    a.git(&["update-ref", "refs/heads/b0", &ca[1].to_hex()]);
+    let out = util::git_stdin(
+        a.path(),
+        &["update-ref", "-m", "batch", "--stdin"],
+        input.as_bytes(),
+    );
+    assert!(out.status.success(), "{out:?}");
+    let mut tx = st.transaction();
+    tx.identity(ident())
+        .edit(RefEdit::update("refs/heads/b0", cb[1]));
+    tx.commit().unwrap();
+    let mut tx = st.transaction();
+    tx.identity(ident());
+    tx.edit(
+        RefEdit::update("HEAD", cb[0])
+            .expect(Expected::Oid(cb[1]))
+            .message("batch"),
+    );
+    tx.edit(RefEdit::create("refs/heads/b1", cb[1]).message("batch"));
+    tx.edit(RefEdit::create("refs/tags/t1", cb[0]).message("batch"));
+    tx.edit(RefEdit::update("refs/heads/b0", cb[1]).message("batch"));
+    tx.edit(RefEdit::delete("refs/heads/gone").message("batch"));
+    tx.commit().unwrap();
+    let (ta, tb) = (a.tables(), b.tables());
+    assert_eq!(ta.len(), tb.len(), "{ta:?} vs {tb:?}");
+    for (x, y) in ta.iter().zip(&tb) {
+        assert_eq!(x[..29], y[..29], "same update index range in the name");
+        let bx = fs::read(a.reftable_dir().join(x)).unwrap();
+        let by = fs::read(b.reftable_dir().join(y)).unwrap();
+        assert!(bx == by, "table {x} differs from ours {y}");
+    }
+}
