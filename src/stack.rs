@@ -76,6 +76,8 @@ pub struct StackStats {
     pub entries_written: u64,
     /// Reloads that changed the table set.
     pub reloads: u64,
+    /// Reload attempts retried because a listed table vanished (concurrent compaction).
+    pub reload_retries: u64,
 }
 
 /// Progress of a long compaction, passed to the progress hook.
@@ -355,6 +357,7 @@ impl Stack {
                     if again == names {
                         return Err(e);
                     }
+                    self.stats.reload_retries += 1;
                     delay_ms = delay_ms + ((delay_ms * u64::from(lockfile::rand_u32())) >> 32) + 1;
                     std::thread::sleep(Duration::from_millis(delay_ms));
                 }
