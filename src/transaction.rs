@@ -598,7 +598,8 @@ impl<'a> Transaction<'a> {
                         )));
                     }
                     Expected::Oid(x) => {
-                        if is_symref || cur_oid != *x {
+                        // As git: a symref (no_deref) is compared by the id it resolves to.
+                        if cur_oid != *x {
                             return Err(tx_err(format!(
                                 "cannot lock ref '{}': is at {} but expected {}",
                                 lossy(&edit.name),
@@ -629,14 +630,11 @@ impl<'a> Transaction<'a> {
             }
             let changed = match &edit.new {
                 None => false,
-                Some(NewValue::Oid(id)) => is_symref || cur != RefValue::Val1(*id),
-                Some(NewValue::Peeled { value, peeled }) => {
-                    is_symref
-                        || cur
-                            != RefValue::Val2 {
-                                value: *value,
-                                peeled: *peeled,
-                            }
+                // As git: only the id is compared, so a no-op update of an annotated
+                // tag keeps its peeled value.
+                Some(NewValue::Oid(id)) => is_symref || ref_value_id(&cur) != Some(*id),
+                Some(NewValue::Peeled { value, .. }) => {
+                    is_symref || ref_value_id(&cur) != Some(*value)
                 }
                 Some(NewValue::Symref(_)) => true,
                 Some(NewValue::Delete) => true,

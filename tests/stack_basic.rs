@@ -886,3 +886,38 @@ fn transaction_tables_are_byte_identical_to_gits() {
         assert!(bx == by, "table {x} differs from ours {y}");
     }
 }
+
+#[test]
+fn noop_update_keeps_peeled_value_and_symref_expectations_resolve() {
+    let repo = Repo::new(HashKind::Sha1);
+    repo.git(&["commit", "-q", "--allow-empty", "-m", "A"]);
+    repo.git(&["tag", "-a", "-m", "t", "t1"]);
+    let tag = reftablefs::ObjectId::from_hex(
+        repo.git(&["rev-parse", "t1"]).trim().as_bytes(),
+        HashKind::Sha1,
+    )
+    .unwrap();
+    let main = reftablefs::ObjectId::from_hex(
+        repo.git(&["rev-parse", "main"]).trim().as_bytes(),
+        HashKind::Sha1,
+    )
+    .unwrap();
+    let mut st = repo.open();
+    let before = repo.tables();
+    let mut tx = st.transaction();
+    tx.edit(RefEdit::update("refs/tags/t1", tag));
+    assert_eq!(tx.commit().unwrap().table, None, "same id: nothing written");
+    assert_eq!(repo.tables(), before);
+    assert!(matches!(
+        st.read_ref(b"refs/tags/t1").unwrap().unwrap().value,
+        RefValue::Val2 { .. }
+    ));
+    // no_deref update of HEAD with an expected id: compared with what HEAD resolves to.
+    let mut tx = st.transaction();
+    tx.edit(RefEdit::symref("HEAD", "refs/heads/other").expect(Expected::Oid(main)));
+    tx.commit().unwrap();
+    assert_eq!(
+        repo.git(&["symbolic-ref", "HEAD"]).trim(),
+        "refs/heads/other"
+    );
+}
