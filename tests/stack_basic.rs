@@ -921,3 +921,39 @@ fn noop_update_keeps_peeled_value_and_symref_expectations_resolve() {
         "refs/heads/other"
     );
 }
+
+#[test]
+fn small_block_sizes_give_entry_too_large() {
+    // t0613: a 500-byte reflog message with blockSize=100 fails the transaction;
+    // compaction with blockSize=50 fails with "entry too large".
+    let repo = Repo::new(HashKind::Sha1);
+    let c = repo.commits(1);
+    let mut st = repo.open_with(|o| {
+        o.write.block_size = 100;
+        o.auto_compact = false;
+    });
+    let before = repo.tables();
+    let mut tx = st.transaction();
+    tx.identity(ident())
+        .edit(RefEdit::create("refs/heads/logme", c[0]).message("a".repeat(500)));
+    let err = tx.commit().unwrap_err();
+    assert!(matches!(err, Error::EntryTooBig), "{err}");
+    assert_eq!(err.to_string(), "entry too large");
+    assert_eq!(repo.tables(), before, "nothing written");
+    assert!(!repo.reftable_dir().join("tables.list.lock").exists());
+    let mut tx = st.transaction();
+    tx.edit(RefEdit::create("refs/heads/x", c[0]));
+    tx.commit().unwrap();
+    let mut opts = st.options().clone();
+    opts.write.block_size = 50;
+    st.set_options(opts);
+    let err = st.compact_all().unwrap_err();
+    assert_eq!(err.to_string(), "entry too large");
+    let leftovers: Vec<_> = fs::read_dir(repo.reftable_dir())
+        .unwrap()
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|n| n.contains(".temp.") || n.ends_with(".lock"))
+        .collect();
+    assert!(leftovers.is_empty(), "{leftovers:?}");
+}
