@@ -957,3 +957,77 @@ fn small_block_sizes_give_entry_too_large() {
         .collect();
     assert!(leftovers.is_empty(), "{leftovers:?}");
 }
+
+#[test]
+fn reflog_rewrites_are_minimal_and_keep_existence() {
+    use reftablefs::table::Table;
+    let repo = Repo::new(HashKind::Sha1);
+    let c = repo.commits(4);
+    let mut st = repo.open_with(|o| o.auto_compact = false);
+    for (i, id) in c.iter().enumerate() {
+        let mut tx = st.transaction();
+        tx.identity(ident())
+            .edit(RefEdit::update("refs/heads/x", *id).message(format!("m{i}")));
+        tx.commit().unwrap();
+    }
+    let mut entries = st.read_log(b"refs/heads/x").unwrap();
+    entries.reverse(); // oldest first, as a reflog file
+                       // Drop m1 (what `git reflog delete x@{2}` or `stash drop` does): one tombstone.
+    let mut kept = entries.clone();
+    kept.remove(1);
+    for e in &mut kept {
+        e.message.pop(); // parsed lines may come without the newline
+    }
+    let mut tx = st.transaction();
+    tx.log_edit(LogEdit::Rewrite {
+        refname: b"refs/heads/x".to_vec(),
+        entries: kept,
+    });
+    let name = tx.commit().unwrap().table.unwrap();
+    let t = Table::open(repo.reftable_dir().join(&name)).unwrap();
+    let mut it = t.log_iter();
+    it.seek(b"", u64::MAX).unwrap();
+    let mut recs = Vec::new();
+    while let Some(l) = it.next().unwrap() {
+        recs.push((l.refname.clone(), l.update_index, l.deleted));
+    }
+    assert_eq!(
+        recs,
+        vec![(b"refs/heads/x".to_vec(), entries[1].update_index, true)]
+    );
+    let msgs = repo.git(&["reflog", "show", "--format=%gs", "refs/heads/x"]);
+    assert_eq!(msgs, "m3\nm2\nm0\n");
+    // A rewrite that changes an entry: order and content as given.
+    let mut changed = st.read_log(b"refs/heads/x").unwrap();
+    changed.reverse();
+    changed[0].message = b"edited\n".to_vec();
+    let mut tx = st.transaction();
+    tx.log_edit(LogEdit::Rewrite {
+        refname: b"refs/heads/x".to_vec(),
+        entries: changed,
+    });
+    tx.commit().unwrap();
+    let msgs = repo.git(&["reflog", "show", "--format=%gs", "refs/heads/x"]);
+    assert_eq!(msgs, "m3\nm2\nedited\n");
+    // Emptied: the reflog still exists (existence marker), as after git's expiry.
+    let mut tx = st.transaction();
+    tx.log_edit(LogEdit::Rewrite {
+        refname: b"refs/heads/x".to_vec(),
+        entries: vec![],
+    });
+    tx.commit().unwrap();
+    assert!(st.read_log(b"refs/heads/x").unwrap().is_empty());
+    assert!(st.reflog_exists(b"refs/heads/x").unwrap());
+    assert!(repo
+        .git_out(&["reflog", "exists", "refs/heads/x"])
+        .status
+        .success());
+    // Emptying an already empty reflog writes nothing.
+    let mut tx = st.transaction();
+    tx.log_edit(LogEdit::Rewrite {
+        refname: b"refs/heads/x".to_vec(),
+        entries: vec![],
+    });
+    assert_eq!(tx.commit().unwrap().table, None);
+    repo.git(&["refs", "verify"]);
+}
