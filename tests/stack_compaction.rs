@@ -301,3 +301,130 @@ fn compaction_reports_progress() {
     assert!(last.done && last.records == 70_002, "{last:?}");
     assert!(seen.iter().any(|p| !p.done && p.records == 65_536));
 }
+
+/// Random edits, reflog appends/deletes, partial and full compactions and a second
+/// handle reloading, checked after every step against a model (no git: many seeds).
+#[test]
+fn random_edits_and_compactions_match_a_model() {
+    use reftablefs::transaction::{LogAllRefUpdates, LogEdit};
+    use reftablefs::LogRecord;
+    use std::collections::BTreeMap;
+    let base = util::seed(0xc0_ffee);
+    for s in 0..12u64 {
+        let mut rng = util::Rng(base ^ (s * 0x9e37_79b9));
+        let (tmp, mut st) = empty_stack(StackOptions {
+            auto_compact: s % 2 == 0,
+            ..StackOptions::default()
+        });
+        let mut other = Stack::open(tmp.path(), st.options().clone()).unwrap();
+        let mut refs: BTreeMap<String, u8> = BTreeMap::new();
+        let mut logs: BTreeMap<String, Vec<String>> = BTreeMap::new();
+        for step in 0..60 {
+            match rng.below(8) {
+                0..=3 => {
+                    let mut tx = st.transaction();
+                    tx.log_all_ref_updates(LogAllRefUpdates::Always);
+                    let mut seen = std::collections::BTreeSet::new();
+                    let mut effects = Vec::new();
+                    for _ in 0..1 + rng.below(5) {
+                        let n = format!("refs/heads/n{:02}", rng.below(30));
+                        if !seen.insert(n.clone()) {
+                            continue;
+                        }
+                        let msg = format!("s{step}");
+                        if rng.below(4) == 0 {
+                            tx.edit(RefEdit::delete(n.as_str()).message(msg.as_str()));
+                            effects.push((n, None, msg));
+                        } else {
+                            let v = 1 + rng.below(3) as u8;
+                            tx.edit(RefEdit::update(n.as_str(), id(v)).message(msg.as_str()));
+                            effects.push((n, Some(v), msg));
+                        }
+                    }
+                    tx.commit().unwrap();
+                    for (n, v, msg) in effects {
+                        match v {
+                            None => {
+                                if refs.remove(&n).is_some() {
+                                    logs.remove(&n);
+                                }
+                            }
+                            Some(v) => {
+                                if refs.insert(n.clone(), v) != Some(v) {
+                                    logs.entry(n).or_default().push(msg);
+                                }
+                            }
+                        }
+                    }
+                }
+                4 => {
+                    let n = format!("refs/heads/n{:02}", rng.below(30));
+                    let msg = format!("append{step}");
+                    let entry = LogRecord {
+                        old_id: id(0),
+                        new_id: id(9),
+                        name: b"x".to_vec(),
+                        email: b"x@y".to_vec(),
+                        time: 5,
+                        message: msg.clone().into_bytes(),
+                        ..LogRecord::default()
+                    };
+                    let mut tx = st.transaction();
+                    tx.log_edit(LogEdit::Append {
+                        refname: n.clone().into_bytes(),
+                        entry,
+                    });
+                    tx.commit().unwrap();
+                    logs.entry(n).or_default().push(msg);
+                }
+                5 => {
+                    let n = format!("refs/heads/n{:02}", rng.below(30));
+                    let mut tx = st.transaction();
+                    tx.log_edit(LogEdit::Delete {
+                        refname: n.clone().into_bytes(),
+                    });
+                    tx.commit().unwrap();
+                    logs.remove(&n);
+                }
+                6 => {
+                    let len = st.tables().len();
+                    if len >= 2 {
+                        let a = rng.below(len as u64 - 1) as usize;
+                        let b = a + 1 + rng.below((len - a - 1) as u64) as usize;
+                        st.compact_range(a, b, false).unwrap();
+                    }
+                }
+                _ => {
+                    st.compact_all().unwrap();
+                }
+            }
+            // Both handles agree with the model.
+            other.reload().unwrap();
+            for h in [&mut st, &mut other] {
+                let mut got = BTreeMap::new();
+                h.for_each_ref(b"", |r| {
+                    let v = match r.value {
+                        RefValue::Val1(i) => i.as_bytes()[0],
+                        _ => 0,
+                    };
+                    got.insert(String::from_utf8(r.name.clone()).unwrap(), v);
+                    true
+                })
+                .unwrap();
+                assert_eq!(got, refs, "seed {s} step {step}");
+                for i in 0..30 {
+                    let n = format!("refs/heads/n{i:02}");
+                    let got: Vec<String> = h
+                        .read_log(n.as_bytes())
+                        .unwrap()
+                        .iter()
+                        .rev()
+                        .map(|l| String::from_utf8_lossy(&l.message).trim_end().to_owned())
+                        .collect();
+                    let want = logs.get(&n).cloned().unwrap_or_default();
+                    assert_eq!(got, want, "log of {n}, seed {s} step {step}");
+                }
+            }
+        }
+    }
+}
