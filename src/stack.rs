@@ -93,6 +93,16 @@ pub struct CompactionProgress {
 
 /// An open `tables.list` and its `(dev, ino)`.
 type ListHandle = (File, (u64, u64));
+
+/// Reflog expiry applied while compacting (git's `reftable_log_expiry_config`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct LogExpiry {
+    /// Drop entries older than this time (seconds since the epoch); 0 = keep all.
+    pub time: u64,
+    /// Drop entries with a lower update index; 0 = keep all.
+    pub min_update_index: u64,
+}
+
 type ReloadHook = Box<dyn FnMut(u64) + Send>;
 type ProgressHook = Box<dyn FnMut(CompactionProgress) + Send>;
 
@@ -745,8 +755,28 @@ impl Stack {
     /// `best_effort`, a locked table shrinks the range to the newer locked tables if at
     /// least two are left. Tombstones are dropped only when `first == 0`.
     pub fn compact_range(&mut self, first: usize, last: usize, best_effort: bool) -> Result<bool> {
+        self.compact_range_with(first, last, best_effort, None)
+    }
+
+    /// Full compaction that also expires reflog entries (git's
+    /// `reftable_stack_compact_all` with a `reftable_log_expiry_config`). git's ref
+    /// backend never passes one (it expires with tombstones); this is for tools.
+    pub fn compact_all_with_expiry(&mut self, expiry: LogExpiry) -> Result<bool> {
+        let last = self.tables.len().saturating_sub(1);
+        self.compact_range_with(0, last, false, Some(expiry))
+    }
+
+    /// [`compact_range`](Self::compact_range) with an optional reflog expiry; with one,
+    /// a single table is rewritten too.
+    pub fn compact_range_with(
+        &mut self,
+        first: usize,
+        last: usize,
+        best_effort: bool,
+        expiry: Option<LogExpiry>,
+    ) -> Result<bool> {
         self.stats.compaction_attempts += 1;
-        let r = self.compact_range_inner(first, last, best_effort);
+        let r = self.compact_range_inner(first, last, best_effort, expiry);
         if r.is_err() {
             self.stats.compaction_failures += 1;
         }
@@ -758,11 +788,12 @@ impl Stack {
         mut first: usize,
         last: usize,
         best_effort: bool,
+        expiry: Option<LogExpiry>,
     ) -> Result<bool> {
         // As git 2.47: the list lock is taken even for a range with nothing to merge,
         // so `pack-refs` on a locked stack of one table reports "data is locked".
         let list_lock = self.lock_list()?;
-        if first >= last || last >= self.tables.len() {
+        if first > last || (expiry.is_none() && first == last) || last >= self.tables.len() {
             return Ok(false);
         }
         if !self.is_up_to_date()? {
@@ -796,7 +827,14 @@ impl Stack {
         let input_bytes: u64 = range.iter().map(|t| t.file_size()).sum();
 
         let mut w = self.take_writer();
-        let written = self.write_compacted(&mut w, &range, min, max, drop_tombstones, input_bytes);
+        let written = self.write_compacted(
+            &mut w,
+            &range,
+            (min, max),
+            drop_tombstones,
+            input_bytes,
+            expiry,
+        );
         let new_name = match written {
             Ok(Some(n)) => {
                 self.stats.entries_written += n;
@@ -910,10 +948,10 @@ impl Stack {
         &mut self,
         w: &mut TableWriter,
         range: &[Arc<Table>],
-        min: u64,
-        max: u64,
+        (min, max): (u64, u64),
         drop_tombstones: bool,
         input_bytes: u64,
+        expiry: Option<LogExpiry>,
     ) -> Result<Option<u64>> {
         w.begin(min, max)?;
         let mut count = 0u64;
@@ -940,6 +978,13 @@ impl Stack {
         logs.suppress_deletions(drop_tombstones);
         logs.seek(b"", u64::MAX)?;
         while let Some(l) = logs.next()? {
+            if let Some(e) = expiry {
+                if (e.min_update_index > 0 && l.update_index < e.min_update_index)
+                    || (e.time > 0 && l.time < e.time)
+                {
+                    continue;
+                }
+            }
             w.add_log(l)?;
             count += 1;
             if count % 65536 == 0 {

@@ -428,3 +428,54 @@ fn random_edits_and_compactions_match_a_model() {
         }
     }
 }
+
+#[test]
+fn reflog_expiry_while_compacting() {
+    // git's unit test reflog_expire: 19 log entries with time = update index = i.
+    use reftablefs::stack::LogExpiry;
+    use reftablefs::LogRecord;
+    let (_t, mut st) = empty_stack(StackOptions {
+        auto_compact: false,
+        ..StackOptions::default()
+    });
+    for i in 1..=19u64 {
+        st.add_table(i, i, |w| {
+            w.add_log(&LogRecord {
+                refname: format!("branch{i:02}").into_bytes(),
+                update_index: i,
+                old_id: id(0),
+                new_id: id(i as u8),
+                name: b"identity".to_vec(),
+                email: b"identity@invalid".to_vec(),
+                time: i,
+                message: b"x\n".to_vec(),
+                ..LogRecord::default()
+            })
+        })
+        .unwrap();
+    }
+    let has = |st: &Stack, i: u64| {
+        !st.read_log(format!("branch{i:02}").as_bytes())
+            .unwrap()
+            .is_empty()
+    };
+    st.compact_all_with_expiry(LogExpiry {
+        time: 10,
+        min_update_index: 0,
+    })
+    .unwrap();
+    assert!(!has(&st, 9), "time 9 expired");
+    assert!(has(&st, 11), "time 11 kept");
+    st.compact_all_with_expiry(LogExpiry {
+        time: 0,
+        min_update_index: 15,
+    })
+    .unwrap();
+    assert!(!has(&st, 14), "update index 14 expired");
+    assert!(has(&st, 16), "update index 16 kept");
+    assert_eq!(
+        st.tables().len(),
+        1,
+        "a single table is rewritten when expiring"
+    );
+}
