@@ -676,7 +676,11 @@ impl Stack {
             return Err(e);
         }
         self.stats.tables_added += 1;
-        self.reload_now()?;
+        // The table is committed: a failing reload must not report the commit as failed.
+        // Forget the cached list identity so the next operation re-reads the list.
+        if self.reload_now().is_err() {
+            self.list_id = None;
+        }
         if self.opts.auto_compact {
             self.auto_compact_quiet();
         }
@@ -922,7 +926,9 @@ impl Stack {
             let _ = fs::remove_file(self.dir.join(n));
         }
         drop(table_locks);
-        reload?;
+        if reload.is_err() {
+            self.list_id = None;
+        }
         Ok(true)
     }
 
