@@ -1053,6 +1053,14 @@ mod tests {
     use super::*;
 
     #[test]
+    fn stack_and_iterators_can_move_between_threads() {
+        fn send<T: Send>() {}
+        send::<Stack>();
+        send::<MergedRefIter>();
+        send::<MergedLogIter>();
+    }
+
+    #[test]
     fn names_and_lists() {
         assert_eq!(
             table_name(1, 3, 0x1a9b_a01a),
