@@ -23,6 +23,9 @@ pub enum Kind {
     Log,
     /// The synthesised `packed-refs`.
     PackedRefs,
+    /// A file that only lives in memory until it is committed or removed (`x.lock`,
+    /// `packed-refs.new`, a temporary reflog).
+    Scratch,
 }
 
 /// Where a path lives in the view.
@@ -222,7 +225,7 @@ pub fn list_logs(
 
 /// Sorts a listing once by name and resolves a name that is both a file and a directory
 /// (a D/F conflict only a buggy writer can store) in favour of the file, as lookup does.
-fn finish_listing(out: &mut Vec<Entry>) {
+pub fn finish_listing(out: &mut Vec<Entry>) {
     out.sort_unstable_by(|a, b| a.name.cmp(&b.name).then_with(|| b.kind.cmp(&a.kind)));
     out.dedup_by(|later, earlier| later.name == earlier.name);
 }
