@@ -23,7 +23,9 @@ pub mod lockfile;
 pub mod merged;
 pub mod refname;
 pub mod repo;
+pub mod stack;
 pub mod table;
+pub mod transaction;
 
 pub use error::{Error, Result};
 pub use format::{HashKind, LogRecord, ObjectId, RefRecord, RefValue};

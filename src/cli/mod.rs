@@ -5,6 +5,7 @@
 //! errors (as git uses), 129 usage errors.
 
 pub mod args;
+pub mod dump;
 #[cfg(feature = "fuse")]
 pub mod mount;
 
@@ -33,6 +34,7 @@ pub fn main_with_args(argv: Vec<std::ffi::OsString>) -> ExitCode {
             print!("{USAGE}");
             Ok(ExitCode::SUCCESS)
         }
+        "dump" => dump::run(args),
         #[cfg(feature = "fuse")]
         "mount" => mount::run(args),
         #[cfg(feature = "fuse")]

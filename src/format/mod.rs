@@ -3,7 +3,11 @@
 //! Owned by the format-core work (issue 2). The types in this file are the shared
 //! vocabulary of every layer above and should change only with care.
 
+pub mod block;
+pub mod codec;
+pub mod header;
 pub mod record;
+pub mod varint;
 
 pub use record::{LogRecord, RefRecord, RefValue};
 

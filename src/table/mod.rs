@@ -6,19 +6,29 @@
 //! WriteOptions { block_size, restart_interval, unpadded, skip_index_objects,
 //!                exact_log_message, hash }            // Default = git's defaults
 //! TableWriter::new(opts) -> TableWriter               // owns its scratch + output buffers
-//!   .begin(min_ui, max_ui)                            // start a table; reuses buffers
+//!   .begin(min_ui, max_ui) -> Result<()>              // start a table; reuses buffers
+//!                                                     // (Err(Api) for block_size >= 2^24)
 //!   .add_ref(&RefRecord) / .add_log(&LogRecord)       // strictly increasing keys
 //!   .finish() -> Result<&[u8]>                        // Err(EmptyTable) if nothing added
 //!   .set_options(opts)                                // between tables
+//!   .output() -> &[u8]   .stats() -> &WriterStats     // the bytes also after EmptyTable
 //! Table::open(path) -> Result<Arc<Table>>             // validates header/footer/CRC
 //! Table::from_bytes(name, Vec<u8>) -> Result<Arc<Table>>
 //!   .hash_kind() .min_update_index() .max_update_index() .file_size() .name()
+//!   .block_size() .version() .header() .footer() .has_refs() .has_logs() .bytes()
+//!   .blocks() -> Result<Vec<BlockInfo>>  .block_records(&info)  .verify() -> Result<()>
 //!   .ref_iter() -> TableRefIter      // impl RefIter: seek(name), next() -> Option<&RefRecord>
 //!   .log_iter() -> TableLogIter      // impl LogIter: seek(name, ui), next() -> Option<&LogRecord>
 //!   .refs_for(&ObjectId) -> Result<Vec<RefRecord>>    // through the obj index when present
 //! ```
 //! Iterators are reseekable: `seek` may be called any number of times, and `next` lends
 //! a record from buffers reused between calls.
+
+mod reader;
+mod writer;
+
+pub use reader::{AnyRecord, BlockInfo, Table, TableLogIter, TableRefIter};
+pub use writer::{SectionStats, TableWriter, WriteOptions, WriterStats};
 
 use crate::format::{LogRecord, RefRecord};
 use crate::Result;

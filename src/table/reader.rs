@@ -1,0 +1,993 @@
+//! The table reader: validates header, footer and CRC on open; loads blocks lazily,
+//! checking each block's type before decoding it; keeps inflated log blocks in an `lru`
+//! cache; seeks through (multi-level) indexes; iterates with reseekable cursors.
+
+use std::num::NonZeroUsize;
+use std::path::Path;
+use std::sync::{Arc, Mutex};
+
+use flate2::{Decompress, FlushDecompress, Status};
+use lru::LruCache;
+
+use crate::error::{Error, Result};
+use crate::format::codec::{
+    self, be16, be24, decode_key, decode_log_value, decode_obj_value, decode_ref_value,
+    is_block_type, restart_key, skip_value, DecodeError, BLOCK_INDEX, BLOCK_LOG, BLOCK_OBJ,
+    BLOCK_REF,
+};
+use crate::format::header::{Footer, Header};
+use crate::format::{varint, HashKind, LogRecord, ObjectId, RefRecord, RefValue};
+
+use super::{LogIter, RefIter};
+
+/// How many inflated log blocks a table keeps.
+const LOG_CACHE_BLOCKS: usize = 64;
+/// Largest uncompressed log block accepted (the u24 `block_len` cannot say more anyway).
+const MAX_LOG_BLOCK: usize = 16 << 20;
+
+struct ReadState {
+    cache: LruCache<u64, (Arc<[u8]>, u64)>,
+    inflate: Decompress,
+}
+
+/// One open, immutable table, shared through `Arc` so iterators outlive stack reloads.
+pub struct Table {
+    name: String,
+    data: Arc<[u8]>,
+    header: Header,
+    footer: Footer,
+    /// End of the block area (file size minus footer).
+    end: u64,
+    has_refs: bool,
+    has_logs: bool,
+    state: Mutex<ReadState>,
+}
+
+impl std::fmt::Debug for Table {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Table")
+            .field("name", &self.name)
+            .field("size", &self.data.len())
+            .field("header", &self.header)
+            .field("footer", &self.footer)
+            .finish()
+    }
+}
+
+/// Where a block is and what is in it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct BlockInfo {
+    /// File offset of the block start (0 for the first block, which includes the header).
+    pub offset: u64,
+    /// `r`, `g`, `o` or `i`.
+    pub typ: u8,
+    /// 24/28 for the first block, else 0.
+    pub header_off: usize,
+    /// `block_len` (uncompressed for log blocks).
+    pub block_len: usize,
+    /// Offset of the restart table in the (uncompressed) block.
+    pub restart_off: usize,
+    /// Number of restarts.
+    pub restart_count: usize,
+    /// Bytes the block occupies on disk (with padding).
+    pub on_disk: u64,
+}
+
+#[derive(Clone)]
+struct Block {
+    info: BlockInfo,
+    buf: Arc<[u8]>,
+    base: usize,
+}
+
+impl Block {
+    fn bytes(&self) -> &[u8] {
+        self.buf
+            .get(self.base..self.base + self.info.block_len)
+            .unwrap_or_default()
+    }
+    /// The records area: from after the block header to the restart table.
+    fn records_end(&self) -> usize {
+        self.info.restart_off
+    }
+    fn first_record(&self) -> usize {
+        self.info.header_off + 4
+    }
+}
+
+impl Table {
+    /// Reads and validates the table at `path`.
+    pub fn open(path: impl AsRef<Path>) -> Result<Arc<Table>> {
+        let path = path.as_ref();
+        let bytes = std::fs::read(path).map_err(|e| {
+            if e.kind() == std::io::ErrorKind::NotFound {
+                Error::NotExist(path.to_path_buf())
+            } else {
+                Error::io(path, e)
+            }
+        })?;
+        Table::from_bytes(path.display().to_string(), bytes)
+    }
+
+    /// Validates `bytes` as a table called `name` (used in error messages).
+    pub fn from_bytes(name: impl Into<String>, bytes: Vec<u8>) -> Result<Arc<Table>> {
+        let name = name.into();
+        let ferr = |off: u64, what: &str| Error::format(name.clone(), off, what);
+        if bytes.len() < 29 {
+            return Err(ferr(0, "file too short for a reftable"));
+        }
+        let header = Header::parse(&bytes).map_err(|(o, w)| ferr(o, w))?;
+        let hs = header.size();
+        let fs = hs + 44;
+        if bytes.len() < hs + fs {
+            return Err(ferr(
+                bytes.len() as u64,
+                "file too short for header and footer",
+            ));
+        }
+        let foot_at = bytes.len() - fs;
+        let footer = Footer::parse(bytes.get(foot_at..).unwrap_or_default(), &header, &bytes)
+            .map_err(|(o, w)| ferr(foot_at as u64 + o, w))?;
+        let end = foot_at as u64;
+        let first = if (hs as u64) < end {
+            bytes.get(hs).copied()
+        } else {
+            None
+        };
+        let has_refs = first == Some(BLOCK_REF);
+        let has_logs = first == Some(BLOCK_LOG) || footer.log_position > 0;
+        Ok(Arc::new(Table {
+            name,
+            data: Arc::from(bytes),
+            header,
+            footer,
+            end,
+            has_refs,
+            has_logs,
+            state: Mutex::new(ReadState {
+                cache: LruCache::new(
+                    NonZeroUsize::new(LOG_CACHE_BLOCKS).unwrap_or(NonZeroUsize::MIN),
+                ),
+                inflate: Decompress::new(true),
+            }),
+        }))
+    }
+
+    /// The name given at open (the path for `open`).
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+    /// The object hash of this table.
+    pub fn hash_kind(&self) -> HashKind {
+        self.header.hash
+    }
+    /// Format version (1 or 2).
+    pub fn version(&self) -> u8 {
+        self.header.version
+    }
+    /// The block size written in the header.
+    pub fn block_size(&self) -> u32 {
+        self.header.block_size
+    }
+    /// Lowest update index of the table.
+    pub fn min_update_index(&self) -> u64 {
+        self.header.min_update_index
+    }
+    /// Highest update index of the table.
+    pub fn max_update_index(&self) -> u64 {
+        self.header.max_update_index
+    }
+    /// File size in bytes.
+    pub fn file_size(&self) -> u64 {
+        self.data.len() as u64
+    }
+    /// The whole file.
+    pub fn bytes(&self) -> &[u8] {
+        &self.data
+    }
+    /// The decoded header.
+    pub fn header(&self) -> &Header {
+        &self.header
+    }
+    /// The decoded footer.
+    pub fn footer(&self) -> &Footer {
+        &self.footer
+    }
+    /// Whether the table has a ref section.
+    pub fn has_refs(&self) -> bool {
+        self.has_refs
+    }
+    /// Whether the table has a log section.
+    pub fn has_logs(&self) -> bool {
+        self.has_logs
+    }
+
+    fn ferr(&self, off: u64, what: impl Into<String>) -> Error {
+        Error::format(self.name.clone(), off, what)
+    }
+
+    fn derr(&self, block: &BlockInfo, e: DecodeError, base: usize) -> Error {
+        let at = (base + e.at) as u64;
+        if block.typ == BLOCK_LOG {
+            self.ferr(
+                block.offset,
+                format!("{} (uncompressed offset {at} in log block)", e.what),
+            )
+        } else {
+            self.ferr(block.offset + at, e.what)
+        }
+    }
+
+    /// The type byte of the block at `off`, or `None` at the end of the block area.
+    fn peek_type(&self, off: u64) -> Result<Option<u8>> {
+        if off >= self.end {
+            return Ok(None);
+        }
+        let header_off = if off == 0 {
+            self.header.size() as u64
+        } else {
+            0
+        };
+        let at = off + header_off;
+        if at >= self.end {
+            return Err(self.ferr(at, "block header past end of table"));
+        }
+        let t = self.data.get(at as usize).copied().unwrap_or(0);
+        if !is_block_type(t) {
+            return Err(self.ferr(at, format!("unknown block type 0x{t:02x}")));
+        }
+        Ok(Some(t))
+    }
+
+    /// Loads the block at `off` (whose type the caller has checked).
+    fn load(&self, off: u64) -> Result<Block> {
+        let end = self.end as usize;
+        let off_us = usize::try_from(off).map_err(|_| self.ferr(off, "block offset too large"))?;
+        if off >= self.end {
+            return Err(self.ferr(off, "block offset past end of table"));
+        }
+        let header_off = if off == 0 { self.header.size() } else { 0 };
+        let at = off_us + header_off;
+        let typ = self.data.get(at).copied().unwrap_or(0);
+        let block_len = be24(&self.data, at + 1)
+            .filter(|_| at + 4 <= end)
+            .ok_or_else(|| self.ferr(off, "truncated block header"))?
+            as usize;
+        if block_len < header_off + 4 + 2 {
+            return Err(self.ferr(at as u64 + 1, format!("block length {block_len} too small")));
+        }
+        let (buf, base, on_disk) = if typ == BLOCK_LOG {
+            let (buf, on_disk) = self.inflate(off, at, header_off, block_len)?;
+            (buf, 0, on_disk)
+        } else {
+            if off_us + block_len > end {
+                return Err(self.ferr(
+                    at as u64 + 1,
+                    format!("block length {block_len} past end of table"),
+                ));
+            }
+            let bs = self.header.block_size as usize;
+            // Padding is NUL; a nonzero byte right after block_len starts the next
+            // (unpadded) block or the footer.
+            let unpadded =
+                block_len < bs && self.data.get(off_us + block_len).is_some_and(|&b| b != 0);
+            let on_disk = if bs == 0 || unpadded { block_len } else { bs };
+            (self.data.clone(), off_us, on_disk as u64)
+        };
+        let bytes = buf.get(base..base + block_len).unwrap_or_default();
+        let restart_count = be16(bytes, block_len - 2).unwrap_or(0) as usize;
+        let restart_off = (block_len - 2).checked_sub(3 * restart_count);
+        let restart_off = match restart_off {
+            Some(r) if r >= header_off + 4 => r,
+            _ => {
+                return Err(self.ferr(
+                    off + block_len as u64 - 2,
+                    format!("restart count {restart_count} does not fit the block"),
+                ))
+            }
+        };
+        Ok(Block {
+            info: BlockInfo {
+                offset: off,
+                typ,
+                header_off,
+                block_len,
+                restart_off,
+                restart_count,
+                on_disk,
+            },
+            buf,
+            base,
+        })
+    }
+
+    fn inflate(
+        &self,
+        off: u64,
+        at: usize,
+        header_off: usize,
+        block_len: usize,
+    ) -> Result<(Arc<[u8]>, u64)> {
+        let mut st = self
+            .state
+            .lock()
+            .map_err(|_| self.ferr(off, "table lock poisoned"))?;
+        if let Some((buf, on_disk)) = st.cache.get(&off) {
+            return Ok((buf.clone(), *on_disk));
+        }
+        let src_start = at + 4;
+        let src = self
+            .data
+            .get(src_start..self.end as usize)
+            .unwrap_or_default();
+        let want = block_len - (header_off + 4);
+        // Deflate cannot expand more than ~1032:1; refuse lengths the input cannot produce.
+        if block_len > MAX_LOG_BLOCK || want > src.len().saturating_mul(1100).saturating_add(64) {
+            return Err(self.ferr(
+                at as u64 + 1,
+                format!("log block length {block_len} impossible for the data"),
+            ));
+        }
+        let mut out = Vec::with_capacity(block_len);
+        out.extend_from_slice(self.data.get(off as usize..src_start).unwrap_or_default());
+        st.inflate.reset(true);
+        let zerr = |what: String| Error::Zlib {
+            file: self.name.clone(),
+            offset: src_start as u64,
+            what,
+        };
+        let status = st
+            .inflate
+            .decompress_vec(src, &mut out, FlushDecompress::Finish)
+            .map_err(|e| zerr(e.to_string()))?;
+        if status != Status::StreamEnd {
+            return Err(zerr(format!(
+                "log block does not inflate to its length {block_len}"
+            )));
+        }
+        if out.len() != block_len {
+            return Err(self.ferr(
+                at as u64 + 1,
+                format!("log block inflates to {} bytes, not {block_len}", out.len()),
+            ));
+        }
+        let on_disk = (header_off + 4) as u64 + st.inflate.total_in();
+        let buf: Arc<[u8]> = Arc::from(out);
+        st.cache.put(off, (buf.clone(), on_disk));
+        Ok((buf, on_disk))
+    }
+
+    /// Every block of the file in order, as git's `dump-reftable -b` lists them.
+    pub fn blocks(&self) -> Result<Vec<BlockInfo>> {
+        let mut v = Vec::new();
+        let mut off = 0;
+        while self.peek_type(off)?.is_some() {
+            let b = self.load(off)?;
+            off += b.info.on_disk;
+            v.push(b.info);
+        }
+        Ok(v)
+    }
+
+    /// A reseekable iterator over the refs.
+    pub fn ref_iter(self: &Arc<Self>) -> TableRefIter {
+        TableRefIter {
+            cur: Cursor::new(self.clone()),
+            rec: RefRecord::default(),
+            spare: Vec::new(),
+            err: false,
+        }
+    }
+
+    /// A reseekable iterator over the logs.
+    pub fn log_iter(self: &Arc<Self>) -> TableLogIter {
+        TableLogIter {
+            cur: Cursor::new(self.clone()),
+            rec: LogRecord::default(),
+            want: Vec::new(),
+            err: false,
+        }
+    }
+
+    /// The refs whose value or peeled value is `oid`, through the obj section when the
+    /// table has one (otherwise by scanning every ref).
+    pub fn refs_for(self: &Arc<Self>, oid: &ObjectId) -> Result<Vec<RefRecord>> {
+        let mut found = Vec::new();
+        let matches = |r: &RefRecord| match &r.value {
+            RefValue::Val1(v) => v == oid,
+            RefValue::Val2 { value, peeled } => value == oid || peeled == oid,
+            _ => false,
+        };
+        let id_len = usize::from(self.footer.obj_id_len);
+        if self.footer.obj_position == 0 || id_len == 0 {
+            let mut it = self.ref_iter();
+            it.seek(b"")?;
+            while let Some(r) = RefIter::next(&mut it)? {
+                if matches(r) {
+                    found.push(r.clone());
+                }
+            }
+            return Ok(found);
+        }
+        let prefix = oid.as_bytes().get(..id_len).unwrap_or_default();
+        let mut cur = Cursor::new(self.clone());
+        cur.seek(BLOCK_OBJ, prefix)?;
+        let Some((extra, at)) = cur.next_key()? else {
+            return Ok(found);
+        };
+        if cur.key != prefix {
+            return Ok(found);
+        }
+        let mut positions = Vec::new();
+        let n = cur.decode_with(at, |b| decode_obj_value(b, extra, &mut positions))?;
+        cur.pos = at + n;
+        if positions.is_empty() {
+            let mut it = self.ref_iter();
+            it.seek(b"")?;
+            while let Some(r) = RefIter::next(&mut it)? {
+                if matches(r) {
+                    found.push(r.clone());
+                }
+            }
+            return Ok(found);
+        }
+        let mut it = self.ref_iter();
+        for &p in &positions {
+            if self.peek_type(p)? != Some(BLOCK_REF) {
+                return Err(self.ferr(p, "obj record points to a block that is not a ref block"));
+            }
+            it.cur.set_block(self.load(p)?);
+            it.cur.single_block = true;
+            while let Some(r) = RefIter::next(&mut it)? {
+                if matches(r) {
+                    found.push(r.clone());
+                }
+            }
+        }
+        Ok(found)
+    }
+}
+
+/// The shared engine of the typed iterators: walks records of one section, lending the
+/// current key; seeks through indexes.
+struct Cursor {
+    table: Arc<Table>,
+    block: Option<Block>,
+    pos: usize,
+    key: Vec<u8>,
+    single_block: bool,
+}
+
+impl Cursor {
+    fn new(table: Arc<Table>) -> Cursor {
+        Cursor {
+            table,
+            block: None,
+            pos: 0,
+            key: Vec::new(),
+            single_block: false,
+        }
+    }
+
+    fn set_block(&mut self, b: Block) {
+        self.pos = b.first_record();
+        self.key.clear();
+        self.block = Some(b);
+    }
+
+    fn hash(&self) -> HashKind {
+        self.table.header.hash
+    }
+
+    /// Positions before the first record of section `typ` whose key is `>= want`.
+    fn seek(&mut self, typ: u8, want: &[u8]) -> Result<()> {
+        self.block = None;
+        self.single_block = false;
+        self.key.clear();
+        let t = self.table.clone();
+        let (present, start, index) = match typ {
+            BLOCK_REF => (t.has_refs, 0, t.footer.ref_index_position),
+            BLOCK_LOG => (
+                t.has_logs,
+                t.footer.log_position,
+                t.footer.log_index_position,
+            ),
+            _ => (
+                t.footer.obj_position > 0,
+                t.footer.obj_position,
+                t.footer.obj_index_position,
+            ),
+        };
+        if !present {
+            return Ok(());
+        }
+        if index == 0 {
+            return self.seek_linear(start, typ, want);
+        }
+        self.seek_linear(index, BLOCK_INDEX, want)?;
+        // Descend: every child sits before its parent, so offsets strictly decrease.
+        loop {
+            let parent = self.block.as_ref().map(|b| b.info.offset).unwrap_or(0);
+            let Some((_, at)) = self.next_key()? else {
+                self.block = None;
+                return Ok(());
+            };
+            let (child, n) = self.decode_with(at, |b| {
+                let mut r = codec::Reader::new(b);
+                let v = r.varint("bad index block position")?;
+                Ok((v, r.pos()))
+            })?;
+            self.pos = at + n;
+            if child >= parent {
+                return Err(t.ferr(parent, format!("index record points forward to {child}")));
+            }
+            match t.peek_type(child)? {
+                Some(c) if c == typ || c == BLOCK_INDEX => {
+                    let b = t.load(child)?;
+                    self.set_block(b);
+                    self.seek_in_block(want)?;
+                    if c == typ {
+                        return Ok(());
+                    }
+                }
+                _ => return Err(t.ferr(child, "index record points to a block of the wrong type")),
+            }
+        }
+    }
+
+    fn seek_linear(&mut self, start: u64, typ: u8, want: &[u8]) -> Result<()> {
+        let t = self.table.clone();
+        if t.peek_type(start)? != Some(typ) {
+            return Err(t.ferr(start, format!("expected a '{}' block", typ as char)));
+        }
+        let mut cur = t.load(start)?;
+        loop {
+            let next = cur.info.offset + cur.info.on_disk;
+            if t.peek_type(next)? != Some(typ) {
+                break;
+            }
+            let nb = t.load(next)?;
+            let first = restart_key(
+                nb.bytes()
+                    .get(nb.first_record()..nb.records_end())
+                    .unwrap_or_default(),
+            )
+            .map_err(|e| t.derr(&nb.info, e, nb.first_record()))?;
+            if first > want {
+                break;
+            }
+            cur = nb;
+        }
+        self.set_block(cur);
+        self.seek_in_block(want)
+    }
+
+    /// Positions inside the current block before the first record `>= want`.
+    fn seek_in_block(&mut self, want: &[u8]) -> Result<()> {
+        let Some(b) = self.block.clone() else {
+            return Ok(());
+        };
+        let bytes = b.bytes();
+        let t = &self.table;
+        let restart = |i: usize| -> Result<usize> {
+            let r = be24(bytes, b.info.restart_off + 3 * i).unwrap_or(0) as usize;
+            if r < b.first_record() || r >= b.info.restart_off {
+                return Err(t.derr(
+                    &b.info,
+                    DecodeError {
+                        at: 0,
+                        what: "restart offset out of range",
+                    },
+                    b.info.restart_off + 3 * i,
+                ));
+            }
+            Ok(r)
+        };
+        // First restart whose key is > want.
+        let (mut lo, mut hi) = (0usize, b.info.restart_count);
+        while lo < hi {
+            let mid = lo + (hi - lo) / 2;
+            let r = restart(mid)?;
+            let k = restart_key(bytes.get(r..b.info.restart_off).unwrap_or_default())
+                .map_err(|e| t.derr(&b.info, e, r))?;
+            if k > want {
+                hi = mid;
+            } else {
+                lo = mid + 1;
+            }
+        }
+        self.pos = if lo > 0 {
+            restart(lo - 1)?
+        } else {
+            b.first_record()
+        };
+        self.key.clear();
+        loop {
+            let prev = self.pos;
+            let Some((extra, at)) = self.key_in_block()? else {
+                self.pos = prev;
+                return Ok(());
+            };
+            if self.key.as_slice() >= want {
+                // Back up: the key buffer holds this record's key, a valid prefix source.
+                self.pos = prev;
+                return Ok(());
+            }
+            let typ = b.info.typ;
+            let hash = self.hash();
+            let n = self.decode_with(at, |v| skip_value(v, typ, extra, hash))?;
+            self.pos = at + n;
+        }
+    }
+
+    /// Decodes the next key in the current block, without moving to another block.
+    fn key_in_block(&mut self) -> Result<Option<(u8, usize)>> {
+        let Some(b) = &self.block else {
+            return Ok(None);
+        };
+        if self.pos >= b.records_end() {
+            return Ok(None);
+        }
+        let input = b.bytes().get(self.pos..b.records_end()).unwrap_or_default();
+        match decode_key(input, &mut self.key) {
+            Ok((extra, n)) => Ok(Some((extra, self.pos + n))),
+            Err(e) => Err(self.table.derr(&b.info, e, self.pos)),
+        }
+    }
+
+    /// Decodes the next key, moving on to the next block of the same type when the
+    /// current one is done. Returns the extra bits and the offset of the value.
+    fn next_key(&mut self) -> Result<Option<(u8, usize)>> {
+        loop {
+            let Some(b) = &self.block else {
+                return Ok(None);
+            };
+            if self.pos < b.records_end() {
+                return self.key_in_block();
+            }
+            if self.single_block {
+                self.block = None;
+                return Ok(None);
+            }
+            let (typ, next) = (b.info.typ, b.info.offset + b.info.on_disk);
+            if self.table.peek_type(next)? != Some(typ) {
+                self.block = None;
+                return Ok(None);
+            }
+            let nb = self.table.load(next)?;
+            self.set_block(nb);
+        }
+    }
+
+    /// Runs a value decoder on the value at `at`, mapping its errors to file offsets.
+    fn decode_with<T>(
+        &self,
+        at: usize,
+        f: impl FnOnce(&[u8]) -> Result<T, DecodeError>,
+    ) -> Result<T> {
+        let Some(b) = &self.block else {
+            return Err(self.table.ferr(0, "no current block"));
+        };
+        let input = b.bytes().get(at..b.records_end()).unwrap_or_default();
+        f(input).map_err(|e| self.table.derr(&b.info, e, at))
+    }
+}
+
+/// A reseekable iterator over one table's refs.
+pub struct TableRefIter {
+    cur: Cursor,
+    rec: RefRecord,
+    spare: Vec<u8>,
+    err: bool,
+}
+
+impl RefIter for TableRefIter {
+    fn seek(&mut self, name: &[u8]) -> Result<()> {
+        self.err = false;
+        let r = self.cur.seek(BLOCK_REF, name);
+        self.err = r.is_err();
+        r
+    }
+
+    fn next(&mut self) -> Result<Option<&RefRecord>> {
+        if self.err {
+            self.cur.block = None;
+        }
+        let Some((extra, at)) = self.cur.next_key()? else {
+            return Ok(None);
+        };
+        let hash = self.cur.hash();
+        let (rec, spare) = (&mut self.rec, &mut self.spare);
+        let decoded = self.cur.decode_with(at, |b| {
+            decode_ref_value(b, extra, hash, &mut rec.value, spare)
+        });
+        let (delta, n) = match decoded {
+            Ok(v) => v,
+            Err(e) => {
+                self.cur.block = None;
+                return Err(e);
+            }
+        };
+        self.cur.pos = at + n;
+        self.rec.name.clear();
+        self.rec.name.extend_from_slice(&self.cur.key);
+        self.rec.update_index = self.cur.table.header.min_update_index.wrapping_add(delta);
+        Ok(Some(&self.rec))
+    }
+}
+
+impl TableRefIter {
+    /// The table this iterator reads.
+    pub fn table(&self) -> &Arc<Table> {
+        &self.cur.table
+    }
+}
+
+/// A reseekable iterator over one table's logs.
+pub struct TableLogIter {
+    cur: Cursor,
+    rec: LogRecord,
+    want: Vec<u8>,
+    err: bool,
+}
+
+impl LogIter for TableLogIter {
+    fn seek(&mut self, refname: &[u8], update_index: u64) -> Result<()> {
+        self.want.clear();
+        if !refname.is_empty() || update_index != u64::MAX {
+            codec::log_key(&mut self.want, refname, update_index);
+        }
+        let want = std::mem::take(&mut self.want);
+        let r = self.cur.seek(BLOCK_LOG, &want);
+        self.want = want;
+        self.err = r.is_err();
+        r
+    }
+
+    fn next(&mut self) -> Result<Option<&LogRecord>> {
+        if self.err {
+            self.cur.block = None;
+        }
+        let Some((extra, at)) = self.cur.next_key()? else {
+            return Ok(None);
+        };
+        let hash = self.cur.hash();
+        let rec = &mut self.rec;
+        let decoded = self
+            .cur
+            .decode_with(at, |b| decode_log_value(b, extra, hash, rec));
+        let n = match decoded {
+            Ok(n) => n,
+            Err(e) => {
+                self.cur.block = None;
+                return Err(e);
+            }
+        };
+        self.cur.pos = at + n;
+        let (name, ui) = match codec::split_log_key(&self.cur.key) {
+            Ok(v) => v,
+            Err(e) => {
+                let err = match &self.cur.block {
+                    Some(b) => self.cur.table.derr(&b.info, e, at),
+                    None => self.cur.table.ferr(0, e.what),
+                };
+                self.cur.block = None;
+                return Err(err);
+            }
+        };
+        self.rec.refname.clear();
+        self.rec.refname.extend_from_slice(name);
+        self.rec.update_index = ui;
+        Ok(Some(&self.rec))
+    }
+}
+
+impl TableLogIter {
+    /// The table this iterator reads.
+    pub fn table(&self) -> &Arc<Table> {
+        &self.cur.table
+    }
+}
+
+/// A decoded record of any block type, for dumps.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum AnyRecord {
+    Ref(RefRecord),
+    Log(LogRecord),
+    Obj {
+        prefix: Vec<u8>,
+        positions: Vec<u64>,
+    },
+    Index {
+        last_key: Vec<u8>,
+        offset: u64,
+    },
+}
+
+impl Table {
+    /// Decodes every record of the block at `off` (the dump's view): `(record offset in
+    /// the uncompressed block, prefix length, record)`.
+    pub fn block_records(self: &Arc<Self>, info: &BlockInfo) -> Result<Vec<(usize, AnyRecord)>> {
+        let mut cur = Cursor::new(self.clone());
+        cur.set_block(self.load(info.offset)?);
+        cur.single_block = true;
+        let hash = self.header.hash;
+        let mut out = Vec::new();
+        loop {
+            let start = cur.pos;
+            let Some((extra, at)) = cur.next_key()? else {
+                break;
+            };
+            let rec = match info.typ {
+                BLOCK_REF => {
+                    let mut v = RefValue::Deletion;
+                    let mut spare = Vec::new();
+                    let (d, n) = cur.decode_with(at, |b| {
+                        decode_ref_value(b, extra, hash, &mut v, &mut spare)
+                    })?;
+                    cur.pos = at + n;
+                    AnyRecord::Ref(RefRecord {
+                        name: cur.key.clone(),
+                        update_index: self.header.min_update_index.wrapping_add(d),
+                        value: v,
+                    })
+                }
+                BLOCK_LOG => {
+                    let mut l = LogRecord::default();
+                    let n = cur.decode_with(at, |b| decode_log_value(b, extra, hash, &mut l))?;
+                    cur.pos = at + n;
+                    let (name, ui) =
+                        codec::split_log_key(&cur.key).map_err(|e| self.derr(info, e, start))?;
+                    l.refname = name.to_vec();
+                    l.update_index = ui;
+                    AnyRecord::Log(l)
+                }
+                BLOCK_OBJ => {
+                    let mut p = Vec::new();
+                    let n = cur.decode_with(at, |b| decode_obj_value(b, extra, &mut p))?;
+                    cur.pos = at + n;
+                    AnyRecord::Obj {
+                        prefix: cur.key.clone(),
+                        positions: p,
+                    }
+                }
+                _ => {
+                    let (v, n) = cur.decode_with(at, |b| {
+                        let mut r = codec::Reader::new(b);
+                        let v = r.varint("bad index block position")?;
+                        Ok((v, r.pos()))
+                    })?;
+                    cur.pos = at + n;
+                    AnyRecord::Index {
+                        last_key: cur.key.clone(),
+                        offset: v,
+                    }
+                }
+            };
+            out.push((start, rec));
+        }
+        Ok(out)
+    }
+
+    /// Reads the restart offsets of a block (for dumps and checks).
+    pub fn restarts(&self, info: &BlockInfo) -> Result<Vec<usize>> {
+        let b = self.load(info.offset)?;
+        Ok((0..b.info.restart_count)
+            .map(|i| be24(b.bytes(), b.info.restart_off + 3 * i).unwrap_or(0) as usize)
+            .collect())
+    }
+
+    /// Checks the whole table: every block and record decodes, keys strictly increase
+    /// within each section, restart tables point at prefix-0 records, index records name
+    /// the last key of the block they point to, update indexes respect the limits, and
+    /// the footer's section offsets match the blocks found.
+    pub fn verify(self: &Arc<Self>) -> Result<()> {
+        let blocks = self.blocks()?;
+        let mut last_key: Vec<u8> = Vec::new();
+        let mut last_typ = 0u8;
+        let mut last_keys = std::collections::HashMap::new();
+        let mut section_start = std::collections::HashMap::new();
+        for info in &blocks {
+            let recs = self.block_records(info)?;
+            if recs.is_empty() {
+                return Err(self.ferr(info.offset, "block without records"));
+            }
+            let restarts = self.restarts(info)?;
+            let starts: Vec<usize> = recs.iter().map(|(s, _)| *s).collect();
+            let b = self.load(info.offset)?;
+            for r in &restarts {
+                if !starts.contains(r) {
+                    return Err(
+                        self.ferr(info.offset, format!("restart {r} is not a record start"))
+                    );
+                }
+                let pfx = varint::get(b.bytes().get(*r..).unwrap_or_default()).map(|v| v.0);
+                if pfx != Some(0) {
+                    return Err(self.ferr(
+                        info.offset + *r as u64,
+                        "restart record with nonzero prefix",
+                    ));
+                }
+            }
+            if info.typ != last_typ {
+                last_key.clear();
+                section_start.entry(info.typ).or_insert(info.offset);
+                last_typ = info.typ;
+            }
+            for (at, rec) in &recs {
+                let mut key = Vec::new();
+                match rec {
+                    AnyRecord::Ref(r) => {
+                        key.extend_from_slice(&r.name);
+                        if r.update_index > self.header.max_update_index {
+                            return Err(self.ferr(
+                                info.offset + *at as u64,
+                                "ref update index above table maximum",
+                            ));
+                        }
+                    }
+                    AnyRecord::Log(l) => {
+                        codec::log_key(&mut key, &l.refname, l.update_index);
+                        if !l.deleted && l.update_index > self.header.max_update_index {
+                            return Err(
+                                self.ferr(info.offset, "log update index above table maximum")
+                            );
+                        }
+                    }
+                    AnyRecord::Obj { prefix, .. } => key.extend_from_slice(prefix),
+                    AnyRecord::Index {
+                        last_key: k,
+                        offset,
+                    } => {
+                        key.extend_from_slice(k);
+                        match last_keys.get(offset) {
+                            Some(lk) if lk == k => {}
+                            _ => return Err(self.ferr(info.offset, format!("index record for {offset} does not match that block's last key"))),
+                        }
+                    }
+                }
+                if info.typ != BLOCK_INDEX && !last_key.is_empty() && key <= last_key {
+                    return Err(self.ferr(info.offset + *at as u64, "keys out of order"));
+                }
+                last_key = key;
+            }
+            last_keys.insert(info.offset, last_key.clone());
+        }
+        let f = &self.footer;
+        let check = |typ: u8, pos: u64| -> Result<()> {
+            let found = section_start.get(&typ).copied();
+            let ok = match found {
+                Some(o) => pos == o || (o == 0 && pos == 0),
+                None => pos == 0,
+            };
+            if !ok {
+                return Err(self.ferr(
+                    self.end,
+                    format!(
+                        "footer position {pos} of section '{}' does not match",
+                        typ as char
+                    ),
+                ));
+            }
+            Ok(())
+        };
+        check(BLOCK_OBJ, f.obj_position)?;
+        if f.log_position > 0 || section_start.contains_key(&BLOCK_LOG) {
+            check(BLOCK_LOG, f.log_position)?;
+        }
+        for pos in [
+            f.ref_index_position,
+            f.obj_index_position,
+            f.log_index_position,
+        ] {
+            if pos > 0
+                && !blocks
+                    .iter()
+                    .any(|b| b.offset == pos && b.typ == BLOCK_INDEX)
+            {
+                return Err(self.ferr(pos, "footer index position is not an index block"));
+            }
+        }
+        Ok(())
+    }
+}

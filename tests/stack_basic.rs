@@ -1,0 +1,675 @@
+//! Stack behaviour from git's t0610 and the reftable unit tests ("stack", "merged"),
+//! reproduced with our library on repositories made by git 2.47, checked with git.
+
+#[path = "stack_util/mod.rs"]
+mod util;
+
+use std::fs;
+use std::os::unix::fs::PermissionsExt;
+use std::time::Duration;
+
+use reftablefs::merged::MergedRefIter;
+use reftablefs::stack::{Stack, StackOptions};
+use reftablefs::table::{LogIter, RefIter};
+use reftablefs::transaction::{Expected, LogAllRefUpdates, LogEdit, NewValue, RefEdit};
+use reftablefs::{Error, HashKind, RefValue};
+use util::{ident, Repo};
+
+fn mode(p: &std::path::Path) -> u32 {
+    fs::metadata(p).unwrap().permissions().mode() & 0o777
+}
+
+#[test]
+fn we_write_git_reads_refs_reflogs_and_fsck_passes() {
+    for hash in [HashKind::Sha1, HashKind::Sha256] {
+        let repo = Repo::new(hash);
+        let c = repo.commits(3);
+        let mut st = repo.open();
+        let mut tx = st.transaction();
+        tx.identity(ident());
+        tx.edit(RefEdit::create("refs/heads/main", c[0]).message("commit (initial): one"));
+        tx.edit(RefEdit::create("refs/tags/v1", c[1]));
+        tx.edit(RefEdit::symref("refs/heads/sym", "refs/heads/main"));
+        let done = tx.commit().unwrap();
+        assert!(done.table.is_some(), "a table was written");
+        let mut tx = st.transaction();
+        tx.identity(ident());
+        tx.edit(
+            RefEdit::update("refs/heads/main", c[2])
+                .expect(Expected::Oid(c[0]))
+                .message("commit: two"),
+        );
+        tx.commit().unwrap();
+
+        let refs = repo.git_refs();
+        assert_eq!(
+            refs,
+            vec![
+                ("refs/heads/main".into(), c[2].to_hex()),
+                ("refs/heads/sym".into(), c[2].to_hex()),
+                ("refs/tags/v1".into(), c[1].to_hex()),
+            ],
+            "{hash:?}"
+        );
+        assert_eq!(
+            repo.git(&["symbolic-ref", "refs/heads/sym"]).trim(),
+            "refs/heads/main"
+        );
+        let log = repo.git(&["reflog", "show", "--format=%H %gs", "refs/heads/main"]);
+        assert_eq!(
+            log,
+            format!("{} commit: two\n{} commit (initial): one\n", c[2], c[0])
+        );
+        // HEAD -> refs/heads/main: updating main wrote HEAD's log-only entries too.
+        let head_log = repo.git(&["reflog", "show", "--format=%H %gs", "HEAD"]);
+        assert_eq!(
+            head_log,
+            format!("{} commit: two\n{} commit (initial): one\n", c[2], c[0])
+        );
+        // refs/tags get no reflog with logAllRefUpdates=true.
+        assert!(!repo
+            .git_out(&["reflog", "exists", "refs/tags/v1"])
+            .status
+            .success());
+        repo.git(&["fsck", "--no-progress"]);
+        let verify = repo.git_out(&["refs", "verify"]);
+        assert!(
+            verify.status.success() && verify.stderr.is_empty(),
+            "{verify:?}"
+        );
+    }
+}
+
+#[test]
+fn git_writes_we_read() {
+    let repo = Repo::new(HashKind::Sha1);
+    repo.git(&["commit", "-q", "--allow-empty", "-m", "initial"]);
+    repo.git(&["tag", "-a", "-m", "tag", "t1"]);
+    repo.git(&["branch", "b1"]);
+    repo.git(&["symbolic-ref", "refs/heads/s", "refs/heads/b1"]);
+    let mut st = repo.open();
+    let head = st.read_ref(b"HEAD").unwrap().unwrap();
+    assert_eq!(head.value, RefValue::Symref(b"refs/heads/main".to_vec()));
+    let main = repo.git(&["rev-parse", "main"]);
+    let tag = repo.git(&["rev-parse", "t1"]);
+    match st.read_ref(b"refs/tags/t1").unwrap().unwrap().value {
+        RefValue::Val2 { value, peeled } => {
+            assert_eq!(value.to_hex(), tag.trim());
+            assert_eq!(peeled.to_hex(), main.trim());
+        }
+        v => panic!("annotated tag should be peeled, got {v:?}"),
+    }
+    let mut names = Vec::new();
+    st.for_each_ref(b"refs/", |r| {
+        names.push(String::from_utf8(r.name.clone()).unwrap());
+        true
+    })
+    .unwrap();
+    assert_eq!(
+        names,
+        [
+            "refs/heads/b1",
+            "refs/heads/main",
+            "refs/heads/s",
+            "refs/tags/t1"
+        ]
+    );
+    let log = st.read_log(b"refs/heads/main").unwrap();
+    assert_eq!(log.len(), 1);
+    assert_eq!(log[0].message, b"commit (initial): initial\n");
+    assert_eq!(log[0].tz_offset, -700);
+    assert_eq!(log[0].time, 1_112_912_053);
+}
+
+#[test]
+fn writes_are_synced_once_per_transaction() {
+    let repo = Repo::new(HashKind::Sha1);
+    let c = repo.commits(2);
+    let mut st = repo.open_with(|o| {
+        o.fsync = true;
+        o.auto_compact = false;
+    });
+    let mut tx = st.transaction();
+    for i in 0..100 {
+        tx.edit(RefEdit::create(format!("refs/heads/b{i}"), c[0]));
+    }
+    tx.commit().unwrap();
+    let s = st.stats();
+    assert_eq!(
+        (s.file_fsyncs, s.dir_fsyncs),
+        (2, 1),
+        "table + list + directory: {s:?}"
+    );
+    // With auto-compaction (init table + ours => merged): 4 file fsyncs as in t0610.
+    let repo = Repo::new(HashKind::Sha1);
+    let mut st = repo.open_with(|o| o.fsync = true);
+    let mut tx = st.transaction();
+    tx.edit(RefEdit::create("refs/heads/x", c[1]));
+    tx.commit().unwrap();
+    let s = st.stats();
+    assert_eq!((s.file_fsyncs, s.dir_fsyncs), (4, 2), "{s:?}");
+    assert_eq!(repo.tables().len(), 1);
+    // fsync off: none counted.
+    let mut st = repo.open();
+    let mut tx = st.transaction();
+    tx.edit(RefEdit::create("refs/heads/y", c[1]));
+    tx.commit().unwrap();
+    assert_eq!(st.stats().file_fsyncs, 0);
+}
+
+#[test]
+fn permissions_follow_default_permissions() {
+    let repo = Repo::new(HashKind::Sha1);
+    let c = repo.commits(1);
+    let mut st = repo.open_with(|o| {
+        o.default_permissions = Some(0o660);
+        o.auto_compact = false;
+    });
+    let mut tx = st.transaction();
+    tx.edit(RefEdit::create("refs/heads/x", c[0]));
+    let name = tx.commit().unwrap().table.unwrap();
+    assert_eq!(mode(&repo.reftable_dir().join("tables.list")), 0o660);
+    assert_eq!(mode(&repo.reftable_dir().join(&name)), 0o660);
+    st.compact_all().unwrap();
+    for t in repo.tables() {
+        assert_eq!(mode(&repo.reftable_dir().join(t)), 0o660, "compacted table");
+    }
+}
+
+#[test]
+fn writes_cause_auto_compaction_and_can_be_disabled() {
+    let repo = Repo::new(HashKind::Sha1);
+    let c = repo.commits(8);
+    let mut st = repo.open();
+    for (i, id) in c.iter().enumerate().take(2) {
+        let mut tx = st.transaction();
+        tx.identity(ident())
+            .edit(RefEdit::update("refs/heads/main", *id).message(format!("c{i}")));
+        tx.commit().unwrap();
+        assert_eq!(repo.tables().len(), 1, "auto-compaction keeps one table");
+    }
+    st.set_options(StackOptions {
+        auto_compact: false,
+        ..st.options().clone()
+    });
+    for i in 0..5 {
+        let mut tx = st.transaction();
+        tx.edit(RefEdit::update(format!("refs/heads/n{i}"), c[3]));
+        tx.commit().unwrap();
+    }
+    assert_eq!(repo.tables().len(), 6);
+    st.set_options(StackOptions {
+        auto_compact: true,
+        ..st.options().clone()
+    });
+    let mut tx = st.transaction();
+    tx.edit(RefEdit::update("refs/heads/n9", c[4]));
+    tx.commit().unwrap();
+    assert!(
+        repo.tables().len() < 7,
+        "auto-compaction ran: {:?}",
+        repo.tables()
+    );
+    repo.git(&["refs", "verify"]);
+    assert_eq!(repo.git_refs().len(), 7);
+}
+
+#[test]
+fn alternating_table_sizes_are_compacted() {
+    // t0610: 5 rounds of branch -f / branch -d leave exactly 2 tables (git does this).
+    let repo = Repo::new(HashKind::Sha1);
+    repo.git(&["commit", "-q", "--allow-empty", "-m", "initial"]);
+    let head = repo.git(&["rev-parse", "HEAD"]);
+    let head = reftablefs::ObjectId::from_hex(head.trim().as_bytes(), HashKind::Sha1).unwrap();
+    let mut st = repo.open();
+    for _ in 0..5 {
+        let mut tx = st.transaction();
+        tx.edit(RefEdit::update("refs/heads/foo", head));
+        tx.commit().unwrap();
+        let mut tx = st.transaction();
+        tx.edit(RefEdit::delete("refs/heads/foo"));
+        tx.commit().unwrap();
+    }
+    assert_eq!(repo.tables().len(), 2, "{:?}", repo.tables());
+}
+
+#[test]
+fn lock_timeout_and_retry() {
+    let repo = Repo::new(HashKind::Sha1);
+    let c = repo.commits(1);
+    let lock = repo.reftable_dir().join("tables.list.lock");
+    fs::write(&lock, "").unwrap();
+    let mut st = repo.open();
+    let mut tx = st.transaction();
+    tx.edit(RefEdit::create("refs/heads/x", c[0]));
+    let err = tx.commit().unwrap_err();
+    assert!(matches!(err, Error::Lock(_)), "{err}");
+    assert!(err.to_string().contains("data is locked"), "{err}");
+    assert!(
+        st.read_ref(b"refs/heads/x").unwrap().is_none(),
+        "nothing written"
+    );
+    // Retry: the lock goes away after 1 s; a 5 s timeout succeeds.
+    let l2 = lock.clone();
+    let t = std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_millis(1000));
+        fs::remove_file(l2).unwrap();
+    });
+    st.set_options(StackOptions {
+        lock_timeout: Some(Duration::from_secs(5)),
+        ..st.options().clone()
+    });
+    let mut tx = st.transaction();
+    tx.edit(RefEdit::create("refs/heads/x", c[0]));
+    tx.commit().unwrap();
+    t.join().unwrap();
+    assert_eq!(
+        repo.git(&["rev-parse", "refs/heads/x"]).trim(),
+        c[0].to_hex()
+    );
+    // compact_all on a locked list: "data is locked".
+    fs::write(&lock, "").unwrap();
+    st.set_options(StackOptions {
+        lock_timeout: None,
+        ..st.options().clone()
+    });
+    let err = st.compact_all().unwrap_err();
+    assert!(err.to_string().starts_with("data is locked"), "{err}");
+    fs::remove_file(&lock).unwrap();
+}
+
+#[test]
+fn auto_compaction_fails_gracefully_with_locked_tables() {
+    // t0610 "fails gracefully when auto compaction fails": every table locked after
+    // each write; all writes succeed and the list grows.
+    let repo = Repo::new(HashKind::Sha1);
+    let c = repo.commits(1);
+    let mut st = repo.open();
+    let start = repo.tables().len();
+    for i in 0..10 {
+        for t in repo.tables() {
+            let _ = fs::write(repo.reftable_dir().join(format!("{t}.lock")), "");
+        }
+        let mut tx = st.transaction();
+        tx.edit(RefEdit::create(format!("refs/heads/b{i}"), c[0]));
+        tx.commit().unwrap();
+    }
+    assert_eq!(repo.tables().len(), start + 10);
+    let s = st.stats();
+    assert!(
+        s.compaction_attempts >= 1 && s.compaction_failures == s.compaction_attempts,
+        "{s:?}"
+    );
+    // compact_all with a locked table: lock error, failure counted, nothing changed.
+    let before = st.stats().compaction_failures;
+    let err = st.compact_all().unwrap_err();
+    assert!(matches!(err, Error::Lock(_)), "{err}");
+    assert_eq!(st.stats().compaction_failures, before + 1);
+    assert_eq!(repo.tables().len(), start + 10);
+}
+
+#[test]
+fn best_effort_compacts_only_newer_locked_tables() {
+    // unit test auto_compaction_with_locked_tables: 5 tables, #2 locked (0-based 1).
+    let repo = Repo::new(HashKind::Sha1);
+    let c = repo.commits(1);
+    let mut st = repo.open_with(|o| o.auto_compact = false);
+    for i in 0..4 {
+        let mut tx = st.transaction();
+        tx.edit(RefEdit::create(format!("refs/heads/b{i}"), c[0]));
+        tx.commit().unwrap();
+    }
+    let names = repo.tables();
+    assert_eq!(names.len(), 5);
+    fs::write(repo.reftable_dir().join(format!("{}.lock", names[1])), "").unwrap();
+    assert!(st.compact_range(0, 4, true).unwrap());
+    let after = repo.tables();
+    assert_eq!(
+        after.len(),
+        3,
+        "newest 3 merged, locked #1 and base kept: {after:?}"
+    );
+    assert_eq!(&after[..2], &names[..2]);
+    assert_eq!(st.stats().compaction_failures, 0);
+    fs::remove_file(repo.reftable_dir().join(format!("{}.lock", names[1]))).unwrap();
+    assert_eq!(repo.git_refs().len(), 4);
+}
+
+#[test]
+fn tombstones_survive_partial_compaction_and_vanish_in_full() {
+    let repo = Repo::new(HashKind::Sha1);
+    let c = repo.commits(1);
+    let mut st = repo.open_with(|o| o.auto_compact = false);
+    let mut tx = st.transaction();
+    tx.identity(ident())
+        .edit(RefEdit::create("refs/heads/a", c[0]).message("made"));
+    tx.commit().unwrap();
+    let mut tx = st.transaction();
+    tx.edit(RefEdit::delete("refs/heads/a"));
+    tx.commit().unwrap();
+    let mut tx = st.transaction();
+    tx.edit(RefEdit::create("refs/heads/z", c[0]));
+    tx.commit().unwrap();
+    assert!(st.read_ref(b"refs/heads/a").unwrap().is_none());
+    assert!(
+        st.read_log(b"refs/heads/a").unwrap().is_empty(),
+        "log deleted with the ref"
+    );
+    // Compact the two newest (not from 0): the tombstone must stay.
+    let n = st.table_names().len();
+    st.compact_range(n - 2, n - 1, false).unwrap();
+    assert!(st.read_ref(b"refs/heads/a").unwrap().is_none());
+    let mut it = st.ref_iter();
+    it.seek(b"refs/heads/a").unwrap();
+    let r = it.next().unwrap().unwrap();
+    assert!(
+        r.name == b"refs/heads/a" && r.is_deletion(),
+        "tombstone kept: {r:?}"
+    );
+    st.compact_all().unwrap();
+    let mut it = st.ref_iter();
+    it.seek(b"refs/heads/a").unwrap();
+    assert_eq!(
+        it.next().unwrap().unwrap().name,
+        b"refs/heads/z".to_vec(),
+        "tombstone dropped by full compaction"
+    );
+    let mut logs = st.log_iter();
+    logs.seek(b"refs/heads/a", u64::MAX).unwrap();
+    if let Some(l) = logs.next().unwrap() {
+        assert_ne!(l.refname, b"refs/heads/a", "log tombstones dropped too");
+    }
+    repo.git(&["refs", "verify"]);
+}
+
+#[test]
+fn read_across_reload_and_missing_table() {
+    let repo = Repo::new(HashKind::Sha1);
+    let c = repo.commits(1);
+    let mut st = repo.open_with(|o| o.auto_compact = false);
+    for i in 0..3 {
+        let mut tx = st.transaction();
+        tx.edit(RefEdit::create(format!("refs/heads/b{i}"), c[0]));
+        tx.commit().unwrap();
+    }
+    let mut old: MergedRefIter = st.ref_iter();
+    let gen = st.generation();
+    // Another handle compacts; the old iterator still reads the old tables.
+    let mut other = repo.open();
+    other.compact_all().unwrap();
+    assert!(st.reload().unwrap());
+    assert!(st.generation() > gen, "generation bumped by the reload");
+    old.seek(b"refs/heads/").unwrap();
+    let mut n = 0;
+    while let Some(r) = old.next().unwrap() {
+        if r.name.starts_with(b"refs/heads/b") {
+            n += 1;
+        }
+    }
+    assert_eq!(n, 3, "old iterator survives compaction + reload");
+    assert!(!st.reload().unwrap(), "second reload is a no-op");
+    // reload_with_missing_table: a list naming a missing table fails with NotExist and
+    // the old stack keeps working.
+    let list = repo.reftable_dir().join("tables.list");
+    let mut content = fs::read_to_string(&list).unwrap();
+    content.push_str("0x000000000099-0x000000000099-deadbeef.ref\n");
+    fs::write(repo.reftable_dir().join("tmp.list"), &content).unwrap();
+    fs::rename(repo.reftable_dir().join("tmp.list"), &list).unwrap();
+    let err = st.reload().unwrap_err();
+    assert!(matches!(err, Error::NotExist(_)), "{err}");
+    assert!(
+        st.read_ref(b"refs/heads/b1").unwrap().is_some(),
+        "old stack still readable"
+    );
+}
+
+#[test]
+fn hash_id_is_checked() {
+    let repo = Repo::new(HashKind::Sha1);
+    let err = Stack::open(
+        repo.reftable_dir(),
+        StackOptions {
+            hash: HashKind::Sha256,
+            ..StackOptions::default()
+        },
+    )
+    .unwrap_err();
+    assert!(matches!(err, Error::Format { .. }), "{err}");
+    assert!(err.to_string().contains("sha1"), "{err}");
+}
+
+#[test]
+fn transaction_errors_match_git() {
+    let repo = Repo::new(HashKind::Sha1);
+    let c = repo.commits(2);
+    let mut st = repo.open();
+    let mut tx = st.transaction();
+    tx.edit(RefEdit::create("refs/heads/main", c[0]));
+    tx.edit(RefEdit::symref("refs/heads/self", "refs/heads/self"));
+    tx.commit().unwrap();
+
+    let mut tx = st.transaction();
+    tx.edit(RefEdit::update("refs/heads/main", c[1]));
+    tx.edit(RefEdit::update("refs/heads/main", c[0]));
+    assert_eq!(
+        tx.commit().unwrap_err().to_string(),
+        "multiple updates for ref 'refs/heads/main' not allowed"
+    );
+    let mut tx = st.transaction();
+    tx.edit(RefEdit::update("refs/heads/main/forbidden", c[1]));
+    assert_eq!(
+        tx.commit().unwrap_err().to_string(),
+        "'refs/heads/main' exists; cannot create 'refs/heads/main/forbidden'"
+    );
+    let mut tx = st.transaction();
+    tx.edit(RefEdit::symref("refs/heads", "refs/heads/foo"));
+    assert_eq!(
+        tx.commit().unwrap_err().to_string(),
+        "'refs/heads/main' exists; cannot create 'refs/heads'"
+    );
+    let mut tx = st.transaction();
+    tx.edit(RefEdit::update("refs/x/a", c[1]));
+    tx.edit(RefEdit::update("refs/x/a/b", c[1]));
+    let e = tx.commit().unwrap_err().to_string();
+    assert!(e.starts_with("cannot process 'refs/x/a"), "{e}");
+    let mut tx = st.transaction();
+    tx.edit(RefEdit::delete("refs/heads/self"));
+    assert_eq!(
+        tx.commit().unwrap_err().to_string(),
+        "multiple updates for 'refs/heads/self' (including one via symref 'refs/heads/self') are not allowed"
+    );
+    let mut tx = st.transaction();
+    tx.edit(RefEdit::delete("refs/heads/self").no_deref());
+    tx.commit().unwrap();
+    let mut tx = st.transaction();
+    tx.edit(RefEdit::delete("../../my-private-file"));
+    assert!(matches!(tx.commit().unwrap_err(), Error::Refname { .. }));
+    let mut tx = st.transaction();
+    tx.edit(RefEdit::delete("refs/heads/main").expect(Expected::Oid(c[1])));
+    let e = tx.commit().unwrap_err().to_string();
+    assert_eq!(
+        e,
+        format!(
+            "cannot lock ref 'refs/heads/main': is at {} but expected {}",
+            c[0], c[1]
+        )
+    );
+    let mut tx = st.transaction();
+    tx.edit(RefEdit::create("refs/heads/main", c[1]));
+    assert_eq!(
+        tx.commit().unwrap_err().to_string(),
+        "cannot lock ref 'refs/heads/main': reference already exists"
+    );
+    let mut tx = st.transaction();
+    tx.edit(RefEdit::update("refs/heads/nope", c[1]).expect(Expected::Oid(c[0])));
+    assert!(tx
+        .commit()
+        .unwrap_err()
+        .to_string()
+        .contains("unable to resolve reference"));
+    assert_eq!(
+        repo.git(&["rev-parse", "refs/heads/main"]).trim(),
+        c[0].to_hex()
+    );
+    // A failed batch writes nothing at all.
+    let before = repo.tables();
+    let mut tx = st.transaction();
+    tx.edit(RefEdit::create("refs/heads/new", c[1]));
+    tx.edit(RefEdit::create("refs/heads/main", c[1]));
+    assert!(tx.commit().is_err());
+    assert_eq!(repo.tables(), before);
+    assert!(st.read_ref(b"refs/heads/new").unwrap().is_none());
+}
+
+#[test]
+fn noop_and_missing_delete_write_nothing() {
+    let repo = Repo::new(HashKind::Sha1);
+    let c = repo.commits(1);
+    let mut st = repo.open_with(|o| o.auto_compact = false);
+    let mut tx = st.transaction();
+    tx.edit(RefEdit::create("refs/tags/t", c[0]));
+    tx.commit().unwrap();
+    let before = repo.tables();
+    let mut tx = st.transaction();
+    tx.edit(RefEdit::update("refs/tags/t", c[0]));
+    tx.edit(RefEdit::delete("refs/tags/missing"));
+    let done = tx.commit().unwrap();
+    assert_eq!(done.table, None);
+    assert_eq!(repo.tables(), before);
+}
+
+#[test]
+fn reflog_edits() {
+    let repo = Repo::new(HashKind::Sha1);
+    let c = repo.commits(3);
+    let mut st = repo.open();
+    // create_reflog: existence marker; git sees an empty but existing reflog.
+    let mut tx = st.transaction();
+    tx.log_edit(LogEdit::Create {
+        refname: b"refs/heads/branch".to_vec(),
+    });
+    tx.commit().unwrap();
+    assert!(repo
+        .git_out(&["reflog", "exists", "refs/heads/branch"])
+        .status
+        .success());
+    assert!(st.read_log(b"refs/heads/branch").unwrap().is_empty());
+    // Ref updates log under logAllRefUpdates=false only when a reflog exists.
+    let mut tx = st.transaction();
+    tx.identity(ident())
+        .log_all_ref_updates(LogAllRefUpdates::False);
+    tx.edit(RefEdit::create("refs/heads/branch", c[0]).message("one"));
+    tx.edit(RefEdit::create("refs/heads/nolog", c[0]).message("one"));
+    tx.commit().unwrap();
+    assert_eq!(st.read_log(b"refs/heads/branch").unwrap().len(), 1);
+    assert!(st.read_log(b"refs/heads/nolog").unwrap().is_empty());
+    // Append explicit records, then rewrite dropping the middle one.
+    let mut e = st.read_log(b"refs/heads/branch").unwrap().remove(0);
+    for (i, msg) in ["two", "three"].iter().enumerate() {
+        e.old_id = c[i];
+        e.new_id = c[i + 1];
+        e.message = format!("{msg}\n").into_bytes();
+        let mut tx = st.transaction();
+        tx.log_edit(LogEdit::Append {
+            refname: b"refs/heads/branch".to_vec(),
+            entry: e.clone(),
+        });
+        tx.commit().unwrap();
+    }
+    let msgs = |st: &Stack| -> Vec<String> {
+        st.read_log(b"refs/heads/branch")
+            .unwrap()
+            .iter()
+            .map(|l| String::from_utf8_lossy(&l.message).trim().to_owned())
+            .collect()
+    };
+    assert_eq!(msgs(&st), ["three", "two", "one"]);
+    let mut entries = st.read_log(b"refs/heads/branch").unwrap();
+    entries.reverse();
+    entries.remove(1);
+    let mut tx = st.transaction();
+    tx.log_edit(LogEdit::Rewrite {
+        refname: b"refs/heads/branch".to_vec(),
+        entries,
+    });
+    tx.commit().unwrap();
+    assert_eq!(msgs(&st), ["three", "one"]);
+    let git_log = repo.git(&["reflog", "show", "--format=%gs", "refs/heads/branch"]);
+    assert_eq!(git_log, "three\none\n");
+    // Delete the reflog.
+    let mut tx = st.transaction();
+    tx.log_edit(LogEdit::Delete {
+        refname: b"refs/heads/branch".to_vec(),
+    });
+    tx.commit().unwrap();
+    assert!(!repo
+        .git_out(&["reflog", "exists", "refs/heads/branch"])
+        .status
+        .success());
+    // A long message is truncated to block_size / 2 and gets one newline.
+    let mut tx = st.transaction();
+    tx.identity(ident());
+    tx.edit(RefEdit::update("refs/heads/main", c[2]).message("x".repeat(5000)));
+    tx.commit().unwrap();
+    assert_eq!(
+        st.read_log(b"refs/heads/main").unwrap()[0].message.len(),
+        2049
+    );
+    repo.git(&["refs", "verify"]);
+}
+
+#[test]
+fn deref_head_and_peeled_values() {
+    let repo = Repo::new(HashKind::Sha1);
+    repo.git(&["commit", "-q", "--allow-empty", "-m", "initial"]);
+    repo.git(&["tag", "-a", "-m", "tag", "t1"]);
+    let main = reftablefs::ObjectId::from_hex(
+        repo.git(&["rev-parse", "main"]).trim().as_bytes(),
+        HashKind::Sha1,
+    )
+    .unwrap();
+    let tag = reftablefs::ObjectId::from_hex(
+        repo.git(&["rev-parse", "t1"]).trim().as_bytes(),
+        HashKind::Sha1,
+    )
+    .unwrap();
+    let c = repo.commits(1);
+    let mut st = repo.open();
+    // An update addressed to HEAD goes to main, HEAD gets a log-only entry.
+    let mut tx = st.transaction();
+    tx.identity(ident()).edit(
+        RefEdit::update("HEAD", c[0])
+            .expect(Expected::Oid(main))
+            .message("via head"),
+    );
+    tx.edit(RefEdit {
+        name: b"refs/tags/copy".to_vec(),
+        new: Some(NewValue::Peeled {
+            value: tag,
+            peeled: main,
+        }),
+        ..RefEdit::default()
+    });
+    tx.commit().unwrap();
+    assert_eq!(
+        st.read_ref(b"HEAD").unwrap().unwrap().value,
+        RefValue::Symref(b"refs/heads/main".to_vec())
+    );
+    assert_eq!(repo.git(&["rev-parse", "main"]).trim(), c[0].to_hex());
+    assert_eq!(
+        repo.git(&["log", "-g", "-1", "--format=%gs", "HEAD"])
+            .trim(),
+        "via head"
+    );
+    assert_eq!(
+        repo.git(&["log", "-g", "-1", "--format=%gs", "main"])
+            .trim(),
+        "via head"
+    );
+    assert_eq!(
+        repo.git(&["rev-parse", "refs/tags/copy^{}"]).trim(),
+        main.to_hex()
+    );
+    let show = repo.git(&["show-ref", "-d", "refs/tags/copy"]);
+    assert!(show.contains("refs/tags/copy^{}"), "{show}");
+}
