@@ -8,11 +8,11 @@ pub mod args;
 pub mod common;
 pub mod dump;
 pub mod migrate;
+#[cfg(feature = "fuse")]
+pub mod mount;
 pub mod objects;
 pub mod progress;
 pub mod update_ref_parse;
-#[cfg(feature = "fuse")]
-pub mod mount;
 
 use std::process::ExitCode;
 
