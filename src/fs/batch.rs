@@ -41,12 +41,13 @@ fn next_batch(shared: &Shared) -> Option<Batch> {
                 }
             };
             let waited = since.elapsed();
-            if stopping
-                || g.flush_requested
-                || g.w.open.len() >= shared.batch.max
-                || waited >= shared.batch.window
-            {
+            if stopping || g.flush_requested || g.w.open.len() >= shared.batch.max {
                 g.w.seal_all();
+                continue;
+            }
+            if waited >= shared.batch.window {
+                g.w.seal_for_window();
+                g.open_since = None;
                 continue;
             }
             let left = shared.batch.window - waited;

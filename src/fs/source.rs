@@ -59,6 +59,12 @@ pub trait RefSource: Send {
     /// holds under the stack lock; edits whose expectation fails are reported in
     /// [`CommitOutcome::conflicts`] and not written, the others are.
     fn commit(&mut self, edits: &[BatchEdit]) -> Result<CommitOutcome>;
+    /// Whether a commit that updates the ref HEAD points to also writes HEAD's reflog
+    /// entry by itself (git's reftable backend does): then the mount drops the HEAD line
+    /// a files-backend git appends after such an update, instead of writing it twice.
+    fn logs_head_with_referent(&self) -> bool {
+        false
+    }
     /// Number of fsync calls made so far (for the batching benchmark), if known.
     fn fsync_count(&self) -> u64 {
         0

@@ -130,6 +130,7 @@ impl Shared {
         let (uid, gid) = unsafe { (libc::getuid(), libc::getgid()) };
         let generation = src.generation();
         let hash: HashKind = src.hash_kind();
+        let source_logs_head = src.logs_head_with_referent();
         Arc::new(Shared {
             inner: Mutex::new(Inner {
                 src,
@@ -142,7 +143,11 @@ impl Shared {
                 buf: Vec::new(),
                 changed_at: SystemTime::now(),
                 needs_invalidation: false,
-                w: WriteState::new(hash, log),
+                w: {
+                    let mut w = WriteState::new(hash, log);
+                    w.source_logs_head = source_logs_head;
+                    w
+                },
                 durable_seq: 0,
                 failed: BTreeMap::new(),
                 flush_requested: false,

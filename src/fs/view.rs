@@ -12,6 +12,11 @@ use crate::Result;
 /// Header of the `packed-refs` file the mount serves.
 pub const PACKED_REFS_HEADER: &[u8] = b"# pack-refs with: peeled fully-peeled sorted \n";
 
+/// Appended to a name, gives a key past every record of that name and before every
+/// longer valid name: refnames cannot contain control characters, and in log keys the
+/// name is followed by a NUL, which sorts below it.
+pub const NEXT_NAME: u8 = 1;
+
 /// What a path of the mount is.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum Kind {
@@ -173,7 +178,7 @@ pub fn list_refs(
                 // The next key after this name.
                 s.key.clear();
                 s.key.extend_from_slice(&s.rec.name);
-                s.key.push(0);
+                s.key.push(NEXT_NAME);
             }
         }
     }
@@ -215,7 +220,7 @@ pub fn list_logs(
                 }
                 s.key.clear();
                 s.key.extend_from_slice(&s.name);
-                s.key.push(0);
+                s.key.push(NEXT_NAME);
             }
         }
     }

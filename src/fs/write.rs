@@ -14,7 +14,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use crate::files::{self, LooseRef};
 use crate::format::{HashKind, LogRecord, ObjectId, RefRecord, RefValue};
 use crate::fs::source::{BatchEdit, RefSource};
-use crate::fs::view::{self, Entry, Kind, Scratch};
+use crate::fs::view::{self, Entry, Kind, Scratch, NEXT_NAME};
 use crate::refname::{check_for_update, check_refname_format, RefnameFlags};
 use crate::repo::LogAllRefUpdates;
 
@@ -148,6 +148,13 @@ pub struct WriteState {
     pub sealed: std::collections::VecDeque<Batch>,
     /// Highest sequence number handed out.
     pub last_seq: u64,
+    /// The source logs HEAD by itself when HEAD's referent is updated.
+    pub source_logs_head: bool,
+    /// The id HEAD's referent was last set to through the mount, until git's matching
+    /// `logs/HEAD` line arrives (and is then not written twice).
+    head_echo: Option<ObjectId>,
+    /// The open batch holds lines carried over from the previous window.
+    carried: bool,
     rec: RefRecord,
 }
 
@@ -245,7 +252,7 @@ impl WriteState {
                 return Ok(true);
             }
             key.clone_from(n);
-            key.push(0);
+            key.push(NEXT_NAME);
         }
     }
 
@@ -328,7 +335,7 @@ impl WriteState {
                         return Ok(Some(Kind::Dir));
                     }
                     key.clone_from(&buf);
-                    key.push(0);
+                    key.push(NEXT_NAME);
                 }
             }
             _ => view::classify(src, s, path).map_err(source_err),
@@ -474,11 +481,52 @@ impl WriteState {
     // ----------------------------------------------------------------------------------
 
     fn seal(&mut self) {
+        self.carried = false;
         if !self.open.is_empty() {
             self.last_seq += 1;
             let b = std::mem::replace(&mut self.open, Batch::new(self.last_seq));
             self.sealed.push_back(b);
         }
+    }
+
+    /// Seals the open batch because its window passed. A reflog line of a ref (not HEAD)
+    /// whose commit point has not arrived yet stays in the new open batch, so that the
+    /// line and its rename land in one table (git appends the line just before renaming).
+    pub fn seal_for_window(&mut self) {
+        if self.open.is_empty() {
+            return;
+        }
+        let is_waiting = |e: &BatchEdit| {
+            e.new.is_none() && !e.replace_logs && e.name != b"HEAD" && !e.logs.is_empty()
+        };
+        if self.carried || !self.open.edits.iter().any(is_waiting) {
+            self.seal();
+            return;
+        }
+        let (waiting, rest): (Vec<BatchEdit>, Vec<BatchEdit>) =
+            std::mem::take(&mut self.open.edits)
+                .into_iter()
+                .partition(|e| is_waiting(e));
+        self.open.index.clear();
+        for e in rest {
+            self.open
+                .index
+                .insert(e.name.clone(), self.open.edits.len());
+            self.open.edits.push(e);
+        }
+        self.seal();
+        let seq = self.open.seq;
+        for e in waiting {
+            if let Some(pl) = self.pending_logs.get_mut(&e.name) {
+                pl.seq = seq;
+            }
+            self.open
+                .index
+                .insert(e.name.clone(), self.open.edits.len());
+            self.open.edits.push(e);
+        }
+        // Carried once: the next window seals them whatever happens.
+        self.carried = true;
     }
 
     /// Seals the open batch (flush, fsync) and returns the last sequence number in use.
@@ -618,6 +666,18 @@ impl WriteState {
                 },
             );
         }
+        if let RefValue::Val1(id) | RefValue::Val2 { value: id, .. } = &value {
+            let head = self.pending.get(&b"HEAD"[..]).map(|p| p.value.clone());
+            let head = match head {
+                Some(v) => Some(v),
+                None => crate::fs::source::read_ref(src, b"HEAD", &mut self.rec)
+                    .ok()
+                    .and_then(|found| found.then(|| self.rec.value.clone())),
+            };
+            if matches!(head, Some(RefValue::Symref(t)) if t == name) {
+                self.head_echo = Some(*id);
+            }
+        }
         self.pending.insert(name.to_vec(), Pending { value, seq });
         Ok(())
     }
@@ -653,6 +713,16 @@ impl WriteState {
         }
         for mut rec in recs {
             rec.refname = name.to_vec();
+            if name == b"HEAD" && self.source_logs_head && self.head_echo == Some(rec.new_id) {
+                // The stack writes this HEAD entry itself with the referent's update;
+                // show it until then, but do not write it twice.
+                self.head_echo = None;
+                let seq = self.open.seq;
+                let pl = self.pending_logs.entry(name.to_vec()).or_default();
+                pl.appended.push(rec);
+                pl.seq = seq;
+                continue;
+            }
             let i = self.edit_slot(name, false, true);
             let seq = self.open.seq;
             self.open.edits[i].logs.push(rec.clone());
