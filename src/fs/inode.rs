@@ -207,8 +207,24 @@ mod tests {
         assert!(t.path(main, &mut p).is_none());
         // A node moved twice by renames is still found.
         let lock = t.remember(heads, b"x.lock", b"refs/heads/x.lock", Kind::Scratch);
-        t.moved(heads, b"x.lock", b"refs/heads/x.lock", Kind::Scratch, refs, b"tmp", Kind::Scratch);
-        t.moved(refs, b"tmp", b"refs/tmp", Kind::Scratch, heads, b"y", Kind::Ref);
+        t.moved(
+            heads,
+            b"x.lock",
+            b"refs/heads/x.lock",
+            Kind::Scratch,
+            refs,
+            b"tmp",
+            Kind::Scratch,
+        );
+        t.moved(
+            refs,
+            b"tmp",
+            b"refs/tmp",
+            Kind::Scratch,
+            heads,
+            b"y",
+            Kind::Ref,
+        );
         assert_eq!(t.path(lock, &mut p), Some(Kind::Ref));
         assert_eq!(p, b"refs/heads/y");
         // The number comes back the same.

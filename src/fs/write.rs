@@ -105,6 +105,9 @@ pub struct Batch {
     pub seq: u64,
     pub edits: Vec<BatchEdit>,
     index: HashMap<Vec<u8>, usize>,
+    /// Names whose log-only edit holds a line a writer appended and whose commit point
+    /// (the rename that follows it in git's protocol) has not arrived yet.
+    awaiting: std::collections::HashSet<Vec<u8>>,
 }
 
 impl Batch {
@@ -487,9 +490,9 @@ impl WriteState {
         if self.open.is_empty() {
             return;
         }
-        let is_waiting = |e: &BatchEdit| {
-            e.new.is_none() && !e.replace_logs && e.name != b"HEAD" && !e.logs.is_empty()
-        };
+        let awaiting = std::mem::take(&mut self.open.awaiting);
+        let is_waiting =
+            |e: &BatchEdit| e.new.is_none() && e.name != b"HEAD" && awaiting.contains(&e.name);
         if self.carried || !self.open.edits.iter().any(is_waiting) {
             self.seal();
             return;
@@ -511,6 +514,7 @@ impl WriteState {
             if let Some(pl) = self.pending_logs.get_mut(&e.name) {
                 pl.seq = seq;
             }
+            self.open.awaiting.insert(e.name.clone());
             self.open
                 .index
                 .insert(e.name.clone(), self.open.edits.len());
@@ -527,13 +531,16 @@ impl WriteState {
     }
 
     /// The edit for `name` in the open batch, creating it (or sealing first when `name`
-    /// already has what the new step needs: a value, or a log line).
+    /// already has what the new step needs: a value, or a log line). A value joins a
+    /// log-only edit only when that edit holds the line a writer appended for it.
     fn edit_slot(&mut self, name: &[u8], wants_value: bool, wants_log: bool) -> usize {
         if let Some(&i) = self.open.index.get(name) {
             let e = &self.open.edits[i];
+            let own_line = self.open.awaiting.contains(name);
             let clash = e.replace_logs
-                || (wants_value && e.new.is_some())
-                || (wants_log && !e.logs.is_empty());
+                || (wants_value && (e.new.is_some() || (!e.logs.is_empty() && !own_line)))
+                // A line is appended before its own commit point: never onto a value.
+                || (wants_log && (!e.logs.is_empty() || e.new.is_some()));
             if !clash {
                 return i;
             }
@@ -616,35 +623,43 @@ impl WriteState {
             _ => false,
         };
         if unchanged {
+            // Same value: nothing to write, but the update still gets its reflog entry
+            // (unless the writer appended one itself, which is already staged).
+            if let RefValue::Val1(id) = &value {
+                // A line the writer appended just before this commit point is this
+                // update's own entry.
+                let has_line = self.open.awaiting.remove(name);
+                if !has_line && self.log.log_all.autocreates(name) {
+                    let rec = self.generated_log(name, *id, *id);
+                    let i = self.edit_slot(name, false, true);
+                    let seq = self.open.seq;
+                    self.open.edits[i].logs.push(rec.clone());
+                    let pl = self.pending_logs.entry(name.to_vec()).or_default();
+                    pl.appended.push(rec);
+                    pl.seq = seq;
+                }
+            }
             return Ok(());
         }
         // Keep a loose-over-packed value consistent: a new loose value shadows the packed
         // one, which stays listed in packed-refs as git would leave it.
         let i = self.edit_slot(name, true, false);
+        self.open.awaiting.remove(name);
         let seq = self.open.seq;
         let e = &mut self.open.edits[i];
         e.new = Some(value.clone());
         e.expected_old = old.clone();
         if e.logs.is_empty() && !matches!(value, RefValue::Deletion) {
             if let (RefValue::Val1(new_id), true) = (&value, self.log.log_all.autocreates(name)) {
-                let (time, tz) = crate::repo::now_with_local_tz();
                 let old_id = match &old {
                     Some(RefValue::Val1(id)) | Some(RefValue::Val2 { value: id, .. }) => *id,
                     _ => self.hash.null_id(),
                 };
-                e.logs.push(LogRecord {
-                    refname: name.to_vec(),
-                    old_id,
-                    new_id: *new_id,
-                    name: self.log.name.clone(),
-                    email: self.log.email.clone(),
-                    time,
-                    tz_offset: tz,
-                    message: b"reftablefs: updated through the mount\n".to_vec(),
-                    ..Default::default()
-                });
+                let rec = self.generated_log(name, old_id, *new_id);
+                self.open.edits[i].logs.push(rec);
             }
         }
+        let e = &mut self.open.edits[i];
         if matches!(value, RefValue::Deletion) {
             e.logs.clear();
             self.pending_logs.insert(
@@ -670,6 +685,22 @@ impl WriteState {
         }
         self.pending.insert(name.to_vec(), Pending { value, seq });
         Ok(())
+    }
+
+    /// A reflog entry for an update that came without a line of its own.
+    fn generated_log(&self, name: &[u8], old_id: ObjectId, new_id: ObjectId) -> LogRecord {
+        let (time, tz) = crate::repo::now_with_local_tz();
+        LogRecord {
+            refname: name.to_vec(),
+            old_id,
+            new_id,
+            name: self.log.name.clone(),
+            email: self.log.email.clone(),
+            time,
+            tz_offset: tz,
+            message: b"reftablefs: updated through the mount\n".to_vec(),
+            ..Default::default()
+        }
     }
 
     /// `unlink` of a loose ref: loose-over-packed semantics. With a packed value the ref
@@ -716,6 +747,7 @@ impl WriteState {
             let i = self.edit_slot(name, false, true);
             let seq = self.open.seq;
             self.open.edits[i].logs.push(rec.clone());
+            self.open.awaiting.insert(name.to_vec());
             let pl = self.pending_logs.entry(name.to_vec()).or_default();
             pl.appended.push(rec);
             pl.seq = seq;
@@ -980,11 +1012,18 @@ mod tests {
         for n in ["refs/heads/main", "refs/heads/topic", "refs/tags/v1"] {
             w.unlink_ref(&mut m, n.as_bytes()).unwrap();
         }
-        assert!(w.open.is_empty(), "pack + prune staged edits: {:?}", w.open.edits);
+        assert!(
+            w.open.is_empty(),
+            "pack + prune staged edits: {:?}",
+            w.open.edits
+        );
         assert_eq!(flush(&mut w, &mut m), 0);
         assert_eq!(m.refs.len(), 4);
         // Every ref still shows as a loose file; the packed entries were consumed.
-        assert_eq!(w.classify(&mut m, &mut s, b"refs/heads/topic").unwrap(), Some(Kind::Ref));
+        assert_eq!(
+            w.classify(&mut m, &mut s, b"refs/heads/topic").unwrap(),
+            Some(Kind::Ref)
+        );
         w.render_packed(&mut out);
         assert_eq!(out, view::PACKED_REFS_HEADER);
         // So a plain rm deletes.
@@ -994,7 +1033,10 @@ mod tests {
         // git's delete of a packed + loose ref: packed-refs rewritten without it, then
         // the loose file unlinked.
         w.commit_packed_refs(&mut m, packed.as_bytes()).unwrap();
-        assert!(m.refs.contains_key(&b"refs/heads/topic"[..]) || w.pending.contains_key(&b"refs/heads/topic"[..]));
+        assert!(
+            m.refs.contains_key(&b"refs/heads/topic"[..])
+                || w.pending.contains_key(&b"refs/heads/topic"[..])
+        );
         let without = format!(
             "# pack-refs with: peeled fully-peeled sorted \n{} refs/heads/main\n{} refs/tags/v1\n",
             hex(1),
@@ -1004,7 +1046,10 @@ mod tests {
         w.unlink_ref(&mut m, b"refs/heads/topic").unwrap();
         flush(&mut w, &mut m);
         assert!(!m.refs.contains_key(&b"refs/heads/topic"[..]));
-        assert_eq!(m.refs.get(&b"refs/heads/main"[..]), Some(&RefValue::Val1(id(1))));
+        assert_eq!(
+            m.refs.get(&b"refs/heads/main"[..]),
+            Some(&RefValue::Val1(id(1)))
+        );
     }
 
     #[test]
