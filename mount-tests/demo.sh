@@ -51,17 +51,38 @@ git -C "$work/repo" for-each-ref --format='%(refname) %(objectname:short) %(symr
 echo "-- reftable/tables.list:"
 cat "$work/repo/.git/reftable/tables.list"
 
-if "$bin" help 2>/dev/null | grep -qE '^\s+mount\b'; then
-    mkdir "$mnt"
+dump_fallback() {
+    echo "NOTE: showing 'reftablefs dump' of the tables instead of a mount ($1)."
+    while read -r table; do
+        echo "\$ reftablefs dump reftable/$table"
+        "$bin" dump "$work/repo/.git/reftable/$table" || echo "(dump failed)"
+    done <"$work/repo/.git/reftable/tables.list"
+}
+
+# try_mount: starts the mount in the background and waits (10 s) until it is ready.
+try_mount() {
+    mkdir -p "$mnt"
     echo "== reftablefs mount $work/repo/.git $mnt"
     "$bin" mount "$work/repo/.git" "$mnt" 2>"$work/mount.log" &
     mount_pid=$!
     for _ in $(seq 100); do
-        grep -q " $mnt " /proc/self/mountinfo && break
-        kill -0 "$mount_pid" 2>/dev/null || { cat "$work/mount.log"; echo "demo: mount exited early"; exit 1; }
+        grep -q " $mnt " /proc/self/mountinfo && return 0
+        if ! kill -0 "$mount_pid" 2>/dev/null; then
+            mount_pid=""
+            sed 's/^/   mount: /' "$work/mount.log"
+            return 1
+        fi
         sleep 0.1
     done
-    grep -q " $mnt " /proc/self/mountinfo || { cat "$work/mount.log"; echo "demo: mount not ready after 10 s"; exit 1; }
+    sed 's/^/   mount: /' "$work/mount.log"
+    return 1
+}
+
+if ! "$bin" help 2>/dev/null | grep -qE '^\s+mount\b'; then
+    dump_fallback "this build has no 'reftablefs mount' yet"
+elif ! try_mount; then
+    dump_fallback "the mount did not come up; its log is above"
+else
     cd "$mnt"
     for cmd in "ls -R" "cat HEAD" "cat refs/heads/main" "cat refs/remotes/origin/HEAD" "cat logs/HEAD" "cat packed-refs"; do
         echo "\$ $cmd"
@@ -69,13 +90,7 @@ if "$bin" help 2>/dev/null | grep -qE '^\s+mount\b'; then
     done
     cd /
     echo "== reftablefs unmount $mnt"
-    timeout 10 "$bin" unmount "$mnt" || echo "(unmount command failed; trap detaches)"
-    wait "$mount_pid" 2>/dev/null || true
+    timeout 10 "$bin" unmount "$mnt" || echo "(unmount command failed; the trap detaches)"
+    for _ in $(seq 100); do kill -0 "$mount_pid" 2>/dev/null || break; sleep 0.1; done
     mount_pid=""
-else
-    echo "NOTE: this build has no 'reftablefs mount' yet; showing 'reftablefs dump' of the tables instead."
-    while read -r table; do
-        echo "\$ reftablefs dump reftable/$table"
-        "$bin" dump "$work/repo/.git/reftable/$table" || echo "(dump not available in this build)"
-    done <"$work/repo/.git/reftable/tables.list"
 fi

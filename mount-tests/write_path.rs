@@ -463,7 +463,6 @@ pub fn parallel_writers_and_git(ctx: &Ctx) -> TestResult {
                     } else {
                         format!("refs/heads/shared/s{}", rng.below(5))
                     };
-                    let value = &oids[rng.below(oids.len())];
                     let lockp = root.join(format!("{name}.lock"));
                     let started = Instant::now();
                     let f = loop {
@@ -487,6 +486,13 @@ pub fn parallel_writers_and_git(ctx: &Ctx) -> TestResult {
                                 "two writers hold {name}.lock at once (O_EXCL not atomic)"
                             ));
                         }
+                    }
+                    // Like git, read the current value under the lock; always change it,
+                    // so every rename is a real update that must get a reflog entry.
+                    let current = fs::read_to_string(root.join(&name)).unwrap_or_default();
+                    let mut value = &oids[rng.below(oids.len())];
+                    while current.trim() == value.as_str() {
+                        value = &oids[rng.below(oids.len())];
                     }
                     write_lock(f, &format!("{value}\n"))
                         .map_err(|e| format!("write {name}.lock: {e}"))?;
@@ -593,9 +599,15 @@ pub fn parallel_writers_and_git(ctx: &Ctx) -> TestResult {
 
 /// Runs `dd of=PATH` (O_WRONLY|O_CREAT|O_TRUNC) with `data`; dd checks write and close,
 /// so an error at flush time (close) reaches us. Returns the errno-ish message on failure.
-fn dd_write(path: &Path, data: &[u8]) -> TestResult<Result<(), String>> {
+fn dd_write(path: &Path, data: &[u8], append: bool) -> TestResult<Result<(), String>> {
+    let flags: &[&str] = if append {
+        &["oflag=append", "conv=notrunc"]
+    } else {
+        &[]
+    };
     let mut child = Command::new("timeout")
         .args(["20", "dd", "status=none"])
+        .args(flags)
         .arg(format!("of={}", path.display()))
         .stdin(Stdio::piped())
         .stderr(Stdio::piped())
@@ -652,7 +664,7 @@ pub fn bad_inputs_change_nothing(ctx: &Ctx) -> TestResult {
         unchanged(&format!("bad content #{i}"))?;
     }
     // Bad content written in place (no lock): the error reaches close().
-    let r = dd_write(&p("refs/heads/main"), b"garbage\n")?;
+    let r = dd_write(&p("refs/heads/main"), b"garbage\n", false)?;
     ensure!(
         r.as_ref()
             .is_err_and(|msg| msg.contains("Invalid argument")),
@@ -751,14 +763,17 @@ pub fn bad_inputs_change_nothing(ctx: &Ctx) -> TestResult {
     rollback("refs/heads/race.lock");
     unchanged("held lock")?;
     // A malformed reflog line.
-    let mut f = OpenOptions::new()
-        .append(true)
-        .open(p("logs/refs/heads/main"))?;
-    let r = f
-        .write_all(b"this is not a reflog line\n")
-        .and_then(|()| f.sync_all());
-    drop(f);
-    expect_errno(r, &[libc::EINVAL], "append of a malformed reflog line")?;
+    // (dd reports an error from write or from close, where a flush-time error lands.)
+    let r = dd_write(
+        &p("logs/refs/heads/main"),
+        b"this is not a reflog line\n",
+        true,
+    )?;
+    ensure!(
+        r.as_ref()
+            .is_err_and(|msg| msg.contains("Invalid argument")),
+        "append of a malformed reflog line: expected EINVAL at write/close, got {r:?}"
+    );
     unchanged("malformed reflog line")?;
 
     ensure_same_tree(&model, &mount_tree(&m)?, "mount view after bad inputs")?;
