@@ -231,6 +231,8 @@ pub const DWIM_RULES: [(&str, &str); 6] = [
 pub struct Dwim {
     /// The full ref name that matched first (the symref itself, not its target).
     pub refname: Vec<u8>,
+    /// That name after following symrefs (what `--symbolic-full-name` prints).
+    pub resolved: Vec<u8>,
     pub id: ObjectId,
     pub peeled: Option<ObjectId>,
     /// How many rules matched (more than one: git warns "refname is ambiguous").
@@ -252,11 +254,17 @@ pub fn dwim(
         full.extend_from_slice(short);
         full.extend_from_slice(suffix.as_bytes());
         match resolve(it, &full)? {
-            Resolved::Oid { id, peeled, .. } => match &mut found {
+            Resolved::Oid {
+                id,
+                peeled,
+                refname,
+                ..
+            } => match &mut found {
                 Some(f) => f.matches += 1,
                 None => {
                     found = Some(Dwim {
                         refname: full.clone(),
+                        resolved: refname,
                         id,
                         peeled,
                         matches: 1,

@@ -94,7 +94,7 @@ pub fn run(mut args: Args) -> Result<ExitCode> {
     let mut line = Vec::with_capacity(128);
     for (n, l) in entries.iter().enumerate() {
         line.clear();
-        format_entry(l, name.as_bytes(), n, abbrev, &mut line);
+        format_entry(l, short, n, abbrev, &mut line);
         out.write(&line)?;
     }
     out.flush()?;

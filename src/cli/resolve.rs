@@ -60,7 +60,11 @@ pub fn run(mut args: Args) -> Result<ExitCode> {
             if full_name {
                 let arg: &[u8] = if name == b"@" { b"HEAD" } else { name };
                 match dwim(it, arg, &mut warn)? {
-                    Some(d) => line.extend_from_slice(&d.refname),
+                    Some(d) if d.matches == 1 => line.extend_from_slice(&d.resolved),
+                    Some(_) => {
+                        warn(format!("refname '{}' is ambiguous.", String::from_utf8_lossy(name)));
+                        continue;
+                    }
                     None => continue,
                 }
             } else {

@@ -124,6 +124,7 @@ fn run_stdin(repo: &Repo, z: bool, flags: &Flags) -> Result<ExitCode> {
                 resolve = resolver(&stack, repo);
                 report("commit");
             }
+            Event::End(Ending::EofAbort) => break,
             Event::End(Ending::Eof) => {
                 commit(repo, &mut stack, std::mem::take(&mut edits), flags)?;
                 break;
