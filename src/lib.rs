@@ -17,6 +17,8 @@ pub mod cli;
 pub mod error;
 pub mod files;
 pub mod format;
+#[cfg(feature = "fuse")]
+pub mod fs;
 pub mod lockfile;
 pub mod merged;
 pub mod refname;

@@ -10,6 +10,8 @@ pub mod compact;
 pub mod dump;
 pub mod for_each_ref;
 pub mod migrate;
+#[cfg(feature = "fuse")]
+pub mod mount;
 pub mod objects;
 pub mod progress;
 pub mod reflog;
@@ -38,6 +40,8 @@ commands:
   compact [--auto]          compact the stack (as git pack-refs)
   verify                    check the stack (as git refs verify)
   migrate [--dry-run]       convert a files-backend repository to reftable (as git refs migrate)
+  mount [--read-only] [--daemon] [--batch-window MS] [--batch-max N] [--no-fsync] GITDIR MOUNTPOINT
+  unmount MOUNTPOINT        flush pending writes and unmount
 ";
 
 /// Runs the command line given without the program name.
@@ -63,6 +67,10 @@ pub fn main_with_args(argv: Vec<std::ffi::OsString>) -> ExitCode {
         "reflog" => reflog::run(args),
         "compact" => compact::run(args),
         "verify" => verify::run(args),
+        #[cfg(feature = "fuse")]
+        "mount" => mount::run(args),
+        #[cfg(feature = "fuse")]
+        "unmount" => mount::run_unmount(args),
         "dump" => dump::run(args),
         other => {
             eprintln!("reftablefs: unknown command '{other}'\n{USAGE}");

@@ -1,0 +1,18 @@
+#!/usr/bin/env bash
+# `make bench`: every benchmark, each printing ours vs git's side by side.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+# The std-only benchmark programs ([[bench]] harness = false) of the other layers.
+if grep -q '^\[\[bench\]\]' Cargo.toml; then
+    cargo bench
+else
+    echo "(no [[bench]] programs declared in Cargo.toml yet)"
+fi
+
+# Mount benchmarks (scripts).
+if [ -e /dev/fuse ] && command -v fusermount3 >/dev/null 2>&1; then
+    bash benches/mount_bench.sh
+else
+    echo "SKIP mount benchmarks: /dev/fuse or fusermount3 missing"
+fi

@@ -1,0 +1,763 @@
+//! The mount-test harness: a sequential runner with a watchdog per test, a `Mount` guard
+//! that always unmounts, and small helpers for git, errno assertions and file trees.
+//!
+//! Why a custom runner (`harness = false`): a hung FUSE request hangs the thread that made
+//! it, and libtest can neither time a test out nor clean up after it. Here every test runs
+//! in its own thread; the main thread waits with a deadline. On timeout it kills every
+//! mount the test registered (SIGKILL + `fusermount3 -uz`), which makes the blocked
+//! syscalls fail with ENOTCONN so the thread can finish, and reports the test as failed.
+//! Panics and assertion failures unwind through the `Mount` guard's `Drop`.
+
+use std::collections::BTreeMap;
+use std::error::Error;
+use std::fs;
+use std::io::{self, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitCode, Output, Stdio};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{mpsc, Mutex};
+use std::time::{Duration, Instant};
+
+/// What a test returns: `Err` carries the failure message.
+pub type TestResult<T = ()> = Result<T, Box<dyn Error + Send + Sync>>;
+
+/// Fails the test with a formatted message.
+macro_rules! bail {
+    ($($arg:tt)+) => { return Err(format!($($arg)+).into()) };
+}
+
+/// Fails the test with a formatted message unless the condition holds.
+macro_rules! ensure {
+    ($cond:expr, $($arg:tt)+) => {
+        if !$cond {
+            return Err(format!($($arg)+).into());
+        }
+    };
+}
+
+/// The `reftablefs` binary built by cargo for this test target.
+pub const BIN: &str = env!("CARGO_BIN_EXE_reftablefs");
+
+/// One test: a name, whether it needs a real mount, its time budget, and the body.
+pub struct Test {
+    pub name: &'static str,
+    pub needs_mount: bool,
+    pub timeout_secs: u64,
+    pub run: fn(&Ctx) -> TestResult,
+}
+
+/// Per-test context: a private temporary directory (removed after the test).
+pub struct Ctx {
+    dir: tempfile::TempDir,
+}
+
+impl Ctx {
+    /// A path inside the test's temporary directory.
+    pub fn path(&self, rel: &str) -> PathBuf {
+        self.dir.path().join(rel)
+    }
+}
+
+/// Prints a line on the real stderr (never captured), for notes and SKIP lines.
+pub fn note(msg: &str) {
+    let mut err = io::stderr().lock();
+    let _ = writeln!(err, "    {msg}");
+}
+
+/// Mounts registered by the running test, so the watchdog can kill them: (pid, mountpoint).
+static LIVE_MOUNTS: Mutex<Vec<(u32, PathBuf)>> = Mutex::new(Vec::new());
+
+fn register(pid: u32, mnt: &Path) {
+    if let Ok(mut live) = LIVE_MOUNTS.lock() {
+        live.push((pid, mnt.to_path_buf()));
+    }
+}
+
+fn unregister(pid: u32) {
+    if let Ok(mut live) = LIVE_MOUNTS.lock() {
+        live.retain(|(p, _)| *p != pid);
+    }
+}
+
+/// Kills every registered mount and detaches its mountpoint (watchdog path).
+fn kill_all_mounts() {
+    let live = match LIVE_MOUNTS.lock() {
+        Ok(mut live) => std::mem::take(&mut *live),
+        Err(_) => return,
+    };
+    for (pid, mnt) in live {
+        signal(pid, "KILL");
+        force_unmount(&mnt);
+    }
+}
+
+/// Sends a signal through kill(1) (the crate forbids no unsafe, but we need none).
+pub fn signal(pid: u32, sig: &str) {
+    let _ = Command::new("kill")
+        .arg(format!("-{sig}"))
+        .arg(pid.to_string())
+        .stderr(Stdio::null())
+        .status();
+}
+
+/// Whether `mnt` is a mountpoint in this mount namespace.
+pub fn is_mounted(mnt: &Path) -> bool {
+    let Ok(info) = fs::read_to_string("/proc/self/mountinfo") else {
+        return false;
+    };
+    let want = escape_mountinfo(mnt);
+    info.lines()
+        .any(|line| line.split(' ').nth(4) == Some(want.as_str()))
+}
+
+fn escape_mountinfo(p: &Path) -> String {
+    let s = p.to_string_lossy();
+    s.replace('\\', "\\134")
+        .replace(' ', "\\040")
+        .replace('\t', "\\011")
+        .replace('\n', "\\012")
+}
+
+/// `fusermount3 -uz`, then `umount -l` as a fallback; used on every teardown path.
+pub fn force_unmount(mnt: &Path) {
+    if !is_mounted(mnt) {
+        return;
+    }
+    let _ = Command::new("fusermount3")
+        .arg("-uz")
+        .arg(mnt)
+        .stderr(Stdio::null())
+        .status();
+    if is_mounted(mnt) {
+        let _ = Command::new("umount")
+            .arg("-l")
+            .arg(mnt)
+            .stderr(Stdio::null())
+            .status();
+    }
+}
+
+/// Whether this machine can run real mounts: /dev/fuse and fusermount3.
+fn fuse_available() -> Result<(), String> {
+    if !Path::new("/dev/fuse").exists() {
+        return Err("/dev/fuse is missing".into());
+    }
+    let found = std::env::var_os("PATH")
+        .map(|paths| std::env::split_paths(&paths).any(|d| d.join("fusermount3").is_file()))
+        .unwrap_or(false);
+    if !found {
+        return Err("fusermount3 is not installed (package fuse3)".into());
+    }
+    Ok(())
+}
+
+/// Whether the built binary has the `mount` subcommand (it lands on the `fs` branch).
+fn binary_has_mount() -> bool {
+    Command::new(BIN)
+        .arg("help")
+        .output()
+        .map(|o| {
+            String::from_utf8_lossy(&o.stdout)
+                .lines()
+                .any(|l| l.trim_start().starts_with("mount "))
+        })
+        .unwrap_or(false)
+}
+
+/// Runs the tests whose names contain any of the filter words (all without filters).
+pub fn run_all(tests: &[Test]) -> ExitCode {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    if args.iter().any(|a| a == "--list") {
+        for t in tests {
+            println!("{}: test", t.name);
+        }
+        return ExitCode::SUCCESS;
+    }
+    let filters: Vec<&String> = args.iter().filter(|a| !a.starts_with('-')).collect();
+    let selected: Vec<&Test> = tests
+        .iter()
+        .filter(|t| filters.is_empty() || filters.iter().any(|f| t.name.contains(f.as_str())))
+        .collect();
+
+    let mount_skip: Option<String> =
+        if std::env::var("REFTABLEFS_MOUNT_TESTS").as_deref() != Ok("1") {
+            Some("mount tests run through `make mount-test` (REFTABLEFS_MOUNT_TESTS=1)".into())
+        } else if let Err(why) = fuse_available() {
+            Some(why)
+        } else if !binary_has_mount() {
+            Some("this reftablefs build has no `mount` subcommand (fs branch not merged)".into())
+        } else {
+            None
+        };
+
+    eprintln!("\nrunning {} mount-test(s)", selected.len());
+    let (mut passed, mut failed, mut skipped) = (0usize, Vec::new(), 0usize);
+    for test in selected {
+        if test.needs_mount {
+            if let Some(why) = &mount_skip {
+                eprintln!("test {} ... SKIP: {why}", test.name);
+                skipped += 1;
+                continue;
+            }
+        }
+        eprintln!("test {} ... running", test.name);
+        let start = Instant::now();
+        match run_one(test) {
+            Ok(()) => {
+                passed += 1;
+                eprintln!(
+                    "test {} ... ok ({:.1}s)",
+                    test.name,
+                    start.elapsed().as_secs_f64()
+                );
+            }
+            Err(msg) => {
+                eprintln!(
+                    "test {} ... FAILED ({:.1}s)\n{}",
+                    test.name,
+                    start.elapsed().as_secs_f64(),
+                    indent(&msg)
+                );
+                failed.push(test.name);
+            }
+        }
+    }
+    eprintln!(
+        "\nmount-test result: {}. {passed} passed; {} failed; {skipped} skipped",
+        if failed.is_empty() { "ok" } else { "FAILED" },
+        failed.len()
+    );
+    for name in &failed {
+        eprintln!("    failed: {name}");
+    }
+    if failed.is_empty() {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    }
+}
+
+fn indent(s: &str) -> String {
+    s.lines().map(|l| format!("    {l}\n")).collect()
+}
+
+/// Runs one test in its own thread under a watchdog.
+fn run_one(test: &Test) -> Result<(), String> {
+    let (tx, rx) = mpsc::channel::<Result<(), String>>();
+    let body = test.run;
+    let spawned = std::thread::Builder::new()
+        .name(test.name.into())
+        .spawn(move || {
+            let outcome = std::panic::catch_unwind(move || -> Result<(), String> {
+                let dir = tempfile::Builder::new()
+                    .prefix("rtfs-mt-")
+                    .tempdir()
+                    .map_err(|e| format!("cannot create a temporary directory: {e}"))?;
+                let ctx = Ctx { dir };
+                let result = body(&ctx).map_err(|e| e.to_string());
+                // A mount left inside the directory would make its removal walk the mount.
+                kill_all_mounts();
+                result
+            });
+            let result = match outcome {
+                Ok(r) => r,
+                Err(panic) => {
+                    let msg = panic
+                        .downcast_ref::<String>()
+                        .cloned()
+                        .or_else(|| panic.downcast_ref::<&str>().map(|s| s.to_string()))
+                        .unwrap_or_else(|| "(non-string panic)".into());
+                    kill_all_mounts();
+                    Err(format!("panicked: {msg}"))
+                }
+            };
+            let _ = tx.send(result);
+        });
+    if let Err(e) = spawned {
+        return Err(format!("cannot spawn the test thread: {e}"));
+    }
+    let budget = Duration::from_secs(test.timeout_secs);
+    match rx.recv_timeout(budget) {
+        Ok(result) => result,
+        Err(_) => {
+            kill_all_mounts();
+            // Give the thread a moment to notice ENOTCONN and clean up its directory.
+            let late = rx.recv_timeout(Duration::from_secs(15));
+            Err(format!(
+                "TIMEOUT after {}s: killed its mounts (thread then {})",
+                test.timeout_secs,
+                if late.is_ok() {
+                    "finished"
+                } else {
+                    "still stuck; leaked"
+                }
+            ))
+        }
+    }
+}
+
+static MOUNT_SEQ: AtomicU64 = AtomicU64::new(0);
+
+/// A live `reftablefs mount` child. Dropping it always unmounts: SIGTERM (clean
+/// unmount), then SIGKILL after a grace period, then `fusermount3 -uz` if the mountpoint is
+/// still there.
+pub struct Mount {
+    pub mnt: PathBuf,
+    log: PathBuf,
+    child: Option<Child>,
+}
+
+impl Mount {
+    /// Starts `reftablefs mount [extra] GITDIR MNT` (creating MNT) and waits until MNT is
+    /// in /proc/self/mountinfo (10 s at most). Stderr and stdout go to a log file.
+    pub fn start(gitdir: &Path, mnt: &Path, extra: &[&str]) -> TestResult<Mount> {
+        fs::create_dir_all(mnt)?;
+        let seq = MOUNT_SEQ.fetch_add(1, Ordering::Relaxed);
+        let log = mnt.with_file_name(format!(
+            "{}.mount{seq}.log",
+            mnt.file_name()
+                .map(|n| n.to_string_lossy().into_owned())
+                .unwrap_or_default()
+        ));
+        let logf = fs::File::create(&log)?;
+        let child = Command::new(BIN)
+            .arg("mount")
+            .args(extra)
+            .arg(gitdir)
+            .arg(mnt)
+            .stdin(Stdio::null())
+            .stdout(logf.try_clone()?)
+            .stderr(logf)
+            .spawn()?;
+        register(child.id(), mnt);
+        let mut m = Mount {
+            mnt: mnt.to_path_buf(),
+            log,
+            child: Some(child),
+        };
+        m.wait_ready()?;
+        Ok(m)
+    }
+
+    fn wait_ready(&mut self) -> TestResult {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            if is_mounted(&self.mnt) {
+                return Ok(());
+            }
+            if let Some(child) = self.child.as_mut() {
+                if let Some(status) = child.try_wait()? {
+                    bail!(
+                        "reftablefs mount exited before the mount was ready ({status}); log:\n{}",
+                        self.log()
+                    );
+                }
+            }
+            if Instant::now() > deadline {
+                bail!(
+                    "mount not in /proc/self/mountinfo after 10 s; log:\n{}",
+                    self.log()
+                );
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+
+    /// A path inside the mount.
+    pub fn path(&self, rel: &str) -> PathBuf {
+        self.mnt.join(rel)
+    }
+
+    /// The mount process id.
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(|c| c.id())
+    }
+
+    /// The mount's log so far (stderr and stdout).
+    pub fn log(&self) -> String {
+        fs::read_to_string(&self.log).unwrap_or_else(|e| format!("(no log: {e})"))
+    }
+
+    /// Whether the mount process is still running.
+    pub fn alive(&mut self) -> bool {
+        match self.child.as_mut() {
+            Some(c) => matches!(c.try_wait(), Ok(None)),
+            None => false,
+        }
+    }
+
+    /// `reftablefs unmount MNT`, then waits (10 s) for the mount process to exit 0.
+    pub fn unmount(mut self) -> TestResult {
+        let out = Command::new(BIN).arg("unmount").arg(&self.mnt).output()?;
+        ensure!(
+            out.status.success(),
+            "reftablefs unmount failed ({}): {}",
+            out.status,
+            String::from_utf8_lossy(&out.stderr)
+        );
+        self.wait_exit(Duration::from_secs(10), "after `reftablefs unmount`")
+    }
+
+    /// SIGTERM, then waits (10 s) for the mount process to exit 0 and the mountpoint to go.
+    pub fn terminate(mut self) -> TestResult {
+        if let Some(pid) = self.pid() {
+            signal(pid, "TERM");
+        }
+        self.wait_exit(Duration::from_secs(10), "after SIGTERM")
+    }
+
+    fn wait_exit(&mut self, budget: Duration, when: &str) -> TestResult {
+        let deadline = Instant::now() + budget;
+        let Some(child) = self.child.as_mut() else {
+            return Ok(());
+        };
+        let status = loop {
+            if let Some(status) = child.try_wait()? {
+                break status;
+            }
+            if Instant::now() > deadline {
+                bail!("mount process still running {when}; log:\n{}", self.log());
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        };
+        unregister(child.id());
+        self.child = None;
+        ensure!(
+            status.success(),
+            "mount process exited with {status} {when}; log:\n{}",
+            self.log()
+        );
+        ensure!(!is_mounted(&self.mnt), "mountpoint still mounted {when}");
+        Ok(())
+    }
+
+    /// kill -9 of the mount process; detaches the dead mountpoint.
+    pub fn kill9(mut self) -> TestResult {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+            unregister(child.id());
+        }
+        force_unmount(&self.mnt);
+        ensure!(!is_mounted(&self.mnt), "dead mount could not be detached");
+        Ok(())
+    }
+}
+
+impl Drop for Mount {
+    fn drop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            signal(child.id(), "TERM");
+            let deadline = Instant::now() + Duration::from_secs(5);
+            while matches!(child.try_wait(), Ok(None)) && Instant::now() < deadline {
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            if matches!(child.try_wait(), Ok(None)) {
+                let _ = child.kill();
+            }
+            let _ = child.wait();
+            unregister(child.id());
+        }
+        force_unmount(&self.mnt);
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// git
+
+static TICK: AtomicU64 = AtomicU64::new(0);
+
+/// A repository driven through the machine's git, with a fixed identity and a clock that
+/// advances 60 s per git call (so reflog timestamps are distinct and deterministic).
+pub struct Repo {
+    pub work: PathBuf,
+    pub gitdir: PathBuf,
+    home: PathBuf,
+}
+
+/// Base of the fake clock: 2023-11-14.
+const EPOCH: u64 = 1_700_000_000;
+
+impl Repo {
+    /// `git init --ref-format=<format> -b main <dir>` (format: "reftable" or "files").
+    pub fn init(dir: &Path, format: &str) -> TestResult<Repo> {
+        let home = dir.with_file_name(format!(
+            "{}.home",
+            dir.file_name()
+                .map(|n| n.to_string_lossy().into_owned())
+                .unwrap_or_default()
+        ));
+        fs::create_dir_all(&home)?;
+        let repo = Repo {
+            work: dir.to_path_buf(),
+            gitdir: dir.join(".git"),
+            home,
+        };
+        let parent = dir.parent().unwrap_or(Path::new("/"));
+        let out = repo
+            .command(parent)
+            .args(["init", "-q", "-b", "main"])
+            .arg(format!("--ref-format={format}"))
+            .arg(dir)
+            .output()?;
+        check(&out, "git init")?;
+        Ok(repo)
+    }
+
+    fn command(&self, cwd: &Path) -> Command {
+        let tick = EPOCH + 60 * TICK.fetch_add(1, Ordering::Relaxed);
+        let date = format!("{tick} +0130");
+        let mut cmd = Command::new("git");
+        cmd.current_dir(cwd)
+            .env_remove("GIT_DIR")
+            .env_remove("GIT_WORK_TREE")
+            .env_remove("GIT_INDEX_FILE")
+            .env_remove("GIT_OBJECT_DIRECTORY")
+            .env("HOME", &self.home)
+            .env("GIT_CONFIG_NOSYSTEM", "1")
+            .env("GIT_CONFIG_GLOBAL", "/dev/null")
+            .env("GIT_AUTHOR_NAME", "A U Thor")
+            .env("GIT_AUTHOR_EMAIL", "author@example.com")
+            .env("GIT_COMMITTER_NAME", "C O Mitter")
+            .env("GIT_COMMITTER_EMAIL", "committer@example.com")
+            .env("GIT_AUTHOR_DATE", &date)
+            .env("GIT_COMMITTER_DATE", &date)
+            .env("LC_ALL", "C")
+            .stdin(Stdio::null());
+        cmd
+    }
+
+    /// A git command in the work tree (not yet run).
+    pub fn cmd(&self, args: &[&str]) -> Command {
+        let mut c = self.command(&self.work);
+        c.args(args);
+        c
+    }
+
+    /// Runs git; fails the test unless it exits 0. Returns stdout.
+    pub fn git(&self, args: &[&str]) -> TestResult<String> {
+        let out = self.cmd(args).output()?;
+        check(&out, &format!("git {}", args.join(" ")))?;
+        Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+    }
+
+    /// Runs git with `input` on stdin; fails unless it exits 0. Returns stdout.
+    pub fn git_stdin(&self, args: &[&str], input: &[u8]) -> TestResult<String> {
+        let mut child = self
+            .cmd(args)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()?;
+        if let Some(mut stdin) = child.stdin.take() {
+            stdin.write_all(input)?;
+        }
+        let out = child.wait_with_output()?;
+        check(&out, &format!("git {}", args.join(" ")))?;
+        Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+    }
+
+    /// Runs git and returns the raw output whatever the exit status.
+    pub fn git_output(&self, args: &[&str]) -> TestResult<Output> {
+        Ok(self.cmd(args).output()?)
+    }
+
+    /// An empty commit on the current branch; returns its id.
+    pub fn commit(&self, msg: &str) -> TestResult<String> {
+        self.git(&["commit", "-q", "--allow-empty", "-m", msg])?;
+        self.rev_parse("HEAD")
+    }
+
+    /// `git rev-parse --verify <rev>`.
+    pub fn rev_parse(&self, rev: &str) -> TestResult<String> {
+        Ok(self
+            .git(&["rev-parse", "--verify", "-q", rev])?
+            .trim()
+            .to_string())
+    }
+
+    /// The bytes of `reftable/tables.list`.
+    pub fn tables_list(&self) -> TestResult<Vec<u8>> {
+        Ok(fs::read(self.gitdir.join("reftable/tables.list"))?)
+    }
+}
+
+/// Fails with the command's stderr unless it exited 0.
+pub fn check(out: &Output, what: &str) -> TestResult {
+    ensure!(
+        out.status.success(),
+        "{what} failed ({}):\n{}{}",
+        out.status,
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    Ok(())
+}
+
+/// Runs a plain command (ls, cat, find, stat, …) in `cwd` with a 60 s bound; returns stdout.
+pub fn run_cmd(cwd: &Path, prog: &str, args: &[&str]) -> TestResult<String> {
+    let out = Command::new("timeout")
+        .arg("60")
+        .arg(prog)
+        .args(args)
+        .current_dir(cwd)
+        .env("LC_ALL", "C")
+        .stdin(Stdio::null())
+        .output()?;
+    check(&out, &format!("{prog} {}", args.join(" ")))?;
+    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
+// ---------------------------------------------------------------------------------------
+// errno and trees
+
+/// Asserts that `r` failed with one of the `allowed` errnos.
+pub fn expect_errno<T>(r: io::Result<T>, allowed: &[i32], what: &str) -> TestResult {
+    match r {
+        Ok(_) => bail!("{what}: succeeded, expected errno {}", errno_names(allowed)),
+        Err(e) => {
+            let got = e.raw_os_error().unwrap_or(0);
+            ensure!(
+                allowed.contains(&got),
+                "{what}: failed with {e} (errno {got}), expected {}",
+                errno_names(allowed)
+            );
+            Ok(())
+        }
+    }
+}
+
+fn errno_names(list: &[i32]) -> String {
+    list.iter()
+        .map(|e| io::Error::from_raw_os_error(*e).to_string())
+        .collect::<Vec<_>>()
+        .join(" or ")
+}
+
+/// A file tree: relative path -> content.
+pub type Tree = BTreeMap<String, Vec<u8>>;
+
+/// Every regular file below `root/rel` (recursively), keyed by its path relative to `root`.
+/// Fails on anything that is neither a file nor a directory, and checks that the d_type
+/// reported by readdir agrees with stat.
+pub fn read_tree(root: &Path, rel: &str, tree: &mut Tree) -> TestResult {
+    let dir = root.join(rel);
+    for entry in fs::read_dir(&dir).map_err(|e| format!("readdir {}: {e}", dir.display()))? {
+        let entry = entry?;
+        let name = entry.file_name().to_string_lossy().into_owned();
+        let path = if rel.is_empty() {
+            name.clone()
+        } else {
+            format!("{rel}/{name}")
+        };
+        let dtype = entry.file_type()?;
+        let meta = fs::symlink_metadata(entry.path())?;
+        ensure!(
+            dtype.is_dir() == meta.is_dir() && dtype.is_file() == meta.is_file(),
+            "{path}: readdir type {dtype:?} disagrees with stat type {:?}",
+            meta.file_type()
+        );
+        if meta.is_dir() {
+            read_tree(root, &path, tree)?;
+        } else if meta.is_file() {
+            let content = fs::read(entry.path()).map_err(|e| format!("read {path}: {e}"))?;
+            ensure!(
+                meta.len() == content.len() as u64,
+                "{path}: stat size {} but read {} bytes",
+                meta.len(),
+                content.len()
+            );
+            tree.insert(path, content);
+        } else {
+            bail!(
+                "{path}: neither a file nor a directory ({:?})",
+                meta.file_type()
+            );
+        }
+    }
+    Ok(())
+}
+
+/// Writes `tree` below `root` as plain files (the loose-ref layout on local disk).
+pub fn write_tree(root: &Path, tree: &Tree) -> TestResult {
+    for (path, content) in tree {
+        let p = root.join(path);
+        if let Some(parent) = p.parent() {
+            fs::create_dir_all(parent)?;
+        }
+        fs::write(&p, content)?;
+    }
+    Ok(())
+}
+
+/// A readable description of how two trees differ ("" when equal).
+pub fn tree_diff(expected: &Tree, actual: &Tree) -> String {
+    let mut out = String::new();
+    for (path, want) in expected {
+        match actual.get(path) {
+            None => out.push_str(&format!("missing: {path}\n")),
+            Some(got) if got != want => out.push_str(&format!(
+                "differs: {path}\n  expected: {:?}\n  actual:   {:?}\n",
+                String::from_utf8_lossy(want),
+                String::from_utf8_lossy(got)
+            )),
+            Some(_) => {}
+        }
+    }
+    for path in actual.keys() {
+        if !expected.contains_key(path) {
+            out.push_str(&format!("unexpected: {path}\n"));
+        }
+    }
+    out
+}
+
+/// Fails with a readable diff unless the trees are equal.
+pub fn ensure_same_tree(expected: &Tree, actual: &Tree, what: &str) -> TestResult {
+    let diff = tree_diff(expected, actual);
+    ensure!(diff.is_empty(), "{what}: trees differ\n{diff}");
+    Ok(())
+}
+
+/// A small deterministic PRNG (SplitMix64) for picking refs and interleavings.
+pub struct Rng(u64);
+
+impl Rng {
+    pub fn new(seed: u64) -> Rng {
+        Rng(seed)
+    }
+    pub fn next_u64(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+    pub fn below(&mut self, n: usize) -> usize {
+        if n == 0 {
+            0
+        } else {
+            (self.next_u64() % n as u64) as usize
+        }
+    }
+}
+
+/// Polls `cond` every millisecond until it holds or `budget` passes; returns the time it
+/// took, or the last observation as the error.
+pub fn wait_for(
+    budget: Duration,
+    mut cond: impl FnMut() -> Result<(), String>,
+) -> Result<Duration, String> {
+    let start = Instant::now();
+    loop {
+        match cond() {
+            Ok(()) => return Ok(start.elapsed()),
+            Err(last) => {
+                if start.elapsed() > budget {
+                    return Err(last);
+                }
+            }
+        }
+        std::thread::sleep(Duration::from_millis(1));
+    }
+}

@@ -1,0 +1,122 @@
+//! Real-mount tests for `reftablefs mount` (issues 4 and 5), one test binary with a module
+//! per area. Run with `make mount-test` (or `REFTABLEFS_MOUNT_TESTS=1 cargo test --test
+//! mount -- [filter]`). Tests that need a mount print a SKIP line when /dev/fuse,
+//! fusermount3 or the `mount` subcommand is missing, or outside `make mount-test`.
+//! See `harness.rs` for the watchdog and the always-unmount guard.
+
+#[macro_use]
+mod harness;
+mod expected;
+mod read_path;
+mod write_path;
+
+use harness::Test;
+
+const TESTS: &[Test] = &[
+    Test {
+        name: "expected::generator_matches_files_backend",
+        needs_mount: false,
+        timeout_secs: 120,
+        run: expected::generator_matches_files_backend,
+    },
+    Test {
+        name: "expected::scenario_same_shape_in_reftable",
+        needs_mount: false,
+        timeout_secs: 120,
+        run: expected::scenario_same_shape_in_reftable,
+    },
+    Test {
+        name: "read_path::tree_matches_git",
+        needs_mount: true,
+        timeout_secs: 120,
+        run: read_path::tree_matches_git,
+    },
+    Test {
+        name: "read_path::updates_visible_within_bound",
+        needs_mount: true,
+        timeout_secs: 120,
+        run: read_path::updates_visible_within_bound,
+    },
+    Test {
+        name: "read_path::no_torn_reads",
+        needs_mount: true,
+        timeout_secs: 180,
+        run: read_path::no_torn_reads,
+    },
+    Test {
+        name: "read_path::corrupt_table_eio_then_recovers",
+        needs_mount: true,
+        timeout_secs: 120,
+        run: read_path::corrupt_table_eio_then_recovers,
+    },
+    Test {
+        name: "read_path::hundred_k_refs",
+        needs_mount: true,
+        timeout_secs: 300,
+        run: read_path::hundred_k_refs,
+    },
+    Test {
+        name: "write_path::replay_update_existing",
+        needs_mount: true,
+        timeout_secs: 120,
+        run: write_path::replay_update_existing,
+    },
+    Test {
+        name: "write_path::replay_create_in_new_dirs",
+        needs_mount: true,
+        timeout_secs: 120,
+        run: write_path::replay_create_in_new_dirs,
+    },
+    Test {
+        name: "write_path::replay_delete",
+        needs_mount: true,
+        timeout_secs: 120,
+        run: write_path::replay_delete,
+    },
+    Test {
+        name: "write_path::replay_head_symref_change",
+        needs_mount: true,
+        timeout_secs: 120,
+        run: write_path::replay_head_symref_change,
+    },
+    Test {
+        name: "write_path::replay_pack_refs_prune_noop",
+        needs_mount: true,
+        timeout_secs: 120,
+        run: write_path::replay_pack_refs_prune_noop,
+    },
+    Test {
+        name: "write_path::replay_branch_rename",
+        needs_mount: true,
+        timeout_secs: 120,
+        run: write_path::replay_branch_rename,
+    },
+    Test {
+        name: "write_path::parallel_writers_and_git",
+        needs_mount: true,
+        timeout_secs: 300,
+        run: write_path::parallel_writers_and_git,
+    },
+    Test {
+        name: "write_path::bad_inputs_change_nothing",
+        needs_mount: true,
+        timeout_secs: 180,
+        run: write_path::bad_inputs_change_nothing,
+    },
+    Test {
+        name: "write_path::kill9_keeps_fsynced_updates",
+        needs_mount: true,
+        timeout_secs: 180,
+        run: write_path::kill9_keeps_fsynced_updates,
+    },
+    Test {
+        name: "write_path::files_backend_git_through_mount",
+        needs_mount: true,
+        timeout_secs: 180,
+        run: write_path::files_backend_git_through_mount,
+    },
+];
+
+fn main() -> std::process::ExitCode {
+    harness::run_all(TESTS)
+}

@@ -1,0 +1,931 @@
+//! Issue 5: the write path. git's files-backend sequences (files-backend-protocol.md
+//! §3–§8) replayed with plain file operations through the mount; the underlying reftable
+//! repository, read by git 2.47, must then hold exactly the expected refs and reflogs.
+//! Also: parallel writers plus git, bad inputs (errno, nothing written), kill -9.
+
+use crate::expected::{build_scenario, expected_tree};
+use crate::harness::{
+    ensure_same_tree, expect_errno, note, read_tree, Ctx, Mount, Repo, Rng, TestResult, Tree,
+};
+use std::collections::{BTreeMap, HashSet};
+use std::fs::{self, File, OpenOptions};
+use std::io::{self, Write};
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+const IDENT: &str = "Re Player <replay@example.com>";
+
+/// A reflog line as git's files backend appends it.
+fn log_line(old: &str, new: &str, ts: u64, msg: &str) -> String {
+    format!("{old} {new} {IDENT} {ts} +0200\t{msg}\n")
+}
+
+/// `open(path, O_RDWR|O_CREAT|O_EXCL)`: takes a lock file.
+fn lock(path: &Path) -> io::Result<File> {
+    OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create_new(true)
+        .open(path)
+}
+
+/// Writes a ref value into a lock the way git does (hex, then "\n": two writes).
+fn write_lock(mut f: File, value: &str) -> io::Result<()> {
+    if let Some(hex) = value.strip_suffix('\n') {
+        f.write_all(hex.as_bytes())?;
+        f.write_all(b"\n")?;
+    } else {
+        f.write_all(value.as_bytes())?;
+    }
+    Ok(())
+}
+
+/// Appends one reflog line with one write (O_WRONLY|O_APPEND|O_CREAT).
+fn append_log(path: &Path, line: &str) -> io::Result<()> {
+    let mut f = OpenOptions::new().append(true).create(true).open(path)?;
+    f.write_all(line.as_bytes())
+}
+
+/// fsync on a ref file: waits for the batch that holds the ref's last update.
+fn sync_ref(m: &Mount, rel: &str) -> TestResult {
+    File::open(m.path(rel))
+        .and_then(|f| f.sync_all())
+        .map_err(|e| format!("fsync {rel} through the mount: {e}"))?;
+    Ok(())
+}
+
+/// The mount's view (everything but `packed-refs`).
+fn mount_tree(m: &Mount) -> TestResult<Tree> {
+    let mut tree = Tree::new();
+    read_tree(&m.mnt, "", &mut tree)?;
+    tree.remove("packed-refs");
+    Ok(tree)
+}
+
+/// Both views (the mount, and git on the underlying repository after an fsync) equal the model.
+fn check_model(m: &Mount, repo: &Repo, model: &Tree, sync_on: &str, what: &str) -> TestResult {
+    ensure_same_tree(model, &mount_tree(m)?, &format!("{what}: mount view"))?;
+    sync_ref(m, sync_on)?;
+    ensure_same_tree(
+        model,
+        &expected_tree(repo)?,
+        &format!("{what}: git on the stack after fsync"),
+    )
+}
+
+/// A reftable repo with the standard scenario, mounted read-write.
+fn setup(ctx: &Ctx, extra: &[&str]) -> TestResult<(Repo, Mount, Tree)> {
+    let repo = Repo::init(&ctx.path("repo"), "reftable")?;
+    build_scenario(&repo)?;
+    let model = expected_tree(&repo)?;
+    let m = Mount::start(&repo.gitdir, &ctx.path("mnt"), extra)?;
+    Ok((repo, m, model))
+}
+
+fn content(model: &Tree, rel: &str) -> TestResult<String> {
+    let Some(v) = model.get(rel) else {
+        bail!("model has no {rel}")
+    };
+    Ok(String::from_utf8_lossy(v).into_owned())
+}
+
+fn append_model(model: &mut Tree, rel: &str, line: &str) {
+    model
+        .entry(rel.to_string())
+        .or_default()
+        .extend_from_slice(line.as_bytes());
+}
+
+/// §3: update an existing ref that HEAD points at: lock, two writes, HEAD.lock (empty),
+/// reflog append, rename over the ref, HEAD reflog append, unlink HEAD.lock.
+pub fn replay_update_existing(ctx: &Ctx) -> TestResult {
+    let (repo, m, mut model) = setup(ctx, &[])?;
+    let old = content(&model, "refs/heads/main")?.trim().to_string();
+    let new = repo.rev_parse("refs/heads/main~2")?;
+    let l = lock(&m.path("refs/heads/main.lock"))?;
+    write_lock(l, &format!("{new}\n"))?;
+    let head_lock = lock(&m.path("HEAD.lock"))?;
+    drop(head_lock);
+    let line = log_line(&old, &new, 1_800_000_000, "update-ref: replayed");
+    append_log(&m.path("logs/refs/heads/main"), &line)?;
+    fs::rename(m.path("refs/heads/main.lock"), m.path("refs/heads/main"))?;
+    // Read-your-writes at once, before any batch is written.
+    ensure!(
+        fs::read_to_string(m.path("refs/heads/main"))? == format!("{new}\n"),
+        "the rename is not visible at once"
+    );
+    append_log(&m.path("logs/HEAD"), &line)?;
+    fs::remove_file(m.path("HEAD.lock"))?;
+
+    model.insert("refs/heads/main".into(), format!("{new}\n").into_bytes());
+    append_model(&mut model, "logs/refs/heads/main", &line);
+    append_model(&mut model, "logs/HEAD", &line);
+    check_model(&m, &repo, &model, "refs/heads/main", "§3 update")?;
+    m.unmount()?;
+    ensure_same_tree(&model, &expected_tree(&repo)?, "§3 after unmount")
+}
+
+/// §4: create a ref in new directories (mkdir per level), reflog directories created too.
+pub fn replay_create_in_new_dirs(ctx: &Ctx) -> TestResult {
+    let (repo, m, mut model) = setup(ctx, &[])?;
+    let value = repo.rev_parse("HEAD~1")?;
+    for d in ["refs/heads/feature/deep", "refs/heads/feature/deep/x"] {
+        // feature/ exists already; deep/ and x/ are new (x/ becomes the directory for y).
+        match fs::create_dir(m.path(d)) {
+            Ok(()) => {}
+            Err(e) if e.kind() == io::ErrorKind::AlreadyExists && m.path(d).is_dir() => {}
+            Err(e) => bail!("mkdir {d}: {e}"),
+        }
+    }
+    ensure!(
+        m.path("refs/heads/feature/deep/x").is_dir(),
+        "a new empty directory must exist until rmdir"
+    );
+    let rel = "refs/heads/feature/deep/x/y";
+    expect_errno(
+        lock(&m.path("refs/heads/nonexistent/dir/z.lock")),
+        &[libc::ENOENT],
+        "lock in a missing directory",
+    )?;
+    write_lock(
+        lock(&m.path(&format!("{rel}.lock")))?,
+        &format!("{value}\n"),
+    )?;
+    for d in [
+        "logs/refs/heads/feature/deep",
+        "logs/refs/heads/feature/deep/x",
+    ] {
+        match fs::create_dir(m.path(d)) {
+            Ok(()) => {}
+            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
+            Err(e) => bail!("mkdir {d}: {e}"),
+        }
+    }
+    let null = "0".repeat(value.len());
+    let line = log_line(&null, &value, 1_800_000_100, "branch: Created from HEAD~1");
+    append_log(&m.path(&format!("logs/{rel}")), &line)?;
+    fs::rename(m.path(&format!("{rel}.lock")), m.path(rel))?;
+    model.insert(rel.into(), format!("{value}\n").into_bytes());
+    model.insert(format!("logs/{rel}"), line.into_bytes());
+    check_model(&m, &repo, &model, rel, "§4 create")?;
+
+    // An empty directory can be removed; a non-empty one cannot.
+    fs::create_dir(m.path("refs/heads/empty-dir"))?;
+    expect_errno(
+        fs::remove_dir(m.path("refs/heads/feature")),
+        &[libc::ENOTEMPTY],
+        "rmdir of a directory with refs",
+    )?;
+    fs::remove_dir(m.path("refs/heads/empty-dir"))?;
+    expect_errno(
+        fs::metadata(m.path("refs/heads/empty-dir")),
+        &[libc::ENOENT],
+        "removed directory",
+    )?;
+    m.unmount()?;
+    ensure_same_tree(&model, &expected_tree(&repo)?, "§4 after unmount")
+}
+
+/// Rewrites the mount's `packed-refs` without `refname` the way git does (lock, .new,
+/// rename); returns whether the ref was listed there.
+fn packed_refs_without(m: &Mount, refname: &str) -> TestResult<bool> {
+    drop(lock(&m.path("packed-refs.lock"))?);
+    let packed = fs::read_to_string(m.path("packed-refs"))?;
+    let mut out = String::new();
+    let mut skipping = false;
+    let mut listed = false;
+    for line in packed.lines() {
+        if line.starts_with('^') {
+            if !skipping {
+                out.push_str(line);
+                out.push('\n');
+            }
+            continue;
+        }
+        skipping = line.split_once(' ').map(|(_, n)| n) == Some(refname);
+        listed |= skipping;
+        if !skipping {
+            out.push_str(line);
+            out.push('\n');
+        }
+    }
+    if listed {
+        let mut f = lock(&m.path("packed-refs.new"))?;
+        f.write_all(out.as_bytes())?;
+        drop(f);
+        fs::rename(m.path("packed-refs.new"), m.path("packed-refs"))?;
+    }
+    Ok(listed)
+}
+
+/// §5: delete a ref: x.lock (empty), packed-refs dance, unlink the reflog, unlink the ref,
+/// unlink the locks, rmdir empty parents.
+pub fn replay_delete(ctx: &Ctx) -> TestResult {
+    let (repo, m, mut model) = setup(ctx, &[])?;
+    let rel = "refs/heads/topic/deep/nested/branch";
+    drop(lock(&m.path(&format!("{rel}.lock")))?);
+    let _ = fs::read(m.path(rel))?;
+    let listed = packed_refs_without(&m, rel)?;
+    match fs::remove_file(m.path(&format!("logs/{rel}"))) {
+        Ok(()) => {}
+        Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+        Err(e) => bail!("unlink reflog: {e}"),
+    }
+    for d in [
+        "logs/refs/heads/topic/deep/nested",
+        "logs/refs/heads/topic/deep",
+        "logs/refs/heads/topic",
+    ] {
+        if fs::remove_dir(m.path(d)).is_err() {
+            break;
+        }
+    }
+    fs::remove_file(m.path(rel))?;
+    fs::remove_file(m.path(&format!("{rel}.lock")))?;
+    fs::remove_file(m.path("packed-refs.lock"))?;
+    for d in [
+        "refs/heads/topic/deep/nested",
+        "refs/heads/topic/deep",
+        "refs/heads/topic",
+    ] {
+        if fs::remove_dir(m.path(d)).is_err() {
+            break;
+        }
+    }
+    note(&format!(
+        "deleted ref was {}listed in the served packed-refs",
+        if listed { "" } else { "not " }
+    ));
+    model.remove(rel);
+    model.remove(&format!("logs/{rel}"));
+    check_model(&m, &repo, &model, "refs/heads/main", "§5 delete")?;
+    expect_errno(
+        fs::metadata(m.path("refs/heads/topic")),
+        &[libc::ENOENT],
+        "emptied directory after rmdir",
+    )?;
+    m.unmount()?;
+    ensure!(
+        repo.git_output(&["rev-parse", "--verify", "-q", rel])?
+            .stdout
+            .is_empty(),
+        "ref still resolves"
+    );
+    ensure_same_tree(&model, &expected_tree(&repo)?, "§5 after unmount")
+}
+
+/// §6: HEAD becomes a symref to another branch: HEAD.lock with one write, reflog, rename.
+pub fn replay_head_symref_change(ctx: &Ctx) -> TestResult {
+    let (repo, m, mut model) = setup(ctx, &[])?;
+    let old = repo.rev_parse("HEAD")?;
+    let new = repo.rev_parse("refs/heads/topic/deep/nested/branch")?;
+    let mut l = lock(&m.path("HEAD.lock"))?;
+    l.write_all(b"ref: refs/heads/topic/deep/nested/branch\n")?;
+    drop(l);
+    let line = log_line(
+        &old,
+        &new,
+        1_800_000_200,
+        "checkout: moving from main to topic/deep/nested/branch",
+    );
+    append_log(&m.path("logs/HEAD"), &line)?;
+    fs::rename(m.path("HEAD.lock"), m.path("HEAD"))?;
+    model.insert(
+        "HEAD".into(),
+        b"ref: refs/heads/topic/deep/nested/branch\n".to_vec(),
+    );
+    append_model(&mut model, "logs/HEAD", &line);
+    check_model(&m, &repo, &model, "HEAD", "§6 HEAD symref")?;
+    m.terminate()?; // SIGTERM unmounts cleanly
+    ensure!(
+        repo.git(&["symbolic-ref", "HEAD"])?.trim() == "refs/heads/topic/deep/nested/branch",
+        "git symbolic-ref HEAD disagrees"
+    );
+    ensure_same_tree(&model, &expected_tree(&repo)?, "§6 after unmount")
+}
+
+fn walk_loose(root: &Path, rel: &str, out: &mut Vec<(String, String)>) -> TestResult {
+    for e in fs::read_dir(root.join(rel))? {
+        let e = e?;
+        let name = e.file_name().to_string_lossy().into_owned();
+        if name.starts_with('.') || name.ends_with(".lock") {
+            continue;
+        }
+        let path = format!("{rel}/{name}");
+        if e.file_type()?.is_dir() {
+            walk_loose(root, &path, out)?;
+        } else {
+            let v = fs::read_to_string(e.path())?;
+            if !v.starts_with("ref:") {
+                out.push((path, v.trim().to_string()));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// §8: `pack-refs --all --prune` replayed: write packed-refs.new with every loose ref,
+/// rename it, then lock + unlink each loose copy and rmdir empty parents. Changes nothing:
+/// same refs, same reflogs, `tables.list` byte for byte.
+pub fn replay_pack_refs_prune_noop(ctx: &Ctx) -> TestResult {
+    let (repo, m, model) = setup(ctx, &[])?;
+    let tables_before = repo.tables_list()?;
+    drop(lock(&m.path("packed-refs.lock"))?);
+    let _ = fs::read(m.path("packed-refs"))?;
+    let mut loose = Vec::new();
+    walk_loose(&m.mnt, "refs", &mut loose)?;
+    loose.sort();
+    let peeled: BTreeMap<String, String> = repo
+        .git(&["for-each-ref", "--format=%(refname) %(*objectname)"])?
+        .lines()
+        .filter_map(|l| {
+            l.split_once(' ')
+                .filter(|(_, p)| !p.is_empty())
+                .map(|(a, b)| (a.to_string(), b.to_string()))
+        })
+        .collect();
+    let mut packed = String::from("# pack-refs with: peeled fully-peeled sorted \n");
+    for (name, oid) in &loose {
+        packed.push_str(&format!("{oid} {name}\n"));
+        if let Some(p) = peeled.get(name) {
+            packed.push_str(&format!("^{p}\n"));
+        }
+    }
+    let mut f = lock(&m.path("packed-refs.new"))?;
+    f.write_all(packed.as_bytes())?;
+    drop(f);
+    fs::rename(m.path("packed-refs.new"), m.path("packed-refs"))?;
+    fs::remove_file(m.path("packed-refs.lock"))?;
+    for (name, oid) in &loose {
+        drop(lock(&m.path(&format!("{name}.lock")))?);
+        let v = fs::read_to_string(m.path(name))?;
+        ensure!(v.trim() == oid, "{name} changed under the pack lock: {v:?}");
+        fs::remove_file(m.path(name))?;
+        fs::remove_file(m.path(&format!("{name}.lock")))?;
+        let mut dir = Path::new(name).parent();
+        while let Some(d) = dir.filter(|d| d.components().count() > 2) {
+            if fs::remove_dir(m.path(&d.to_string_lossy())).is_err() {
+                break;
+            }
+            dir = d.parent();
+        }
+    }
+    // Every ref still appears as a loose file with its value; git sees no change.
+    check_model(&m, &repo, &model, "refs/heads/main", "§8 pack-refs --prune")?;
+    m.unmount()?;
+    ensure!(
+        repo.tables_list()? == tables_before,
+        "pack-refs + prune through the mount wrote a table"
+    );
+    ensure_same_tree(&model, &expected_tree(&repo)?, "§8 after unmount")
+}
+
+/// §7.4: `git branch -m feature/login renamed/login` replayed: the reflog moves through
+/// logs/refs/.tmp-renamed-log, the old ref is deleted, the new one created with a
+/// "Branch: renamed" entry appended to the moved reflog.
+pub fn replay_branch_rename(ctx: &Ctx) -> TestResult {
+    let (repo, m, mut model) = setup(ctx, &[])?;
+    let (old, new) = ("refs/heads/feature/login", "refs/heads/renamed/login");
+    let value = content(&model, old)?.trim().to_string();
+    fs::rename(
+        m.path(&format!("logs/{old}")),
+        m.path("logs/refs/.tmp-renamed-log"),
+    )?;
+    drop(lock(&m.path(&format!("{old}.lock")))?);
+    packed_refs_without(&m, old)?;
+    let _ = fs::remove_file(m.path(&format!("logs/{old}")));
+    fs::remove_file(m.path(old))?;
+    fs::remove_file(m.path(&format!("{old}.lock")))?;
+    let _ = fs::remove_file(m.path("packed-refs.lock"));
+    let _ = fs::remove_dir(m.path("refs/heads/feature"));
+    fs::create_dir(m.path("refs/heads/renamed"))?;
+    fs::create_dir_all(m.path("logs/refs/heads/renamed"))?;
+    fs::rename(
+        m.path("logs/refs/.tmp-renamed-log"),
+        m.path(&format!("logs/{new}")),
+    )?;
+    write_lock(
+        lock(&m.path(&format!("{new}.lock")))?,
+        &format!("{value}\n"),
+    )?;
+    let line = log_line(
+        &value,
+        &value,
+        1_800_000_300,
+        &format!("Branch: renamed {old} to {new}"),
+    );
+    append_log(&m.path(&format!("logs/{new}")), &line)?;
+    fs::rename(m.path(&format!("{new}.lock")), m.path(new))?;
+
+    let moved = model.remove(&format!("logs/{old}")).unwrap_or_default();
+    model.remove(old);
+    model.insert(new.into(), format!("{value}\n").into_bytes());
+    model.insert(format!("logs/{new}"), moved);
+    append_model(&mut model, &format!("logs/{new}"), &line);
+    check_model(&m, &repo, &model, new, "§7.4 branch rename")?;
+    m.unmount()?;
+    ensure_same_tree(&model, &expected_tree(&repo)?, "§7.4 after unmount")
+}
+
+/// 1000 lock+rename updates from 4 writers (own refs and contended shared refs, EEXIST
+/// retries) while git 2.47 writes other refs directly: final state equals the model, every
+/// update has a reflog entry, `git fsck` and `git refs verify` are clean.
+pub fn parallel_writers_and_git(ctx: &Ctx) -> TestResult {
+    let repo = Arc::new(Repo::init(&ctx.path("repo"), "reftable")?);
+    let mut oids = Vec::new();
+    for i in 0..5 {
+        oids.push(repo.commit(&format!("c{i}"))?);
+    }
+    let m = Mount::start(&repo.gitdir, &ctx.path("mnt"), &[])?;
+    let oids = Arc::new(oids);
+    let ticket = Arc::new(AtomicU64::new(0));
+    let held: Arc<Mutex<HashSet<String>>> = Arc::new(Mutex::new(HashSet::new()));
+    fs::create_dir(m.path("refs/heads/shared"))?;
+    let mut writers = Vec::new();
+    for t in 0..4u64 {
+        let (root, oids, ticket, held) =
+            (m.mnt.clone(), oids.clone(), ticket.clone(), held.clone());
+        writers.push(std::thread::spawn(
+            move || -> Result<Vec<(String, u64, String)>, String> {
+                let mut rng = Rng::new(t + 1);
+                let mut done = Vec::new();
+                let own = format!("refs/heads/w{t}");
+                match fs::create_dir(root.join(&own)) {
+                    Ok(()) => {}
+                    Err(e) => return Err(format!("mkdir {own}: {e}")),
+                }
+                for k in 0..250 {
+                    let name = if k % 2 == 0 {
+                        format!("{own}/r{}", k % 20)
+                    } else {
+                        format!("refs/heads/shared/s{}", rng.below(5))
+                    };
+                    let lockp = root.join(format!("{name}.lock"));
+                    let started = Instant::now();
+                    let f = loop {
+                        match lock(&lockp) {
+                            Ok(f) => break f,
+                            Err(e) if e.raw_os_error() == Some(libc::EEXIST) => {
+                                if started.elapsed() > Duration::from_secs(10) {
+                                    return Err(format!("{name}.lock held for 10 s"));
+                                }
+                                std::thread::sleep(Duration::from_micros(
+                                    200 + rng.below(800) as u64,
+                                ));
+                            }
+                            Err(e) => return Err(format!("lock {name}: {e}")),
+                        }
+                    };
+                    {
+                        let mut h = held.lock().map_err(|_| "poisoned")?;
+                        if !h.insert(name.clone()) {
+                            return Err(format!(
+                                "two writers hold {name}.lock at once (O_EXCL not atomic)"
+                            ));
+                        }
+                    }
+                    // Like git, read the current value under the lock; always change it,
+                    // so every rename is a real update that must get a reflog entry.
+                    let current = fs::read_to_string(root.join(&name)).unwrap_or_default();
+                    let mut value = &oids[rng.below(oids.len())];
+                    while current.trim() == value.as_str() {
+                        value = &oids[rng.below(oids.len())];
+                    }
+                    write_lock(f, &format!("{value}\n"))
+                        .map_err(|e| format!("write {name}.lock: {e}"))?;
+                    let n = ticket.fetch_add(1, Ordering::SeqCst);
+                    held.lock().map_err(|_| "poisoned")?.remove(&name);
+                    fs::rename(&lockp, root.join(&name))
+                        .map_err(|e| format!("rename {name}: {e}"))?;
+                    done.push((name, n, value.clone()));
+                }
+                Ok(done)
+            },
+        ));
+    }
+    // git writes its own refs directly on the stack meanwhile.
+    let git_repo = repo.clone();
+    let git_oids = oids.clone();
+    let git_writer = std::thread::spawn(move || -> Result<Vec<(String, String)>, String> {
+        let mut done = Vec::new();
+        for i in 0..40 {
+            let name = format!("refs/heads/git/g{}", i % 10);
+            let value = git_oids[i % git_oids.len()].clone();
+            let mut ok = false;
+            for _ in 0..20 {
+                let out = git_repo
+                    .git_output(&[
+                        "-c",
+                        "reftable.lockTimeout=5000",
+                        "update-ref",
+                        &name,
+                        &value,
+                    ])
+                    .map_err(|e| e.to_string())?;
+                if out.status.success() {
+                    ok = true;
+                    break;
+                }
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            if !ok {
+                return Err(format!("git update-ref {name} kept failing"));
+            }
+            done.push((name, value));
+        }
+        Ok(done)
+    });
+    let mut model: BTreeMap<String, (u64, String)> = BTreeMap::new();
+    let mut counts: BTreeMap<String, usize> = BTreeMap::new();
+    for w in writers {
+        for (name, n, value) in w.join().map_err(|_| "writer panicked")?? {
+            *counts.entry(name.clone()).or_default() += 1;
+            let e = model.entry(name).or_insert((n, value.clone()));
+            if n >= e.0 {
+                *e = (n, value);
+            }
+        }
+    }
+    let mut expected: BTreeMap<String, String> =
+        model.into_iter().map(|(k, (_, v))| (k, v)).collect();
+    for (name, value) in git_writer.join().map_err(|_| "git writer panicked")?? {
+        expected.insert(name, value);
+    }
+    expected.insert("refs/heads/main".into(), oids[4].clone());
+    sync_ref(&m, "refs/heads/shared/s0")?;
+    m.unmount()?;
+
+    let actual: BTreeMap<String, String> = repo
+        .git(&["for-each-ref", "--format=%(refname) %(objectname)"])?
+        .lines()
+        .filter_map(|l| {
+            l.split_once(' ')
+                .map(|(a, b)| (a.to_string(), b.to_string()))
+        })
+        .collect();
+    if actual != expected {
+        let mut diff = String::new();
+        for (k, v) in &expected {
+            if actual.get(k) != Some(v) {
+                diff.push_str(&format!("{k}: expected {v}, got {:?}\n", actual.get(k)));
+            }
+        }
+        for k in actual.keys().filter(|k| !expected.contains_key(*k)) {
+            diff.push_str(&format!("unexpected {k}\n"));
+        }
+        bail!("final refs differ from the model:\n{diff}");
+    }
+    for (name, n) in &counts {
+        let log = repo.git(&["log", "-g", "--format=%H", name, "--"])?;
+        ensure!(
+            log.lines().count() == *n,
+            "{name}: {n} updates but {} reflog entries",
+            log.lines().count()
+        );
+    }
+    crate::harness::check(&repo.git_output(&["fsck", "--no-progress"])?, "git fsck")?;
+    let verify = repo.git_output(&["refs", "verify"])?;
+    crate::harness::check(&verify, "git refs verify")?;
+    ensure!(
+        verify.stderr.is_empty(),
+        "git refs verify warns: {}",
+        String::from_utf8_lossy(&verify.stderr)
+    );
+    Ok(())
+}
+
+/// Runs `dd of=PATH` (O_WRONLY|O_CREAT|O_TRUNC) with `data`; dd checks write and close,
+/// so an error at flush time (close) reaches us. Returns the errno-ish message on failure.
+fn dd_write(path: &Path, data: &[u8], append: bool) -> TestResult<Result<(), String>> {
+    let flags: &[&str] = if append {
+        &["oflag=append", "conv=notrunc"]
+    } else {
+        &[]
+    };
+    let mut child = Command::new("timeout")
+        .args(["20", "dd", "status=none"])
+        .args(flags)
+        .arg(format!("of={}", path.display()))
+        .stdin(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()?;
+    if let Some(mut stdin) = child.stdin.take() {
+        stdin.write_all(data)?;
+    }
+    let out = child.wait_with_output()?;
+    Ok(if out.status.success() {
+        Ok(())
+    } else {
+        Err(String::from_utf8_lossy(&out.stderr).into_owned())
+    })
+}
+
+/// Every bad input gives the right errno and writes nothing: `tables.list` stays byte for
+/// byte the same, the refs and reflogs keep their values.
+pub fn bad_inputs_change_nothing(ctx: &Ctx) -> TestResult {
+    let (repo, m, model) = setup(ctx, &[])?;
+    let tables = repo.tables_list()?;
+    let main = content(&model, "refs/heads/main")?;
+    let p = |rel: &str| m.path(rel);
+    let unchanged = |what: &str| -> TestResult {
+        sync_ref(&m, "refs/heads/main")?;
+        ensure!(repo.tables_list()? == tables, "{what}: tables.list changed");
+        ensure!(
+            fs::read_to_string(p("refs/heads/main"))? == main,
+            "{what}: refs/heads/main changed"
+        );
+        Ok(())
+    };
+    let rollback = |rel: &str| {
+        let _ = fs::remove_file(p(rel));
+    };
+
+    // Bad content committed by rename.
+    for (i, bad) in [
+        "not a hex id\n",
+        "0123456789abcdef\n",
+        "ref: refs/heads/bad..name\n",
+        "ref: \n",
+        "",
+    ]
+    .iter()
+    .enumerate()
+    {
+        write_lock(lock(&p("refs/heads/main.lock"))?, bad)?;
+        expect_errno(
+            fs::rename(p("refs/heads/main.lock"), p("refs/heads/main")),
+            &[libc::EINVAL],
+            &format!("rename of a lock holding {bad:?}"),
+        )?;
+        rollback("refs/heads/main.lock");
+        unchanged(&format!("bad content #{i}"))?;
+    }
+    // Bad content written in place (no lock): the error reaches close().
+    let r = dd_write(&p("refs/heads/main"), b"garbage\n", false)?;
+    ensure!(
+        r.as_ref()
+            .is_err_and(|msg| msg.contains("Invalid argument")),
+        "in-place write of garbage: expected EINVAL at write/close, got {r:?}"
+    );
+    unchanged("in-place garbage")?;
+    // Bad ref names (refused at create or at the rename).
+    let oid = main.trim().to_string();
+    for bad in [
+        "refs/heads/bad..name",
+        "refs/heads/sp ace",
+        "refs/heads/tilde~1",
+        "refs/heads/end.",
+        "refs/heads/x@{y",
+    ] {
+        match lock(&p(&format!("{bad}.lock"))) {
+            Err(e) => expect_errno(
+                Err::<(), _>(e),
+                &[libc::EINVAL],
+                &format!("create {bad}.lock"),
+            )?,
+            Ok(f) => {
+                write_lock(f, &format!("{oid}\n"))?;
+                expect_errno(
+                    fs::rename(p(&format!("{bad}.lock")), p(bad)),
+                    &[libc::EINVAL],
+                    &format!("rename to {bad}"),
+                )?;
+                rollback(&format!("{bad}.lock"));
+            }
+        }
+        unchanged(&format!("bad name {bad}"))?;
+    }
+    // D/F conflicts.
+    expect_errno(
+        lock(&p("refs/heads/main/sub.lock")),
+        &[libc::ENOTDIR],
+        "lock below a ref",
+    )?;
+    expect_errno(
+        fs::create_dir(p("refs/heads/main")),
+        &[libc::EEXIST],
+        "mkdir over a ref",
+    )?;
+    write_lock(lock(&p("refs/heads/feature.lock"))?, &format!("{oid}\n"))?;
+    expect_errno(
+        fs::rename(p("refs/heads/feature.lock"), p("refs/heads/feature")),
+        &[libc::EISDIR, libc::ENOTEMPTY, libc::EEXIST],
+        "rename over a directory of refs",
+    )?;
+    rollback("refs/heads/feature.lock");
+    expect_errno(
+        fs::remove_dir(p("refs/heads/feature")),
+        &[libc::ENOTEMPTY],
+        "rmdir of a directory with refs",
+    )?;
+    unchanged("D/F conflicts")?;
+    // A held lock: EEXIST, also between threads racing for it.
+    let held = lock(&p("refs/heads/main.lock"))?;
+    expect_errno(
+        lock(&p("refs/heads/main.lock")),
+        &[libc::EEXIST],
+        "second lock",
+    )?;
+    drop(held);
+    rollback("refs/heads/main.lock");
+    let winners = Arc::new(AtomicU64::new(0));
+    let go = Arc::new(AtomicBool::new(false));
+    let racers: Vec<_> = (0..8)
+        .map(|_| {
+            let (path, winners, go) = (p("refs/heads/race.lock"), winners.clone(), go.clone());
+            std::thread::spawn(move || -> Result<(), String> {
+                while !go.load(Ordering::Acquire) {
+                    std::hint::spin_loop();
+                }
+                match lock(&path) {
+                    Ok(_) => {
+                        winners.fetch_add(1, Ordering::SeqCst);
+                        Ok(())
+                    }
+                    Err(e) if e.raw_os_error() == Some(libc::EEXIST) => Ok(()),
+                    Err(e) => Err(format!("racing lock: {e}")),
+                }
+            })
+        })
+        .collect();
+    go.store(true, Ordering::Release);
+    for r in racers {
+        r.join().map_err(|_| "racer panicked")??;
+    }
+    ensure!(
+        winners.load(Ordering::SeqCst) == 1,
+        "{} racers got the same lock",
+        winners.load(Ordering::SeqCst)
+    );
+    rollback("refs/heads/race.lock");
+    unchanged("held lock")?;
+    // A malformed reflog line.
+    // (dd reports an error from write or from close, where a flush-time error lands.)
+    let r = dd_write(
+        &p("logs/refs/heads/main"),
+        b"this is not a reflog line\n",
+        true,
+    )?;
+    ensure!(
+        r.as_ref()
+            .is_err_and(|msg| msg.contains("Invalid argument")),
+        "append of a malformed reflog line: expected EINVAL at write/close, got {r:?}"
+    );
+    unchanged("malformed reflog line")?;
+
+    ensure_same_tree(&model, &mount_tree(&m)?, "mount view after bad inputs")?;
+    m.unmount()?;
+    ensure!(
+        repo.tables_list()? == tables,
+        "tables.list changed by the bad inputs (after unmount)"
+    );
+    ensure_same_tree(&model, &expected_tree(&repo)?, "git view after bad inputs")
+}
+
+/// kill -9 of the mount during heavy writes: the stack stays readable by git, and after a
+/// remount every update acknowledged by an fsync is present.
+pub fn kill9_keeps_fsynced_updates(ctx: &Ctx) -> TestResult {
+    let repo = Repo::init(&ctx.path("repo"), "reftable")?;
+    let a = repo.commit("a")?;
+    let b = repo.commit("b")?;
+    let m = Mount::start(&repo.gitdir, &ctx.path("mnt"), &[])?;
+    fs::create_dir(m.path("refs/heads/crash"))?;
+    let root = m.mnt.clone();
+    let stop = Arc::new(AtomicBool::new(false));
+    let stop_w = stop.clone();
+    let writer = std::thread::spawn(move || -> Vec<(String, String)> {
+        let mut acked = Vec::new();
+        let mut i = 0u64;
+        while !stop_w.load(Ordering::Relaxed) {
+            let name = format!("refs/heads/crash/c{i:06}");
+            let value = if i % 2 == 0 { &a } else { &b };
+            let step = lock(&root.join(format!("{name}.lock")))
+                .and_then(|f| write_lock(f, &format!("{value}\n")))
+                .and_then(|()| fs::rename(root.join(format!("{name}.lock")), root.join(&name)));
+            if step.is_err() {
+                break; // the mount is gone
+            }
+            if i % 10 == 9
+                && File::open(root.join(&name))
+                    .and_then(|f| f.sync_all())
+                    .is_ok()
+            {
+                acked.push((name, value.clone()));
+            }
+            i += 1;
+        }
+        acked
+    });
+    std::thread::sleep(Duration::from_millis(1500));
+    m.kill9()?;
+    stop.store(true, Ordering::Relaxed);
+    let acked = writer.join().map_err(|_| "writer panicked")?;
+    ensure!(
+        acked.len() >= 5,
+        "only {} fsync-acknowledged updates before the kill; test proved nothing",
+        acked.len()
+    );
+
+    crate::harness::check(
+        &repo.git_output(&["for-each-ref"])?,
+        "git for-each-ref after kill -9",
+    )?;
+    let lock_left = repo.gitdir.join("reftable/tables.list.lock").exists();
+    note(&format!(
+        "{} acknowledged updates; tables.list.lock left behind: {lock_left}",
+        acked.len()
+    ));
+    let m = Mount::start(&repo.gitdir, &ctx.path("mnt"), &[])?;
+    let mut missing = Vec::new();
+    for (name, value) in &acked {
+        let via_git = repo.git_output(&["rev-parse", "--verify", "-q", name])?;
+        let via_mount = fs::read_to_string(m.path(name)).unwrap_or_default();
+        if String::from_utf8_lossy(&via_git.stdout).trim() != value || via_mount.trim() != value {
+            missing.push(name.clone());
+        }
+    }
+    ensure!(
+        missing.is_empty(),
+        "{} acknowledged updates lost after kill -9: {missing:?}",
+        missing.len()
+    );
+    m.unmount()
+}
+
+/// A real files-backend git (2.47 on a files-format view: GIT_DIR=<mount>, objects from
+/// the repository) runs update-ref, branch, branch -m, symbolic-ref, tag -d and
+/// `pack-refs --all --prune` through the mount; git on the reftable stack agrees.
+pub fn files_backend_git_through_mount(ctx: &Ctx) -> TestResult {
+    let (repo, m, _) = setup(ctx, &[])?;
+    let through = |args: &[&str]| -> TestResult<String> {
+        let mut full = vec!["-c", "core.logAllRefUpdates=true"];
+        full.extend_from_slice(args);
+        let out = repo
+            .cmd(&full)
+            .env("GIT_DIR", &m.mnt)
+            .env("GIT_OBJECT_DIRECTORY", repo.gitdir.join("objects"))
+            .output()?;
+        crate::harness::check(&out, &format!("git {} through the mount", args.join(" ")))?;
+        Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+    };
+    let tables_before = repo.tables_list()?;
+    through(&["pack-refs", "--all", "--prune"])?;
+    sync_ref(&m, "refs/heads/main")?;
+    ensure!(
+        repo.tables_list()? == tables_before,
+        "files-backend `pack-refs --all --prune` changed the stack"
+    );
+    let c1 = repo.rev_parse("HEAD~1")?;
+    through(&[
+        "update-ref",
+        "-m",
+        "via files backend",
+        "refs/heads/main",
+        &c1,
+    ])?;
+    through(&["branch", "made/through/mount", "HEAD"])?;
+    through(&["branch", "-m", "made/through/mount", "moved"])?;
+    through(&[
+        "symbolic-ref",
+        "-m",
+        "via mount",
+        "HEAD",
+        "refs/heads/moved",
+    ])?;
+    through(&["tag", "-d", "v1.0"])?;
+    through(&["update-ref", "-d", "refs/heads/with-dash_under.score"])?;
+    sync_ref(&m, "refs/heads/moved")?;
+    let fmt = "--format=%(refname) %(objectname) %(symref)";
+    let via_mount = through(&["for-each-ref", "--include-root-refs", fmt])?;
+    let direct = repo.git(&["for-each-ref", "--include-root-refs", fmt])?;
+    ensure!(
+        via_mount == direct,
+        "files-backend view vs stack:\n{via_mount}\nvs\n{direct}"
+    );
+    ensure!(
+        repo.rev_parse("refs/heads/main")? == c1,
+        "update-ref through the mount lost"
+    );
+    ensure!(
+        repo.git(&["symbolic-ref", "HEAD"])?.trim() == "refs/heads/moved",
+        "HEAD not moved"
+    );
+    ensure!(
+        repo.git_output(&["rev-parse", "-q", "--verify", "refs/tags/v1.0"])?
+            .stdout
+            .is_empty(),
+        "tag -d lost"
+    );
+    let log = repo.git(&["reflog", "show", "--format=%gs", "refs/heads/moved"])?;
+    ensure!(
+        log.lines()
+            .next()
+            .is_some_and(|l| l.starts_with("Branch: renamed")),
+        "moved reflog: {log}"
+    );
+    m.unmount()?;
+    crate::harness::check(&repo.git_output(&["refs", "verify"])?, "git refs verify")
+}

@@ -1,0 +1,166 @@
+//! `reftablefs mount [--read-only] [--daemon] [--batch-window MS] [--batch-max N] [--no-fsync]
+//! GITDIR MOUNTPOINT` and `reftablefs unmount MOUNTPOINT`.
+//!
+//! Foreground by default, one log line per error on stderr; exits 0 after a clean unmount.
+//! `--daemon` starts the same command in the background and returns once the mount is
+//! ready (listed in `/proc/self/mountinfo`), or fails with the child's reason.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, ExitCode, Stdio};
+use std::time::{Duration, Instant};
+
+use crate::cli::Args;
+use crate::fs::{self, MountOptions};
+use crate::{Error, Result};
+
+fn usage(msg: &str) -> Result<ExitCode> {
+    eprintln!("reftablefs mount: {msg}");
+    eprintln!(
+        "usage: reftablefs mount [--read-only] [--daemon] [--batch-window MS] [--batch-max N] [--no-fsync] GITDIR MOUNTPOINT"
+    );
+    Ok(ExitCode::from(129))
+}
+
+/// Runs `reftablefs mount`.
+pub fn run(mut args: Args) -> Result<ExitCode> {
+    let mut opts = MountOptions::default();
+    let mut daemon = false;
+    let mut positional: Vec<PathBuf> = Vec::new();
+    while !args.is_empty() {
+        if args.flag("--read-only") {
+            opts.read_only = true;
+        } else if args.flag("--daemon") {
+            daemon = true;
+        } else if args.flag("--no-fsync") {
+            opts.fsync = false;
+        } else if let Some(v) = args.value("--batch-window") {
+            match v.to_str().and_then(|s| s.parse::<u64>().ok()) {
+                Some(ms) => opts.batch_window = Duration::from_millis(ms),
+                None => return usage("--batch-window takes a number of milliseconds"),
+            }
+        } else if let Some(v) = args.value("--batch-max") {
+            match v
+                .to_str()
+                .and_then(|s| s.parse::<usize>().ok())
+                .filter(|&n| n > 0)
+            {
+                Some(n) => opts.batch_max = n,
+                None => return usage("--batch-max takes a positive number"),
+            }
+        } else if args.peek_is_option() {
+            return usage(&format!(
+                "unknown option '{}'",
+                args.peek().unwrap_or_default()
+            ));
+        } else if let Some(p) = args.next_path() {
+            positional.push(p);
+        }
+    }
+    let [gitdir, mountpoint] = positional.as_slice() else {
+        return usage("expected GITDIR and MOUNTPOINT");
+    };
+    if daemon {
+        return spawn_daemon(mountpoint);
+    }
+    let reftable_dir = reftable_dir(gitdir)?;
+    fs::check_mountpoint(mountpoint)?;
+    let src = crate::fs::stack_source::open(gitdir, &reftable_dir, &opts)?;
+    fs::mount(src, &reftable_dir, mountpoint, &opts)?;
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `GITDIR/reftable`, after checking that GITDIR is a repository using reftable.
+pub fn reftable_dir(gitdir: &Path) -> Result<PathBuf> {
+    let not_reftable = |why: &str| {
+        Error::Api(format!(
+            "{} is not a reftable repository: {why}",
+            gitdir.display()
+        ))
+    };
+    let config = std::fs::read(gitdir.join("config"))
+        .map_err(|e| not_reftable(&format!("cannot read config: {e}")))?;
+    let config = String::from_utf8_lossy(&config).to_ascii_lowercase();
+    let uses_reftable = config.lines().any(|l| {
+        let l: String = l.chars().filter(|c| !c.is_whitespace()).collect();
+        l == "refstorage=reftable"
+            || l.starts_with("refstorage=reftable#")
+            || l.starts_with("refstorage=reftable;")
+    });
+    if !uses_reftable {
+        return Err(not_reftable("extensions.refStorage is not reftable"));
+    }
+    let dir = gitdir.join("reftable");
+    if !dir.join("tables.list").is_file() {
+        return Err(not_reftable("reftable/tables.list is missing"));
+    }
+    Ok(dir)
+}
+
+/// Re-runs this command without `--daemon`, detached, and waits until the mount is ready.
+fn spawn_daemon(mountpoint: &Path) -> Result<ExitCode> {
+    let exe = std::env::current_exe().map_err(|e| Error::io("current_exe", e))?;
+    let argv: Vec<std::ffi::OsString> = std::env::args_os()
+        .skip(1)
+        .filter(|a| a != "--daemon")
+        .collect();
+    let mut child = Command::new(exe)
+        .args(&argv)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .spawn()
+        .map_err(|e| Error::io("spawn", e))?;
+    let start = Instant::now();
+    loop {
+        if fs::is_mounted(mountpoint) {
+            eprintln!(
+                "reftablefs: mounted on {} (pid {})",
+                mountpoint.display(),
+                child.id()
+            );
+            return Ok(ExitCode::SUCCESS);
+        }
+        if let Ok(Some(status)) = child.try_wait() {
+            eprintln!("reftablefs: mount failed ({status})");
+            return Ok(ExitCode::from(128));
+        }
+        if start.elapsed() > Duration::from_secs(30) {
+            eprintln!("reftablefs: mount not ready after 30 s; giving up");
+            let _ = child.kill();
+            return Ok(ExitCode::from(128));
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+/// Runs `reftablefs unmount MOUNTPOINT`: flushes pending writes (an fsync of the mount's
+/// root directory commits every pending batch), then unmounts.
+pub fn run_unmount(mut args: Args) -> Result<ExitCode> {
+    let Some(mountpoint) = args.next_path() else {
+        eprintln!("usage: reftablefs unmount MOUNTPOINT");
+        return Ok(ExitCode::from(129));
+    };
+    if !fs::is_mounted(&mountpoint) {
+        eprintln!(
+            "reftablefs unmount: {} is not mounted",
+            mountpoint.display()
+        );
+        return Ok(ExitCode::from(1));
+    }
+    if let Ok(dir) = std::fs::File::open(&mountpoint) {
+        if let Err(e) = dir.sync_all() {
+            eprintln!("reftablefs unmount: flushing {}: {e}", mountpoint.display());
+        }
+    }
+    let status = Command::new("fusermount3")
+        .arg("-u")
+        .arg(&mountpoint)
+        .status();
+    if !matches!(status, Ok(s) if s.success()) && !fs::lazy_unmount(&mountpoint) {
+        return Err(Error::Api(format!(
+            "cannot unmount {}: {}",
+            mountpoint.display(),
+            std::io::Error::last_os_error()
+        )));
+    }
+    Ok(ExitCode::SUCCESS)
+}

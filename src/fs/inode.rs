@@ -1,0 +1,170 @@
+//! Stable inode numbers for the life of the mount (and beyond): an inode number is a hash
+//! of the path and its kind, so the same ref always gets the same number and a name that
+//! flips between file and directory gets a new one (the kernel never sees a node change
+//! type). The table remembers only the nodes the kernel holds (lookup count > 0), each as
+//! (parent, last component), and forgets them when the kernel does.
+
+use std::collections::HashMap;
+
+use crate::fs::view::Kind;
+
+/// The root directory's inode number (FUSE's fixed `1`).
+pub const ROOT: u64 = 1;
+
+/// A node the kernel knows about.
+#[derive(Debug)]
+struct Node {
+    parent: u64,
+    name: Box<[u8]>,
+    kind: Kind,
+    nlookup: u64,
+}
+
+/// The inode table.
+#[derive(Debug, Default)]
+pub struct Inodes {
+    nodes: HashMap<u64, Node>,
+}
+
+/// FNV-1a over the path and the kind, never 0 or 1.
+pub fn ino_of(path: &[u8], kind: Kind) -> u64 {
+    if path.is_empty() {
+        return ROOT;
+    }
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for &b in path.iter().chain(std::iter::once(&(kind as u8))) {
+        h ^= u64::from(b);
+        h = h.wrapping_mul(0x0000_0100_0000_01b3);
+    }
+    h.max(2)
+}
+
+impl Inodes {
+    /// An empty table (the root is implicit).
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Records one kernel lookup of `parent/name` (whose full path is `path`) and returns
+    /// its inode number.
+    pub fn remember(&mut self, parent: u64, name: &[u8], path: &[u8], kind: Kind) -> u64 {
+        if path.is_empty() {
+            return ROOT;
+        }
+        let mut ino = ino_of(path, kind);
+        loop {
+            match self.nodes.get_mut(&ino) {
+                None => {
+                    self.nodes.insert(
+                        ino,
+                        Node {
+                            parent,
+                            name: name.into(),
+                            kind,
+                            nlookup: 1,
+                        },
+                    );
+                    return ino;
+                }
+                Some(n) if n.parent == parent && *n.name == *name && n.kind == kind => {
+                    n.nlookup += 1;
+                    return ino;
+                }
+                // A 64-bit hash collision: probe (stable as long as the colliding node lives).
+                Some(_) => ino = ino.wrapping_add(1).max(2),
+            }
+        }
+    }
+
+    /// Drops `n` kernel references to `ino`.
+    pub fn forget(&mut self, ino: u64, n: u64) {
+        if let Some(node) = self.nodes.get_mut(&ino) {
+            node.nlookup = node.nlookup.saturating_sub(n);
+            if node.nlookup == 0 {
+                self.nodes.remove(&ino);
+            }
+        }
+    }
+
+    /// The full path and kind of a known inode, rebuilt from the parent chain.
+    pub fn path(&self, ino: u64, out: &mut Vec<u8>) -> Option<Kind> {
+        out.clear();
+        if ino == ROOT {
+            return Some(Kind::Dir);
+        }
+        let node = self.nodes.get(&ino)?;
+        let kind = node.kind;
+        let mut parts: Vec<&[u8]> = vec![&node.name];
+        let mut p = node.parent;
+        let mut hops = 0;
+        while p != ROOT {
+            let n = self.nodes.get(&p)?;
+            parts.push(&n.name);
+            p = n.parent;
+            hops += 1;
+            if hops > 4096 {
+                return None;
+            }
+        }
+        for (i, part) in parts.iter().rev().enumerate() {
+            if i > 0 {
+                out.push(b'/');
+            }
+            out.extend_from_slice(part);
+        }
+        Some(kind)
+    }
+
+    /// Parent inode and name of a known inode.
+    pub fn parent_and_name(&self, ino: u64) -> Option<(u64, &[u8])> {
+        self.nodes.get(&ino).map(|n| (n.parent, &*n.name))
+    }
+
+    /// Every known inode with its kind (for invalidation passes).
+    pub fn known(&self) -> impl Iterator<Item = (u64, Kind)> + '_ {
+        self.nodes.iter().map(|(&ino, n)| (ino, n.kind))
+    }
+
+    /// Number of known inodes.
+    pub fn len(&self) -> usize {
+        self.nodes.len()
+    }
+
+    /// Whether no inode besides the root is known.
+    pub fn is_empty(&self) -> bool {
+        self.nodes.is_empty()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn stable_numbers_paths_and_forget() {
+        let mut t = Inodes::new();
+        let refs = t.remember(ROOT, b"refs", b"refs", Kind::Dir);
+        let heads = t.remember(refs, b"heads", b"refs/heads", Kind::Dir);
+        let main = t.remember(heads, b"main", b"refs/heads/main", Kind::Ref);
+        assert_eq!(main, ino_of(b"refs/heads/main", Kind::Ref));
+        assert_ne!(main, ino_of(b"refs/heads/main", Kind::Dir));
+        assert_eq!(
+            t.remember(heads, b"main", b"refs/heads/main", Kind::Ref),
+            main
+        );
+        let mut p = Vec::new();
+        assert_eq!(t.path(main, &mut p), Some(Kind::Ref));
+        assert_eq!(p, b"refs/heads/main");
+        t.forget(main, 1);
+        assert!(t.path(main, &mut p).is_some());
+        t.forget(main, 1);
+        assert!(t.path(main, &mut p).is_none());
+        // The number comes back the same.
+        assert_eq!(
+            t.remember(heads, b"main", b"refs/heads/main", Kind::Ref),
+            main
+        );
+        assert_eq!(t.path(ROOT, &mut p), Some(Kind::Dir));
+        assert!(p.is_empty());
+    }
+}

@@ -1,0 +1,218 @@
+//! The FUSE driver (feature `fuse`): serves a reftable stack as git's files-backend layout
+//! (`HEAD`, `refs/…`, `logs/…`, `packed-refs`). See `docs/fuse.md` for the path mapping,
+//! TTLs, errno table and policies.
+//!
+//! Layers inside: [`source`] (the seam to the stack, with an in-memory implementation for
+//! tests), [`view`] (pure path mapping, listing by reseek, rendering), [`inode`] (stable
+//! inode numbers), `state` (caches and handles behind one mutex), `fuse` (the request
+//! handlers), `watch` (inotify → reload → kernel invalidation).
+
+pub mod inode;
+pub mod source;
+pub mod stack_source;
+pub mod view;
+
+mod fuse;
+mod state;
+mod watch;
+
+use std::ffi::CString;
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use fuser::{Config, MountOption, Session};
+
+use crate::{Error, Result};
+
+pub use state::Shared;
+
+/// Mount settings (the `reftablefs mount` flags).
+#[derive(Clone, Debug)]
+pub struct MountOptions {
+    /// Refuse every write (mount read-only).
+    pub read_only: bool,
+    /// How long a batch may wait for more commit points.
+    pub batch_window: Duration,
+    /// A batch is written as soon as it holds this many edits.
+    pub batch_max: usize,
+    /// fsync tables and `tables.list` (off only for benchmarks).
+    pub fsync: bool,
+    /// Number of FUSE event-loop threads (at least 2).
+    pub threads: usize,
+}
+
+impl Default for MountOptions {
+    fn default() -> Self {
+        MountOptions {
+            read_only: false,
+            batch_window: Duration::from_millis(5),
+            batch_max: 10_000,
+            fsync: true,
+            threads: 4,
+        }
+    }
+}
+
+/// Whether `path` is currently a mount point (listed in `/proc/self/mountinfo`).
+pub fn is_mounted(path: &Path) -> bool {
+    let Ok(canon) = path.canonicalize() else {
+        return false;
+    };
+    let Ok(info) = std::fs::read("/proc/self/mountinfo") else {
+        return false;
+    };
+    let want = canon.as_os_str().as_bytes();
+    info.split(|&b| b == b'\n').any(|line| {
+        line.split(|&b| b == b' ')
+            .nth(4)
+            .is_some_and(|mp| unescape_mountinfo(mp) == want)
+    })
+}
+
+/// Undoes mountinfo's octal escapes (`\040` for space and so on).
+fn unescape_mountinfo(s: &[u8]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(s.len());
+    let mut i = 0;
+    while let Some(&b) = s.get(i) {
+        if b == b'\\' {
+            if let Some(oct) = s.get(i + 1..i + 4) {
+                if let Some(v) = std::str::from_utf8(oct)
+                    .ok()
+                    .and_then(|o| u8::from_str_radix(o, 8).ok())
+                {
+                    out.push(v);
+                    i += 4;
+                    continue;
+                }
+            }
+        }
+        out.push(b);
+        i += 1;
+    }
+    out
+}
+
+fn fail(what: String) -> Error {
+    Error::Api(what)
+}
+
+/// Checks the mount's preconditions and says why one fails.
+pub fn check_mountpoint(mountpoint: &Path) -> Result<()> {
+    if !Path::new("/dev/fuse").exists() {
+        return Err(fail(
+            "cannot mount: /dev/fuse does not exist (is the fuse module loaded?)".into(),
+        ));
+    }
+    match std::fs::metadata(mountpoint) {
+        Err(e) => {
+            return Err(fail(format!(
+                "cannot mount on {}: {e}",
+                mountpoint.display()
+            )))
+        }
+        Ok(m) if !m.is_dir() => {
+            return Err(fail(format!(
+                "cannot mount on {}: not a directory",
+                mountpoint.display()
+            )))
+        }
+        Ok(_) => {}
+    }
+    if is_mounted(mountpoint) {
+        return Err(fail(format!(
+            "cannot mount on {}: already a mount point (busy)",
+            mountpoint.display()
+        )));
+    }
+    Ok(())
+}
+
+/// Blocks SIGINT and SIGTERM in the calling thread (and so in every thread it spawns
+/// afterwards), so that one dedicated thread can wait for them.
+fn block_signals() -> libc::sigset_t {
+    // SAFETY: sigset manipulation on a local set; pthread_sigmask on the current thread.
+    unsafe {
+        let mut set: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut set);
+        libc::sigaddset(&mut set, libc::SIGINT);
+        libc::sigaddset(&mut set, libc::SIGTERM);
+        libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut());
+        set
+    }
+}
+
+/// Mounts `src` (whose tables live in `reftable_dir`) on `mountpoint` and serves until
+/// unmounted (by `reftablefs unmount`, `fusermount3 -u`, SIGINT or SIGTERM). Pending
+/// writes are flushed before it returns.
+pub fn mount(
+    src: Box<dyn source::RefSource>,
+    reftable_dir: &Path,
+    mountpoint: &Path,
+    opts: &MountOptions,
+) -> Result<()> {
+    check_mountpoint(mountpoint)?;
+    let sigset = block_signals();
+    let shared = Shared::new(src);
+    let fs = fuse::RefFs {
+        shared: shared.clone(),
+    };
+    let mut config = Config::default();
+    config.mount_options = vec![
+        MountOption::FSName("reftablefs".into()),
+        MountOption::Subtype("reftable".into()),
+        MountOption::DefaultPermissions,
+        MountOption::NoDev,
+        MountOption::NoSuid,
+        if opts.read_only {
+            MountOption::RO
+        } else {
+            MountOption::RW
+        },
+    ];
+    config.n_threads = Some(opts.threads.max(2));
+    let mut session = Session::new(fs, mountpoint, &config)
+        .map_err(|e| fail(format!("cannot mount on {}: {e}", mountpoint.display())))?;
+    let notifier = session.notifier();
+    let mut unmounter = session.unmount_callable();
+    let watcher = watch::spawn(shared.clone(), reftable_dir, notifier)
+        .map_err(|e| Error::io(reftable_dir, e))?;
+    let mp: PathBuf = mountpoint.to_path_buf();
+    // The signal thread: on SIGINT/SIGTERM, unmount; the session loop then ends.
+    std::thread::Builder::new()
+        .name("reftablefs-signals".into())
+        .spawn(move || {
+            let mut sig: libc::c_int = 0;
+            // SAFETY: waiting on the signal set blocked above.
+            let r = unsafe { libc::sigwait(&sigset, &mut sig) };
+            if r == 0 {
+                eprintln!("reftablefs: signal {sig}: unmounting {}", mp.display());
+                if let Err(e) = unmounter.unmount() {
+                    eprintln!(
+                        "reftablefs: unmount {}: {e}; trying a lazy unmount",
+                        mp.display()
+                    );
+                    lazy_unmount(&mp);
+                }
+            }
+        })
+        .map_err(|e| Error::io(mountpoint, e))?;
+    let result = session.run();
+    shared.shutdown();
+    let _ = watcher.join();
+    result.map_err(|e| {
+        fail(format!(
+            "FUSE session on {} ended with an error: {e}",
+            mountpoint.display()
+        ))
+    })
+}
+
+/// `umount2(MNT_DETACH)`, the last resort.
+pub fn lazy_unmount(mountpoint: &Path) -> bool {
+    let Ok(c) = CString::new(mountpoint.as_os_str().as_bytes()) else {
+        return false;
+    };
+    // SAFETY: a NUL-terminated path.
+    unsafe { libc::umount2(c.as_ptr(), libc::MNT_DETACH) == 0 }
+}

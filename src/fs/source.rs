@@ -1,0 +1,213 @@
+//! The seam between the FUSE adapter and the ref storage.
+//!
+//! [`RefSource`] is the small set of primitives the mount needs from a reftable stack: point
+//! and range reads through one cached, reseekable iterator, reflog reads, reload detection,
+//! and (for the write path) committing a batch. [`MemSource`] implements it in memory for
+//! unit tests; the real stack is adapted in `stack_source.rs`.
+
+use std::collections::BTreeMap;
+
+use crate::format::{HashKind, LogRecord, RefRecord, RefValue};
+use crate::{Error, Result};
+
+/// One ref change of a batch, with the log record that goes with it (if any).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct BatchEdit {
+    /// Full refname (`HEAD`, `refs/heads/x`).
+    pub name: Vec<u8>,
+    /// The new value; `RefValue::Deletion` deletes the ref.
+    pub new: RefValue,
+    /// The value the mount believed the ref had when the edit was accepted (`None`: absent).
+    /// Checked under the stack lock at commit time.
+    pub expected_old: Option<RefValue>,
+    /// Log records to write with this edit (old/new ids, identity, time, message).
+    pub logs: Vec<LogRecord>,
+}
+
+/// What a commit of a batch did.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct CommitOutcome {
+    /// Edits written to the stack.
+    pub applied: usize,
+    /// Edits whose expected old value no longer matched (a concurrent writer won): their
+    /// names, with the value found. These were *not* written.
+    pub conflicts: Vec<(Vec<u8>, Option<RefValue>)>,
+}
+
+/// The primitives the mount needs from the ref storage.
+pub trait RefSource: Send {
+    /// The repository's object hash.
+    fn hash_kind(&self) -> HashKind;
+    /// Reloads when the storage changed underneath (cheap when it did not); `true` if the
+    /// set of tables changed.
+    fn reload(&mut self) -> Result<bool>;
+    /// A counter bumped by every reload that changed what is stored.
+    fn generation(&self) -> u64;
+    /// Finds the first live (non-tombstone) ref whose name is `>= key`, through the cached
+    /// reseekable iterator, and copies it into `out`. `false` at the end.
+    fn first_ref_at_or_after(&mut self, key: &[u8], out: &mut RefRecord) -> Result<bool>;
+    /// Finds the first refname `>= key` that has a reflog (a live log record, the
+    /// existence marker included) and copies it into `out`. `false` at the end.
+    fn first_log_at_or_after(&mut self, key: &[u8], out: &mut Vec<u8>) -> Result<bool>;
+    /// The reflog of `name`, newest first, tombstones skipped (existence markers kept).
+    fn read_log(&mut self, name: &[u8], out: &mut Vec<LogRecord>) -> Result<()>;
+    /// Writes `edits` as one table (one fsync round) if every expected old value still
+    /// holds under the stack lock; edits whose expectation fails are reported in
+    /// [`CommitOutcome::conflicts`] and not written, the others are.
+    fn commit(&mut self, edits: &[BatchEdit]) -> Result<CommitOutcome>;
+    /// Number of fsync calls made so far (for the batching benchmark), if known.
+    fn fsync_count(&self) -> u64 {
+        0
+    }
+}
+
+/// Looks up one ref by exact name (tombstones count as absent).
+pub fn read_ref(src: &mut dyn RefSource, name: &[u8], out: &mut RefRecord) -> Result<bool> {
+    Ok(src.first_ref_at_or_after(name, out)? && out.name == name)
+}
+
+/// An in-memory [`RefSource`] for unit tests.
+#[derive(Debug, Default)]
+pub struct MemSource {
+    /// Live refs by name.
+    pub refs: BTreeMap<Vec<u8>, RefValue>,
+    /// Log records by (refname, !update_index) so that newer entries sort first.
+    pub logs: BTreeMap<(Vec<u8>, u64), LogRecord>,
+    /// Bumped by `touch` (simulating another writer).
+    pub generation: u64,
+    /// The generation that `reload` last reported.
+    seen_generation: u64,
+    /// When set, every read fails with a format error (simulating a corrupt table).
+    pub fail: bool,
+    /// Next update index.
+    pub next_update_index: u64,
+    /// Number of commits (tables) written.
+    pub commits: u64,
+}
+
+impl MemSource {
+    /// An empty SHA-1 store.
+    pub fn new() -> Self {
+        MemSource {
+            next_update_index: 1,
+            ..Default::default()
+        }
+    }
+
+    /// Sets a ref directly (as another writer would) and bumps the generation.
+    pub fn set(&mut self, name: &str, value: RefValue) {
+        self.refs.insert(name.as_bytes().to_vec(), value);
+        self.generation += 1;
+    }
+
+    /// Adds a log record directly.
+    pub fn add_log(&mut self, rec: LogRecord) {
+        self.logs
+            .insert((rec.refname.clone(), !rec.update_index), rec);
+        self.generation += 1;
+    }
+
+    fn check(&self) -> Result<()> {
+        if self.fail {
+            return Err(Error::format("mem.ref", 0, "simulated corruption"));
+        }
+        Ok(())
+    }
+}
+
+impl RefSource for MemSource {
+    fn hash_kind(&self) -> HashKind {
+        HashKind::Sha1
+    }
+
+    fn reload(&mut self) -> Result<bool> {
+        self.check()?;
+        let changed = self.seen_generation != self.generation;
+        self.seen_generation = self.generation;
+        Ok(changed)
+    }
+
+    fn generation(&self) -> u64 {
+        self.generation
+    }
+
+    fn first_ref_at_or_after(&mut self, key: &[u8], out: &mut RefRecord) -> Result<bool> {
+        self.check()?;
+        match self.refs.range(key.to_vec()..).next() {
+            Some((name, value)) => {
+                out.name.clear();
+                out.name.extend_from_slice(name);
+                out.value = value.clone();
+                Ok(true)
+            }
+            None => Ok(false),
+        }
+    }
+
+    fn first_log_at_or_after(&mut self, key: &[u8], out: &mut Vec<u8>) -> Result<bool> {
+        self.check()?;
+        match self.logs.range((key.to_vec(), 0)..).next() {
+            Some(((name, _), _)) => {
+                out.clear();
+                out.extend_from_slice(name);
+                Ok(true)
+            }
+            None => Ok(false),
+        }
+    }
+
+    fn read_log(&mut self, name: &[u8], out: &mut Vec<LogRecord>) -> Result<()> {
+        self.check()?;
+        out.clear();
+        for ((n, _), rec) in self.logs.range((name.to_vec(), 0)..) {
+            if n != name {
+                break;
+            }
+            out.push(rec.clone());
+        }
+        Ok(())
+    }
+
+    fn commit(&mut self, edits: &[BatchEdit]) -> Result<CommitOutcome> {
+        self.check()?;
+        let mut outcome = CommitOutcome::default();
+        let ui = self.next_update_index;
+        for e in edits {
+            let current = self.refs.get(&e.name).cloned();
+            if current != e.expected_old {
+                outcome.conflicts.push((e.name.clone(), current));
+                continue;
+            }
+            match &e.new {
+                RefValue::Deletion => {
+                    self.refs.remove(&e.name);
+                    let stale: Vec<_> = self
+                        .logs
+                        .range((e.name.clone(), 0)..)
+                        .take_while(|((n, _), _)| *n == e.name)
+                        .map(|(k, _)| k.clone())
+                        .collect();
+                    for k in stale {
+                        self.logs.remove(&k);
+                    }
+                }
+                v => {
+                    self.refs.insert(e.name.clone(), v.clone());
+                }
+            }
+            for l in &e.logs {
+                let mut l = l.clone();
+                l.update_index = ui;
+                self.logs.insert((l.refname.clone(), !ui), l);
+            }
+            outcome.applied += 1;
+        }
+        if outcome.applied > 0 {
+            self.next_update_index += 1;
+            self.commits += 1;
+            self.generation += 1;
+            self.seen_generation = self.generation;
+        }
+        Ok(outcome)
+    }
+}

@@ -1,0 +1,136 @@
+//! Freshness: a dedicated thread watches the reftable directory with inotify. When
+//! `tables.list` is replaced (by git, by our own batches, by compaction) it reloads the
+//! stack and tells the kernel which cached names went stale. Notifications are sent from
+//! this thread only, never from a request handler (they could deadlock there).
+
+use std::ffi::{CString, OsStr};
+use std::os::unix::ffi::OsStrExt;
+use std::path::Path;
+use std::sync::Arc;
+use std::thread::JoinHandle;
+
+use fuser::{INodeNo, Notifier};
+
+use crate::fs::state::{log_error, Shared, POLL_INTERVAL};
+
+/// At most this many known inodes are re-checked per change; beyond it the entry TTL
+/// bounds staleness.
+const INVALIDATE_SCAN_LIMIT: usize = 200_000;
+
+/// An inotify descriptor watching one directory.
+struct Inotify {
+    fd: libc::c_int,
+}
+
+impl Inotify {
+    fn new(dir: &Path) -> std::io::Result<Inotify> {
+        // SAFETY: plain syscalls on a descriptor we own; the path is NUL-terminated.
+        unsafe {
+            let fd = libc::inotify_init1(libc::IN_NONBLOCK | libc::IN_CLOEXEC);
+            if fd < 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            let c = CString::new(dir.as_os_str().as_bytes()).map_err(|_| {
+                std::io::Error::new(std::io::ErrorKind::InvalidInput, "NUL in path")
+            })?;
+            let mask = libc::IN_MOVED_TO
+                | libc::IN_CREATE
+                | libc::IN_CLOSE_WRITE
+                | libc::IN_DELETE
+                | libc::IN_MODIFY;
+            if libc::inotify_add_watch(fd, c.as_ptr(), mask) < 0 {
+                let e = std::io::Error::last_os_error();
+                libc::close(fd);
+                return Err(e);
+            }
+            Ok(Inotify { fd })
+        }
+    }
+
+    /// Waits up to `timeout_ms` for events; drains them. `true` if any arrived.
+    fn wait(&self, timeout_ms: i32) -> bool {
+        let mut pfd = libc::pollfd {
+            fd: self.fd,
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        // SAFETY: one valid pollfd.
+        let n = unsafe { libc::poll(&mut pfd, 1, timeout_ms) };
+        if n <= 0 {
+            return false;
+        }
+        let mut buf = [0u8; 4096];
+        let mut any = false;
+        loop {
+            // SAFETY: reading into a stack buffer of the given length.
+            let r = unsafe { libc::read(self.fd, buf.as_mut_ptr().cast(), buf.len()) };
+            if r <= 0 {
+                break;
+            }
+            any = true;
+        }
+        any
+    }
+}
+
+impl Drop for Inotify {
+    fn drop(&mut self) {
+        // SAFETY: closing the descriptor we own, once.
+        unsafe {
+            libc::close(self.fd);
+        }
+    }
+}
+
+/// Starts the watcher thread for `reftable_dir`.
+pub fn spawn(
+    shared: Arc<Shared>,
+    reftable_dir: &Path,
+    notifier: Notifier,
+) -> std::io::Result<JoinHandle<()>> {
+    let ino = match Inotify::new(reftable_dir) {
+        Ok(i) => Some(i),
+        Err(e) => {
+            log_error(
+                "inotify",
+                reftable_dir.as_os_str().as_bytes(),
+                &format!("{e}; polling instead"),
+            );
+            None
+        }
+    };
+    std::thread::Builder::new()
+        .name("reftablefs-watch".into())
+        .spawn(move || run(shared, ino, notifier))
+}
+
+fn run(shared: Arc<Shared>, ino: Option<Inotify>, notifier: Notifier) {
+    let interval = i32::try_from(POLL_INTERVAL.as_millis()).unwrap_or(50);
+    while !shared.stopping() {
+        match &ino {
+            // Wake up now and then even without events, to notice shutdown (and changes
+            // the request handlers already reloaded).
+            Some(i) => {
+                i.wait(interval * 4);
+            }
+            None => std::thread::sleep(POLL_INTERVAL),
+        }
+        if shared.stopping() {
+            break;
+        }
+        invalidate(&shared, &notifier);
+    }
+}
+
+/// Reloads and sends invalidations for names whose kind changed or that vanished.
+pub fn invalidate(shared: &Shared, notifier: &Notifier) {
+    let changed = shared.take_changed();
+    let _ = shared.refresh();
+    if !changed && !shared.take_changed() {
+        return;
+    }
+    for (parent, name) in shared.stale_entries(INVALIDATE_SCAN_LIMIT) {
+        // ENOENT from the kernel only means the entry was not cached.
+        let _ = notifier.inval_entry(INodeNo(parent), OsStr::from_bytes(&name));
+    }
+}
