@@ -208,7 +208,41 @@ fn main() {
     let ours = best(r, || {}, || time(BIN, &b, &["for-each-ref"], None));
     let theirs = best(r, || {}, || time("git", &b, &["for-each-ref"], None));
     rows.push(Row {
-        work: format!("list {} refs, default format (object types)", n_create + 1),
+        work: format!(
+            "list {} refs, default format (object types), all refs on one commit",
+            n_create + 1
+        ),
+        ours,
+        git: theirs,
+    });
+
+    // 3b. The same with one distinct object per ref (loose blobs under refs/tags/), so
+    // that object-type lookups cannot be shared.
+    let distinct = root.join("distinct");
+    copy_dir(&base, &distinct);
+    {
+        let mut s = String::with_capacity(n_create * 80);
+        for i in 0..n_create {
+            let id = write_loose_blob(
+                &distinct.join(".git/objects"),
+                format!("blob {i}\n").as_bytes(),
+            );
+            s.push_str(&format!(
+                "create refs/tags/t{:03}/blob-{i:07} {id}\n",
+                i % 1000
+            ));
+        }
+        let inp = root.join("distinct.txt");
+        std::fs::write(&inp, s).expect("write input");
+        time(BIN, &distinct, &["update-ref", "--stdin"], Some(&inp));
+    }
+    let ours = best(r, || {}, || time(BIN, &distinct, &["for-each-ref"], None));
+    let theirs = best(r, || {}, || time("git", &distinct, &["for-each-ref"], None));
+    rows.push(Row {
+        work: format!(
+            "list {} refs, default format (object types), one object per ref",
+            n_create + 1
+        ),
         ours,
         git: theirs,
     });
@@ -282,6 +316,24 @@ fn main() {
             row.ours.as_secs_f64() / row.git.as_secs_f64().max(1e-9)
         );
     }
+}
+
+/// Writes a loose blob the way git does (zlib of `blob <len>\0<content>`); returns its id.
+fn write_loose_blob(objects: &Path, content: &[u8]) -> String {
+    use sha1::Digest;
+    use std::io::Write;
+    let mut raw = format!("blob {}\0", content.len()).into_bytes();
+    raw.extend_from_slice(content);
+    let hex: String = sha1::Sha1::digest(&raw)
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect();
+    let dir = objects.join(&hex[..2]);
+    std::fs::create_dir_all(&dir).expect("objects dir");
+    let mut z = flate2::write::ZlibEncoder::new(Vec::new(), flate2::Compression::default());
+    z.write_all(&raw).expect("deflate");
+    std::fs::write(dir.join(&hex[2..]), z.finish().expect("deflate")).expect("write object");
+    hex
 }
 
 fn table_bytes(repo: &Path) -> Vec<u8> {
