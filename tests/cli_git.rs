@@ -647,3 +647,61 @@ fn symref_creation_table_matches_git() {
         std::fs::read(tb.last().unwrap()).unwrap()
     );
 }
+
+#[test]
+fn sha256_repositories_work_end_to_end() {
+    let tmp = tempfile::tempdir().unwrap();
+    let r = tmp.path().join("rt");
+    std::fs::create_dir(&r).unwrap();
+    git(
+        &r,
+        &[
+            "init",
+            "-q",
+            "--ref-format=reftable",
+            "--object-format=sha256",
+            "-b",
+            "main",
+        ],
+    );
+    git(&r, &["commit", "-q", "--allow-empty", "-m", "x"]);
+    git(&r, &["tag", "-a", "-m", "t", "v1"]);
+    let head = git(&r, &["rev-parse", "HEAD"]);
+    assert_eq!(head.trim().len(), 64);
+    let input = format!("create refs/heads/n {}", head.trim());
+    assert!(
+        run(BIN, &r, &["update-ref", "--stdin"], Some(input.as_bytes()))
+            .status
+            .success()
+    );
+    for args in [vec!["show-ref", "-d"], vec!["for-each-ref"]] {
+        same(&r, &args, &args);
+    }
+    same(
+        &r,
+        &["reflog", "--no-abbrev"],
+        &["reflog", "show", "--no-abbrev"],
+    );
+    same(
+        &r,
+        &["resolve", "HEAD", "v1", "n"],
+        &["rev-parse", "HEAD", "v1", "n"],
+    );
+    assert!(ours(&r, &["verify"]).status.success());
+
+    let f = tmp.path().join("files");
+    std::fs::create_dir(&f).unwrap();
+    git(&f, &["init", "-q", "--object-format=sha256", "-b", "main"]);
+    git(&f, &["commit", "-q", "--allow-empty", "-m", "x"]);
+    git(&f, &["branch", "b"]);
+    git(&f, &["tag", "-a", "-m", "t", "v1"]);
+    let before = git(&f, &["for-each-ref"]);
+    let logs = git(&f, &["reflog", "show", "--no-abbrev"]);
+    let o = ours(&f, &["migrate"]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert_eq!(git(&f, &["for-each-ref"]), before);
+    assert_eq!(git(&f, &["reflog", "show", "--no-abbrev"]), logs);
+    assert!(git(&f, &["config", "extensions.objectformat"]).contains("sha256"));
+    git(&f, &["fsck", "--no-progress"]);
+    git(&f, &["refs", "verify"]);
+}
