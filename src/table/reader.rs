@@ -904,7 +904,7 @@ impl Table {
             let starts: Vec<usize> = recs.iter().map(|(s, _)| *s).collect();
             let b = self.load(info.offset)?;
             for r in &restarts {
-                if !starts.contains(r) {
+                if starts.binary_search(r).is_err() {
                     return Err(
                         self.ferr(info.offset, format!("restart {r} is not a record start"))
                     );
