@@ -244,3 +244,46 @@ fn sigkill_at_random_points_leaves_a_consistent_stack() {
         done.len()
     );
 }
+
+#[test]
+fn readers_survive_concurrent_compaction_by_git() {
+    let repo = Repo::new(HashKind::Sha1);
+    let c = repo.commits(1)[0];
+    repo.git(&["update-ref", "refs/heads/main", &c.to_hex()]);
+    let dir = repo.path().to_path_buf();
+    let hex = c.to_hex();
+    let writer = std::thread::spawn(move || {
+        for i in 0..80 {
+            let out = util::git_out(&dir, &["update-ref", &format!("refs/heads/w{i}"), &hex]);
+            assert!(out.status.success());
+            if i % 10 == 9 {
+                assert!(util::git_out(&dir, &["pack-refs"]).status.success());
+            }
+        }
+    });
+    let mut st = repo.open();
+    let mut retries = 0;
+    let mut reads = 0u32;
+    while !writer.is_finished() {
+        // A long-lived handle reloading, and fresh handles opening, while git appends
+        // and compacts: a vanished table is retried, never reported.
+        st.reload().expect("reload during concurrent compaction");
+        assert!(st.read_ref(b"refs/heads/main").unwrap().is_some());
+        let mut fresh = Stack::open(repo.reftable_dir(), repo.options())
+            .expect("open during concurrent compaction");
+        assert!(fresh.read_ref(b"refs/heads/main").unwrap().is_some());
+        retries += fresh.stats().reload_retries;
+        reads += 1;
+    }
+    writer.join().unwrap();
+    retries += st.stats().reload_retries;
+    eprintln!("{reads} reader rounds, {retries} reload retries");
+    st.reload().unwrap();
+    let mut n = 0;
+    st.for_each_ref(b"refs/heads/w", |_| {
+        n += 1;
+        true
+    })
+    .unwrap();
+    assert_eq!(n, 80);
+}
