@@ -67,6 +67,7 @@ pub fn main_with_args(argv: Vec<std::ffi::OsString>) -> ExitCode {
         "reflog" => reflog::run(args),
         "compact" => compact::run(args),
         "verify" => verify::run(args),
+        "dump" => dump::run(args),
         #[cfg(feature = "fuse")]
         "mount" => mount::run(args),
         #[cfg(feature = "fuse")]

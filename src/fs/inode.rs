@@ -76,6 +76,34 @@ impl Inodes {
         }
     }
 
+    /// Follows a rename the kernel made: the node known as `parent/name` (path `from`,
+    /// `kind`) is now `newparent/newname` of `new_kind`.
+    #[allow(clippy::too_many_arguments)]
+    pub fn moved(
+        &mut self,
+        parent: u64,
+        name: &[u8],
+        from: &[u8],
+        kind: Kind,
+        newparent: u64,
+        newname: &[u8],
+        new_kind: Kind,
+    ) {
+        let mut ino = ino_of(from, kind);
+        for _ in 0..64 {
+            match self.nodes.get_mut(&ino) {
+                Some(n) if n.parent == parent && *n.name == *name && n.kind == kind => {
+                    n.parent = newparent;
+                    n.name = newname.into();
+                    n.kind = new_kind;
+                    return;
+                }
+                Some(_) => ino = ino.wrapping_add(1).max(2),
+                None => return,
+            }
+        }
+    }
+
     /// Drops `n` kernel references to `ino`.
     pub fn forget(&mut self, ino: u64, n: u64) {
         if let Some(node) = self.nodes.get_mut(&ino) {
