@@ -72,7 +72,6 @@ pub fn main_with_args(argv: Vec<std::ffi::OsString>) -> ExitCode {
         "mount" => mount::run(args),
         #[cfg(feature = "fuse")]
         "unmount" => mount::run_unmount(args),
-        "dump" => dump::run(args),
         other => {
             eprintln!("reftablefs: unknown command '{other}'\n{USAGE}");
             return ExitCode::from(129);
