@@ -705,3 +705,93 @@ fn sha256_repositories_work_end_to_end() {
     git(&f, &["fsck", "--no-progress"]);
     git(&f, &["refs", "verify"]);
 }
+
+#[test]
+fn repository_config_reaches_the_tables_we_write() {
+    let tmp = tempfile::tempdir().unwrap();
+    let a = tmp.path().join("a");
+    std::fs::create_dir(&a).unwrap();
+    rich_repo(&a);
+    // Config that changes table bytes and permissions.
+    git(&a, &["config", "reftable.blockSize", "256"]);
+    git(&a, &["config", "reftable.restartInterval", "3"]);
+    git(&a, &["config", "reftable.indexObjects", "false"]);
+    git(&a, &["config", "core.sharedRepository", "group"]);
+    let b = tmp.path().join("b");
+    assert!(Command::new("cp")
+        .args(["-a"])
+        .arg(&a)
+        .arg(&b)
+        .status()
+        .unwrap()
+        .success());
+    let main = git(&a, &["rev-parse", "refs/heads/main"]);
+    let input: String = (0..40)
+        .map(|i| format!("create refs/heads/cfg/b{i:03} {}\n", main.trim()))
+        .collect();
+    // `-c` on the command line also reaches the stack: the same logAllRefUpdates for both.
+    let args = [
+        "-c",
+        "core.logAllRefUpdates=always",
+        "update-ref",
+        "-m",
+        "cfg",
+        "--stdin",
+    ];
+    assert!(run(BIN, &a, &args, Some(input.as_bytes())).status.success());
+    assert!(run("git", &b, &args, Some(input.as_bytes()))
+        .status
+        .success());
+    let (ta, tb) = (tables(&a), tables(&b));
+    let (la, lb) = (ta.last().unwrap(), tb.last().unwrap());
+    assert_eq!(std::fs::read(la).unwrap(), std::fs::read(lb).unwrap());
+    use std::os::unix::fs::PermissionsExt;
+    let mode = |p: &Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode(la), mode(lb), "table mode");
+    assert_eq!(
+        mode(&a.join(".git/reftable/tables.list")),
+        mode(&b.join(".git/reftable/tables.list"))
+    );
+    assert_eq!(
+        mode(la) & 0o060,
+        0o060,
+        "group read/write from core.sharedRepository=group"
+    );
+}
+
+#[test]
+fn a_held_lock_fails_like_git() {
+    let tmp = tempfile::tempdir().unwrap();
+    let d = tmp.path();
+    rich_repo(d);
+    std::fs::write(d.join(".git/reftable/tables.list.lock"), "").unwrap();
+    let main = git(d, &["rev-parse", "refs/heads/main"]);
+    let input = format!("create refs/heads/locked {}\n", main.trim());
+    let a = run(BIN, d, &["update-ref", "--stdin"], Some(input.as_bytes()));
+    let b = run("git", d, &["update-ref", "--stdin"], Some(input.as_bytes()));
+    assert_eq!((a.status.code(), b.status.code()), (Some(128), Some(128)));
+    let first = |o: &Output| {
+        String::from_utf8_lossy(&o.stderr)
+            .lines()
+            .next()
+            .unwrap_or("")
+            .to_owned()
+    };
+    assert_eq!(first(&a), "fatal: cannot lock references");
+    assert_eq!(first(&a), first(&b));
+    // With reftable.lockTimeout, a lock released meanwhile lets the write through.
+    let lock = d.join(".git/reftable/tables.list.lock");
+    let remover = std::thread::spawn(move || {
+        std::thread::sleep(std::time::Duration::from_millis(300));
+        std::fs::remove_file(lock).unwrap();
+    });
+    let a = run(
+        BIN,
+        d,
+        &["-c", "reftable.lockTimeout=5000", "update-ref", "--stdin"],
+        Some(input.as_bytes()),
+    );
+    remover.join().unwrap();
+    assert!(a.status.success(), "{}", String::from_utf8_lossy(&a.stderr));
+    assert_eq!(git(d, &["rev-parse", "refs/heads/locked"]), main);
+}

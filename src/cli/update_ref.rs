@@ -75,8 +75,15 @@ fn commit(repo: &Repo, stack: &mut Stack, edits: Vec<Edit>, flags: &Flags) -> Re
             flags.create_reflog,
         ));
     }
-    tx.commit()?;
-    Ok(())
+    match tx.commit() {
+        Ok(_) => Ok(()),
+        // git's words ("cannot lock references"), plus where the lock is.
+        Err(Error::Lock(p)) => Err(Error::Transaction(format!(
+            "cannot lock references\nhint: '{}' exists: another process is writing, or one that crashed left it behind",
+            p.display()
+        ))),
+        Err(e) => Err(e),
+    }
 }
 
 fn resolver(stack: &Stack, repo: &Repo) -> impl FnMut(&[u8]) -> Result<Option<ObjectId>> + use<> {
