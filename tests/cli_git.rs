@@ -795,3 +795,67 @@ fn a_held_lock_fails_like_git() {
     assert!(a.status.success(), "{}", String::from_utf8_lossy(&a.stderr));
     assert_eq!(git(d, &["rev-parse", "refs/heads/locked"]), main);
 }
+
+#[test]
+fn linked_worktrees_see_their_own_per_worktree_refs() {
+    let tmp = tempfile::tempdir().unwrap();
+    let main = tmp.path().join("main");
+    std::fs::create_dir(&main).unwrap();
+    git(
+        &main,
+        &["init", "-q", "--ref-format=reftable", "-b", "main"],
+    );
+    git(&main, &["commit", "-q", "--allow-empty", "-m", "one"]);
+    git(&main, &["worktree", "add", "-q", "-b", "wtb", "../wt"]);
+    let wt = tmp.path().join("wt");
+    git(&wt, &["commit", "-q", "--allow-empty", "-m", "in worktree"]);
+    git(&wt, &["update-ref", "refs/bisect/bad", "HEAD"]);
+    git(&wt, &["update-ref", "refs/worktree/x", "HEAD~1"]);
+    git(&main, &["update-ref", "refs/bisect/main-only", "HEAD"]);
+    for dir in [&wt, &main] {
+        for args in [vec!["show-ref", "--head"], vec!["for-each-ref"]] {
+            same(dir, &args, &args);
+        }
+        same(dir, &["reflog"], &["reflog", "show"]);
+        same(
+            dir,
+            &["resolve", "HEAD", "wtb", "main"],
+            &["rev-parse", "HEAD", "wtb", "main"],
+        );
+        assert!(ours(dir, &["verify"]).status.success());
+    }
+    // Writes: shared refs go to the main stack, per-worktree refs to the worktree's.
+    let head = git(&wt, &["rev-parse", "HEAD"]);
+    let head = head.trim();
+    assert!(ours(&wt, &["update-ref", "refs/heads/from-wt", head])
+        .status
+        .success());
+    assert_eq!(
+        git(&main, &["rev-parse", "refs/heads/from-wt"]).trim(),
+        head
+    );
+    assert!(ours(&wt, &["update-ref", "refs/bisect/good", head])
+        .status
+        .success());
+    assert_eq!(git(&wt, &["rev-parse", "refs/bisect/good"]).trim(), head);
+    assert!(run(
+        "git",
+        &main,
+        &["rev-parse", "--verify", "-q", "refs/bisect/good"],
+        None
+    )
+    .stdout
+    .is_empty());
+    // What we cannot do atomically is refused, not half done.
+    let input = format!("update refs/heads/x {head}\nupdate refs/bisect/y {head}\n");
+    let o = run(BIN, &wt, &["update-ref", "--stdin"], Some(input.as_bytes()));
+    assert_eq!(o.status.code(), Some(128));
+    assert!(run(
+        "git",
+        &wt,
+        &["rev-parse", "--verify", "-q", "refs/heads/x"],
+        None
+    )
+    .stdout
+    .is_empty());
+}

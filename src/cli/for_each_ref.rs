@@ -221,9 +221,9 @@ pub fn run(mut args: Args) -> Result<ExitCode> {
     let needs_head = pieces.contains(&Piece::Head);
 
     let repo = common::open_repo()?;
-    let stack = repo.open_stack()?;
-    let mut list = stack.ref_iter();
-    let mut res = stack.ref_iter();
+    let store = super::store::RefStore::open(&repo)?;
+    let mut list = store.iter();
+    let mut res = store.iter();
     let head = if needs_head {
         match resolve(&mut res, b"HEAD")? {
             Resolved::Oid { refname, .. } => Some(refname),

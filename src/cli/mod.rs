@@ -17,6 +17,7 @@ pub mod progress;
 pub mod reflog;
 pub mod resolve;
 pub mod show_ref;
+pub mod store;
 pub mod update_ref;
 pub mod update_ref_parse;
 pub mod verify;

@@ -7,8 +7,8 @@
 
 use std::process::ExitCode;
 
+use super::store::RefStore;
 use crate::format::LogRecord;
-use crate::stack::Stack;
 use crate::{Error, Result};
 
 use super::common::{self, resolve, Out, Resolved, DWIM_RULES};
@@ -17,8 +17,8 @@ use super::Args;
 const USAGE: &str = "usage: reftablefs reflog [show] [--no-abbrev | --abbrev=N] [NAME]";
 
 /// git's `dwim_log`: the full name whose reflog `short` denotes.
-pub fn dwim_log(stack: &Stack, short: &[u8]) -> Result<Option<Vec<u8>>> {
-    let mut it = stack.ref_iter();
+pub fn dwim_log(stack: &RefStore, short: &[u8]) -> Result<Option<Vec<u8>>> {
+    let mut it = stack.iter();
     let mut full = Vec::new();
     for (prefix, suffix) in DWIM_RULES {
         full.clear();
@@ -78,7 +78,7 @@ pub fn run(mut args: Args) -> Result<ExitCode> {
         return Ok(common::usage_error("too many arguments", USAGE));
     }
     let repo = common::open_repo()?;
-    let stack = repo.open_stack()?;
+    let stack = RefStore::open(&repo)?;
     let short: &[u8] = if name == "@" {
         b"HEAD"
     } else {

@@ -94,9 +94,9 @@ pub fn run(mut args: Args) -> Result<ExitCode> {
     }
     let patterns: Vec<Vec<u8>> = args.rest().into_iter().map(String::into_bytes).collect();
     let repo = common::open_repo()?;
-    let stack = repo.open_stack()?;
-    let mut list = stack.ref_iter();
-    let mut res = stack.ref_iter();
+    let store = super::store::RefStore::open(&repo)?;
+    let mut list = store.iter();
+    let mut res = store.iter();
     let mut out = Out::new();
 
     if verify {

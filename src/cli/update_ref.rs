@@ -12,9 +12,9 @@
 
 use std::process::ExitCode;
 
+use super::store::{is_per_worktree, RefStore};
 use crate::format::ObjectId;
 use crate::repo::Repo;
-use crate::stack::Stack;
 use crate::transaction::{Expected, NewValue as TxNew, RefEdit};
 use crate::{Error, Result};
 
@@ -62,8 +62,42 @@ pub fn to_ref_edit(
     }
 }
 
-fn commit(repo: &Repo, stack: &mut Stack, edits: Vec<Edit>, flags: &Flags) -> Result<()> {
+fn commit(repo: &Repo, store: &mut RefStore, edits: Vec<Edit>, flags: &Flags) -> Result<()> {
     reject_duplicates(&edits)?;
+    // In a linked worktree, per-worktree refs live in its own stack; a transaction is
+    // written to one stack, so it may not mix the two kinds (git writes both stacks).
+    let stack = if store.worktree.is_some() {
+        let per_wt = edits.iter().filter(|e| is_per_worktree(&e.name)).count();
+        if per_wt > 0 {
+            if per_wt < edits.len() {
+                return Err(Error::Transaction(
+                    "a transaction on both per-worktree and shared refs from a linked worktree is not supported"
+                        .into(),
+                ));
+            }
+            let mut symref_deref = false;
+            if let Some(wt) = store.worktree.as_mut() {
+                for e in edits.iter().filter(|e| !e.no_deref && !flags.no_deref) {
+                    let is_symref = wt
+                        .read_ref(&e.name)?
+                        .is_some_and(|r| matches!(r.value, crate::RefValue::Symref(_)));
+                    symref_deref |= is_symref && !matches!(e.new, NewValue::Symref(_));
+                }
+            }
+            if symref_deref {
+                return Err(Error::Transaction(
+                    "updating a per-worktree ref through its symref from a linked worktree is not supported (use --no-deref)"
+                        .into(),
+                ));
+            }
+        }
+        match edits.first() {
+            Some(e) => store.stack_for_mut(&e.name),
+            None => &mut store.main,
+        }
+    } else {
+        &mut store.main
+    };
     let identity = repo.tx_identity()?;
     let mut tx = stack.transaction();
     tx.identity(identity).log_all_ref_updates(repo.tx_log_all());
@@ -86,15 +120,18 @@ fn commit(repo: &Repo, stack: &mut Stack, edits: Vec<Edit>, flags: &Flags) -> Re
     }
 }
 
-fn resolver(stack: &Stack, repo: &Repo) -> impl FnMut(&[u8]) -> Result<Option<ObjectId>> + use<> {
+fn resolver(
+    store: &RefStore,
+    repo: &Repo,
+) -> impl FnMut(&[u8]) -> Result<Option<ObjectId>> + use<> {
     let hash = repo.hash();
-    // The merged iterator owns its tables: it does not borrow the stack.
-    let mut it = stack.ref_iter();
+    // The iterator owns its tables: it does not borrow the stacks.
+    let mut it = store.iter();
     move |arg: &[u8]| rev_parse(&mut it, arg, hash, &mut |w| eprintln!("warning: {w}"))
 }
 
 fn run_stdin(repo: &Repo, z: bool, flags: &Flags) -> Result<ExitCode> {
-    let mut stack = repo.open_stack()?;
+    let mut stack = RefStore::open(repo)?;
     let mut parser = StreamParser::new(z, repo.hash());
     let stdin = std::io::stdin();
     let mut input = stdin.lock();
@@ -194,7 +231,7 @@ pub fn run(mut args: Args) -> Result<ExitCode> {
             USAGE,
         ));
     }
-    let mut stack = repo.open_stack()?;
+    let mut stack = RefStore::open(&repo)?;
     let edit = {
         let mut resolve = resolver(&stack, &repo);
         let mut value = |s: &str, what: &str| -> Result<ObjectId> {
