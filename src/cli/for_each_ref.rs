@@ -21,7 +21,8 @@ use crate::{Error, Result};
 use super::common::{self, for_each_resolved, resolve, Out, Resolved};
 use super::{objects, Args};
 
-const USAGE: &str = "usage: reftablefs for-each-ref [--format=FORMAT] [--count=N] [PATTERN...]";
+const USAGE: &str =
+    "usage: reftablefs for-each-ref [--format=FORMAT] [--count=N] [--include-root-refs] [PATTERN...]";
 const DEFAULT_FORMAT: &str = "%(objectname) %(objecttype)\t%(refname)";
 
 /// One piece of a compiled format.
@@ -196,8 +197,11 @@ fn render(
 pub fn run(mut args: Args) -> Result<ExitCode> {
     let mut format = DEFAULT_FORMAT.to_owned();
     let mut count: Option<usize> = None;
+    let mut root_refs = false;
     while args.peek_is_option() {
-        if let Some(f) = args.value("--format") {
+        if args.flag("--include-root-refs") {
+            root_refs = true;
+        } else if let Some(f) = args.value("--format") {
             format = f.to_string_lossy().into_owned();
         } else if let Some(n) = args.value("--count") {
             let n = n.to_string_lossy();
@@ -250,12 +254,18 @@ pub fn run(mut args: Args) -> Result<ExitCode> {
             prefix = cp.to_vec();
         }
     }
+    if root_refs && patterns.is_empty() {
+        prefix.clear(); // root refs sort before and after "refs/": walk everything
+    }
 
     let mut out = Out::new();
     let mut line = Vec::with_capacity(128);
     let mut rows: Vec<Row> = Vec::new();
     let mut shown = 0usize;
     for_each_resolved(&mut list, &mut res, &prefix, &mut |r| {
+        if !r.name.starts_with(b"refs/") && !(root_refs && crate::files::is_root_ref(r.name)) {
+            return Ok(true);
+        }
         if !patterns.is_empty() && !patterns.iter().any(|p| pattern_matches(p, r.name)) {
             return Ok(true);
         }
