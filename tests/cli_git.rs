@@ -132,7 +132,11 @@ fn listing_commands_match_git() {
         ],
         vec!["for-each-ref", "--count=3", "--format=%(refname)"],
         vec!["for-each-ref", "refs/nosuch"],
-        vec!["for-each-ref", "--include-root-refs", "--format=%(refname) %(objectname)"],
+        vec![
+            "for-each-ref",
+            "--include-root-refs",
+            "--format=%(refname) %(objectname)",
+        ],
         vec!["show-ref", "--exists", "refs/heads/main"],
         vec!["show-ref", "--exists", "refs/heads/dangling"],
         vec!["show-ref", "--exists", "refs/heads/nope"],

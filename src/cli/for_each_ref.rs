@@ -263,7 +263,9 @@ pub fn run(mut args: Args) -> Result<ExitCode> {
     let mut rows: Vec<Row> = Vec::new();
     let mut shown = 0usize;
     for_each_resolved(&mut list, &mut res, &prefix, &mut |r| {
-        if !r.name.starts_with(b"refs/") && !(root_refs && crate::files::is_root_ref(r.name)) {
+        let listed =
+            r.name.starts_with(b"refs/") || (root_refs && crate::files::is_root_ref(r.name));
+        if !listed {
             return Ok(true);
         }
         if !patterns.is_empty() && !patterns.iter().any(|p| pattern_matches(p, r.name)) {
