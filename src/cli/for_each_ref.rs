@@ -61,7 +61,7 @@ pub fn compile(fmt: &str) -> Result<Vec<Piece>> {
                     .get(i + 2..)
                     .and_then(|r| r.iter().position(|&x| x == b')'))
                     .ok_or_else(|| Error::Transaction(format!("malformed format string {fmt}")))?;
-                let atom = &fmt[i + 2..i + 2 + close];
+                let atom = fmt.get(i + 2..i + 2 + close).unwrap_or_default();
                 let piece = match atom {
                     "refname" => Piece::RefName,
                     "objectname" => Piece::ObjectName,
@@ -342,6 +342,16 @@ mod tests {
             .to_string()
             .contains("unknown field name: frob"));
         assert!(compile("%(refname").is_err());
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn format_and_pattern_code_never_panics(fmt in "\\PC{0,40}", name in proptest::collection::vec(proptest::num::u8::ANY, 0..30)) {
+            let _ = compile(&fmt);
+            let _ = glob(fmt.as_bytes(), &name);
+            let _ = pattern_matches(fmt.as_bytes(), &name);
+            let _ = literal_prefix(fmt.as_bytes());
+        }
     }
 
     #[test]
