@@ -870,3 +870,136 @@ fn linked_worktrees_see_their_own_per_worktree_refs() {
     .stdout
     .is_empty());
 }
+
+/// Random batches of `update-ref --stdin` run by both tools on copies of one repository
+/// (auto-compaction on): every batch must succeed or fail alike, and the stacks must be
+/// byte-identical afterwards (same tables, same compaction decisions).
+#[test]
+fn random_update_ref_batches_give_gits_stack_byte_for_byte() {
+    let tmp = tempfile::tempdir().unwrap();
+    let a = tmp.path().join("a");
+    std::fs::create_dir(&a).unwrap();
+    git(&a, &["init", "-q", "--ref-format=reftable", "-b", "main"]);
+    let mut ids = Vec::new();
+    for i in 0..4 {
+        git(
+            &a,
+            &["commit", "-q", "--allow-empty", "-m", &format!("c{i}")],
+        );
+        ids.push(git(&a, &["rev-parse", "HEAD"]).trim().to_owned());
+    }
+    let b = tmp.path().join("b");
+    assert!(Command::new("cp")
+        .args(["-a"])
+        .arg(&a)
+        .arg(&b)
+        .status()
+        .unwrap()
+        .success());
+    let names: Vec<String> = (0..24)
+        .map(|i| match i % 4 {
+            0 => format!("refs/heads/r{i}"),
+            1 => format!("refs/heads/dir{}/r{i}", i % 3),
+            2 => format!("refs/tags/t{i}"),
+            _ => format!("refs/remotes/o/r{i}"),
+        })
+        .collect();
+    let mut seed: u64 = 0x2545_F491_4F6C_DD1D;
+    let mut rnd = |n: usize| {
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        (seed % n as u64) as usize
+    };
+    let zero = "0".repeat(40);
+    let (mut ok, mut failed) = (0, 0);
+    // A model of the current values, to make most expectations right.
+    let mut model: std::collections::BTreeMap<String, String> = Default::default();
+    for round in 0..40 {
+        let mut input = String::new();
+        let mut used = std::collections::BTreeSet::new();
+        let mut next = model.clone();
+        for _ in 0..1 + rnd(6) {
+            let name = &names[rnd(names.len())];
+            if !used.insert(name.clone()) {
+                continue;
+            }
+            let id = ids[rnd(ids.len())].clone();
+            let cur = model.get(name).cloned();
+            // Right expectation 6 times in 7, else a random (mostly wrong) one.
+            let old = if rnd(7) > 0 {
+                cur.clone().unwrap_or_else(|| zero.clone())
+            } else {
+                ids[rnd(ids.len())].clone()
+            };
+            let line = match rnd(6) {
+                0 if cur.is_none() => format!("create {name} {id}\n"),
+                0 | 1 => format!("update {name} {id}\n"),
+                2 => format!("update {name} {id} {old}\n"),
+                3 if cur.is_some() => format!("delete {name} {old}\n"),
+                3 => format!("delete {name}\n"),
+                4 => format!("verify {name} {old}\n"),
+                _ => format!("update {name} {id}\n"),
+            };
+            if line.starts_with("delete") {
+                next.remove(name);
+            } else if !line.starts_with("verify") {
+                next.insert(name.clone(), id);
+            }
+            input += &line;
+        }
+        let args = ["update-ref", "-m", &format!("round {round}"), "--stdin"];
+        let mut ca = Command::new(BIN);
+        let mut cb = Command::new("git");
+        for (cmd, dir) in [(&mut ca, &a), (&mut cb, &b)] {
+            env(cmd)
+                .env("GIT_TEST_REFTABLE_AUTOCOMPACTION", "true")
+                .current_dir(dir)
+                .args(args);
+            cmd.stdin(Stdio::piped())
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped());
+        }
+        let out = |mut c: Command| {
+            let mut child = c.spawn().unwrap();
+            use std::io::Write;
+            child
+                .stdin
+                .take()
+                .unwrap()
+                .write_all(input.as_bytes())
+                .unwrap();
+            child.wait_with_output().unwrap()
+        };
+        let (oa, ob) = (out(ca), out(cb));
+        assert_eq!(
+            oa.status.code(),
+            ob.status.code(),
+            "round {round}: {input}\nours: {}\ngit: {}",
+            String::from_utf8_lossy(&oa.stderr),
+            String::from_utf8_lossy(&ob.stderr)
+        );
+        if oa.status.success() {
+            ok += 1;
+            model = next;
+        } else {
+            failed += 1;
+        }
+        let (ta, tb) = (tables(&a), tables(&b));
+        assert_eq!(ta.len(), tb.len(), "round {round}: table count");
+        for (x, y) in ta.iter().zip(&tb) {
+            assert_eq!(
+                std::fs::read(x).unwrap(),
+                std::fs::read(y).unwrap(),
+                "round {round}: {input}"
+            );
+        }
+    }
+    assert!(
+        ok > 15 && failed > 3,
+        "both outcomes exercised: {ok} ok, {failed} failed"
+    );
+    assert_eq!(git(&a, &["for-each-ref"]), git(&b, &["for-each-ref"]));
+    git(&a, &["refs", "verify"]);
+    git(&a, &["fsck", "--no-progress"]);
+}
