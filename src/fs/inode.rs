@@ -24,6 +24,9 @@ struct Node {
 #[derive(Debug, Default)]
 pub struct Inodes {
     nodes: HashMap<u64, Node>,
+    /// Nodes living under a name they got by a rename (their number is the hash of an
+    /// older path): (parent, name) -> inode. Small: only renamed, still known nodes.
+    renamed: HashMap<(u64, Box<[u8]>), u64>,
 }
 
 /// FNV-1a over the path and the kind, never 0 or 1.
@@ -89,18 +92,29 @@ impl Inodes {
         newname: &[u8],
         new_kind: Kind,
     ) {
-        let mut ino = ino_of(from, kind);
-        for _ in 0..64 {
-            match self.nodes.get_mut(&ino) {
-                Some(n) if n.parent == parent && *n.name == *name && n.kind == kind => {
-                    n.parent = newparent;
-                    n.name = newname.into();
-                    n.kind = new_kind;
-                    return;
+        let mut found = None;
+        if let Some(&ino) = self.renamed.get(&(parent, Box::from(name))) {
+            found = Some(ino);
+        } else {
+            let mut ino = ino_of(from, kind);
+            for _ in 0..64 {
+                match self.nodes.get(&ino) {
+                    Some(n) if n.parent == parent && *n.name == *name && n.kind == kind => {
+                        found = Some(ino);
+                        break;
+                    }
+                    Some(_) => ino = ino.wrapping_add(1).max(2),
+                    None => break,
                 }
-                Some(_) => ino = ino.wrapping_add(1).max(2),
-                None => return,
             }
+        }
+        let Some(ino) = found else { return };
+        self.renamed.remove(&(parent, Box::from(name)));
+        if let Some(n) = self.nodes.get_mut(&ino) {
+            n.parent = newparent;
+            n.name = newname.into();
+            n.kind = new_kind;
+            self.renamed.insert((newparent, Box::from(newname)), ino);
         }
     }
 
@@ -109,7 +123,11 @@ impl Inodes {
         if let Some(node) = self.nodes.get_mut(&ino) {
             node.nlookup = node.nlookup.saturating_sub(n);
             if node.nlookup == 0 {
-                self.nodes.remove(&ino);
+                if let Some(n) = self.nodes.remove(&ino) {
+                    if self.renamed.get(&(n.parent, n.name.clone())) == Some(&ino) {
+                        self.renamed.remove(&(n.parent, n.name));
+                    }
+                }
             }
         }
     }
@@ -187,6 +205,28 @@ mod tests {
         assert!(t.path(main, &mut p).is_some());
         t.forget(main, 1);
         assert!(t.path(main, &mut p).is_none());
+        // A node moved twice by renames is still found.
+        let lock = t.remember(heads, b"x.lock", b"refs/heads/x.lock", Kind::Scratch);
+        t.moved(
+            heads,
+            b"x.lock",
+            b"refs/heads/x.lock",
+            Kind::Scratch,
+            refs,
+            b"tmp",
+            Kind::Scratch,
+        );
+        t.moved(
+            refs,
+            b"tmp",
+            b"refs/tmp",
+            Kind::Scratch,
+            heads,
+            b"y",
+            Kind::Ref,
+        );
+        assert_eq!(t.path(lock, &mut p), Some(Kind::Ref));
+        assert_eq!(p, b"refs/heads/y");
         // The number comes back the same.
         assert_eq!(
             t.remember(heads, b"main", b"refs/heads/main", Kind::Ref),

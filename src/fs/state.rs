@@ -80,6 +80,9 @@ pub struct Inner {
     pub(crate) flush_requested: bool,
     /// When the open batch got its first edit.
     pub(crate) open_since: Option<(u64, Instant)>,
+    /// Why the last reload failed (a corrupt or missing table): requests fail with EIO
+    /// until a reload succeeds again.
+    broken: Option<String>,
 }
 
 /// Batching settings.
@@ -152,6 +155,7 @@ impl Shared {
                 failed: BTreeMap::new(),
                 flush_requested: false,
                 open_since: None,
+                broken: None,
             }),
             cv: Condvar::new(),
             writer: Mutex::new(writer),
@@ -204,7 +208,7 @@ impl Shared {
 
     pub(crate) fn lookup(&self, parent: u64, name: &[u8]) -> Result<(FileAttr, Kind), i32> {
         let mut g = self.lock();
-        g.refresh_logged();
+        g.fresh()?;
         let mut dir = Vec::new();
         if g.inodes.path(parent, &mut dir).ok_or(libc::ENOENT)? != Kind::Dir {
             return Err(libc::ENOTDIR);
@@ -225,7 +229,7 @@ impl Shared {
 
     pub(crate) fn getattr(&self, ino: u64) -> Result<FileAttr, i32> {
         let mut g = self.lock();
-        g.refresh_logged();
+        g.fresh()?;
         let (path, kind) = g.path_of(ino)?;
         let size = g.size_of(&path, kind)?;
         Ok(self.attr_of(&g, ino, kind, size))
@@ -246,7 +250,7 @@ impl Shared {
             return Err(libc::EROFS);
         }
         let mut g = self.lock();
-        g.refresh_logged();
+        g.fresh()?;
         let (path, kind) = g.path_of(ino)?;
         if kind == Kind::Dir {
             return Err(libc::EISDIR);
@@ -274,7 +278,7 @@ impl Shared {
             return Err(libc::EROFS);
         }
         let mut g = self.lock();
-        g.refresh_logged();
+        g.fresh()?;
         let mut dir = Vec::new();
         if g.inodes.path(parent, &mut dir).ok_or(libc::ENOENT)? != Kind::Dir {
             return Err(libc::ENOTDIR);
@@ -428,7 +432,7 @@ impl Shared {
 
     pub(crate) fn opendir(&self, ino: u64) -> Result<u64, i32> {
         let mut g = self.lock();
-        g.refresh_logged();
+        g.fresh()?;
         let (path, kind) = g.path_of(ino)?;
         if kind != Kind::Dir {
             return Err(libc::ENOTDIR);
@@ -462,7 +466,7 @@ impl Shared {
             return Err(libc::EROFS);
         }
         let mut g = self.lock();
-        g.refresh_logged();
+        g.fresh()?;
         let path = g.child_path(parent, name)?;
         let kind = g.classify(&path)?.ok_or(libc::ENOENT)?;
         let Inner { w, src, .. } = &mut *g;
@@ -490,7 +494,7 @@ impl Shared {
             return Err(libc::EROFS);
         }
         let mut g = self.lock();
-        g.refresh_logged();
+        g.fresh()?;
         let path = g.child_path(parent, name)?;
         if g.classify(&path)?.is_some() {
             return Err(libc::EEXIST);
@@ -524,7 +528,7 @@ impl Shared {
             return Err(libc::EROFS);
         }
         let mut g = self.lock();
-        g.refresh_logged();
+        g.fresh()?;
         let path = g.child_path(parent, name)?;
         match g.classify(&path)? {
             None => return Err(libc::ENOENT),
@@ -555,7 +559,7 @@ impl Shared {
             return Err(libc::EROFS);
         }
         let mut g = self.lock();
-        g.refresh_logged();
+        g.fresh()?;
         let from = g.child_path(parent, name)?;
         let to = g.child_path(newparent, newname)?;
         let kind = g.classify(&from)?.ok_or(libc::ENOENT)?;
@@ -649,8 +653,17 @@ fn splice(buf: &mut Vec<u8>, offset: u64, data: &[u8], append: bool) -> Result<(
 impl Inner {
     pub(crate) fn refresh(&mut self) -> Result<Option<u64>, i32> {
         if let Err(e) = self.src.reload() {
-            log_error("reload", b"tables.list", &e);
-            return Err(e.errno());
+            let msg = e.to_string();
+            if self.broken.as_deref() != Some(msg.as_str()) {
+                log_error("reload", b"tables.list", &msg);
+                self.broken = Some(msg);
+            }
+            return Err(libc::EIO);
+        }
+        if self.broken.take().is_some() {
+            eprintln!("reftablefs: reload tables.list: the stack is readable again");
+            self.dirs.clear();
+            self.needs_invalidation = true;
         }
         let gen = self.src.generation();
         if gen != self.generation {
@@ -665,9 +678,10 @@ impl Inner {
         Ok(None)
     }
 
-    fn refresh_logged(&mut self) {
-        // A failed reload keeps serving the last good view; the error was logged.
-        let _ = self.refresh();
+    /// Reloads before serving a request: EIO while the stack cannot be read (the reason
+    /// was logged once), so nothing stale or half-read is served.
+    fn fresh(&mut self) -> Result<(), i32> {
+        self.refresh().map(|_| ())
     }
 
     /// After an edit was staged: the view changed (mtimes), seal a full batch, wake the

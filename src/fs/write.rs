@@ -105,6 +105,9 @@ pub struct Batch {
     pub seq: u64,
     pub edits: Vec<BatchEdit>,
     index: HashMap<Vec<u8>, usize>,
+    /// Names whose log-only edit holds a line a writer appended and whose commit point
+    /// (the rename that follows it in git's protocol) has not arrived yet.
+    awaiting: std::collections::HashSet<Vec<u8>>,
 }
 
 impl Batch {
@@ -140,8 +143,6 @@ pub struct WriteState {
     pub pending_logs: BTreeMap<Vec<u8>, PendingLog>,
     /// The packed layer (what git last wrote into `packed-refs` through the mount).
     pub packed: BTreeMap<Vec<u8>, Packed>,
-    /// Refs whose loose file was unlinked while the packed layer holds their value.
-    pub pruned: BTreeSet<Vec<u8>>,
     /// The batch being filled.
     pub open: Batch,
     /// Sealed batches waiting for the batcher, oldest first.
@@ -180,7 +181,6 @@ impl WriteState {
             && self.vdirs.is_empty()
             && self.pending.is_empty()
             && self.pending_logs.is_empty()
-            && self.pruned.is_empty()
     }
 
     /// A reflog file was created (`open(O_CREAT|O_APPEND)`): it exists from now on, empty
@@ -220,11 +220,8 @@ impl WriteState {
         Ok(found.then(|| self.rec.value.clone()))
     }
 
-    /// Whether `name` shows as a loose ref file.
+    /// Whether `name` shows as a loose ref file (every existing ref does).
     fn is_loose_ref(&mut self, src: &mut dyn RefSource, name: &[u8]) -> R<bool> {
-        if self.pruned.contains(name) {
-            return Ok(false);
-        }
         Ok(self.effective(src, name)?.is_some())
     }
 
@@ -234,7 +231,7 @@ impl WriteState {
             .pending
             .range(prefix.to_vec()..)
             .take_while(|(n, _)| n.starts_with(prefix))
-            .any(|(n, p)| !matches!(p.value, RefValue::Deletion) && !self.pruned.contains(n));
+            .any(|(_, p)| !matches!(p.value, RefValue::Deletion));
         if pending_live {
             return Ok(true);
         }
@@ -248,7 +245,7 @@ impl WriteState {
                 return Ok(false);
             }
             let n = &self.rec.name;
-            if !self.pending.contains_key(n) && !self.pruned.contains(n) {
+            if !self.pending.contains_key(n) {
                 return Ok(true);
             }
             key.clone_from(n);
@@ -356,8 +353,7 @@ impl WriteState {
         if !prefix.is_empty() {
             prefix.push(b'/');
         }
-        let touched =
-            !self.pending.is_empty() || !self.pruned.is_empty() || !self.pending_logs.is_empty();
+        let touched = !self.pending.is_empty() || !self.pending_logs.is_empty();
         for e in stack {
             if touched && matches!(e.kind, Kind::Ref | Kind::Log | Kind::Dir) {
                 let child = view::join(path, &e.name);
@@ -430,9 +426,7 @@ impl WriteState {
                     .pending
                     .range(prefix.clone()..)
                     .take_while(|(n, _)| n.starts_with(&prefix))
-                    .filter(|(n, p)| {
-                        !matches!(p.value, RefValue::Deletion) && !self.pruned.contains(*n)
-                    })
+                    .filter(|(_, p)| !matches!(p.value, RefValue::Deletion))
                     .map(|(n, _)| n.clone())
                     .collect();
                 for n in live {
@@ -496,9 +490,9 @@ impl WriteState {
         if self.open.is_empty() {
             return;
         }
-        let is_waiting = |e: &BatchEdit| {
-            e.new.is_none() && !e.replace_logs && e.name != b"HEAD" && !e.logs.is_empty()
-        };
+        let awaiting = std::mem::take(&mut self.open.awaiting);
+        let is_waiting =
+            |e: &BatchEdit| e.new.is_none() && e.name != b"HEAD" && awaiting.contains(&e.name);
         if self.carried || !self.open.edits.iter().any(is_waiting) {
             self.seal();
             return;
@@ -520,6 +514,7 @@ impl WriteState {
             if let Some(pl) = self.pending_logs.get_mut(&e.name) {
                 pl.seq = seq;
             }
+            self.open.awaiting.insert(e.name.clone());
             self.open
                 .index
                 .insert(e.name.clone(), self.open.edits.len());
@@ -536,13 +531,16 @@ impl WriteState {
     }
 
     /// The edit for `name` in the open batch, creating it (or sealing first when `name`
-    /// already has what the new step needs: a value, or a log line).
+    /// already has what the new step needs: a value, or a log line). A value joins a
+    /// log-only edit only when that edit holds the line a writer appended for it.
     fn edit_slot(&mut self, name: &[u8], wants_value: bool, wants_log: bool) -> usize {
         if let Some(&i) = self.open.index.get(name) {
             let e = &self.open.edits[i];
+            let own_line = self.open.awaiting.contains(name);
             let clash = e.replace_logs
-                || (wants_value && e.new.is_some())
-                || (wants_log && !e.logs.is_empty());
+                || (wants_value && (e.new.is_some() || (!e.logs.is_empty() && !own_line)))
+                // A line is appended before its own commit point: never onto a value.
+                || (wants_log && (!e.logs.is_empty() || e.new.is_some()));
             if !clash {
                 return i;
             }
@@ -624,37 +622,44 @@ impl WriteState {
             (Some(o), v) => o == v,
             _ => false,
         };
-        self.pruned.remove(name);
         if unchanged {
+            // Same value: nothing to write, but the update still gets its reflog entry
+            // (unless the writer appended one itself, which is already staged).
+            if let RefValue::Val1(id) = &value {
+                // A line the writer appended just before this commit point is this
+                // update's own entry.
+                let has_line = self.open.awaiting.remove(name);
+                if !has_line && self.log.log_all.autocreates(name) {
+                    let rec = self.generated_log(name, *id, *id);
+                    let i = self.edit_slot(name, false, true);
+                    let seq = self.open.seq;
+                    self.open.edits[i].logs.push(rec.clone());
+                    let pl = self.pending_logs.entry(name.to_vec()).or_default();
+                    pl.appended.push(rec);
+                    pl.seq = seq;
+                }
+            }
             return Ok(());
         }
         // Keep a loose-over-packed value consistent: a new loose value shadows the packed
         // one, which stays listed in packed-refs as git would leave it.
         let i = self.edit_slot(name, true, false);
+        self.open.awaiting.remove(name);
         let seq = self.open.seq;
         let e = &mut self.open.edits[i];
         e.new = Some(value.clone());
         e.expected_old = old.clone();
         if e.logs.is_empty() && !matches!(value, RefValue::Deletion) {
             if let (RefValue::Val1(new_id), true) = (&value, self.log.log_all.autocreates(name)) {
-                let (time, tz) = crate::repo::now_with_local_tz();
                 let old_id = match &old {
                     Some(RefValue::Val1(id)) | Some(RefValue::Val2 { value: id, .. }) => *id,
                     _ => self.hash.null_id(),
                 };
-                e.logs.push(LogRecord {
-                    refname: name.to_vec(),
-                    old_id,
-                    new_id: *new_id,
-                    name: self.log.name.clone(),
-                    email: self.log.email.clone(),
-                    time,
-                    tz_offset: tz,
-                    message: b"reftablefs: updated through the mount\n".to_vec(),
-                    ..Default::default()
-                });
+                let rec = self.generated_log(name, old_id, *new_id);
+                self.open.edits[i].logs.push(rec);
             }
         }
+        let e = &mut self.open.edits[i];
         if matches!(value, RefValue::Deletion) {
             e.logs.clear();
             self.pending_logs.insert(
@@ -682,9 +687,26 @@ impl WriteState {
         Ok(())
     }
 
+    /// A reflog entry for an update that came without a line of its own.
+    fn generated_log(&self, name: &[u8], old_id: ObjectId, new_id: ObjectId) -> LogRecord {
+        let (time, tz) = crate::repo::now_with_local_tz();
+        LogRecord {
+            refname: name.to_vec(),
+            old_id,
+            new_id,
+            name: self.log.name.clone(),
+            email: self.log.email.clone(),
+            time,
+            tz_offset: tz,
+            message: b"reftablefs: updated through the mount\n".to_vec(),
+            ..Default::default()
+        }
+    }
+
     /// `unlink` of a loose ref: loose-over-packed semantics. With a packed value the ref
-    /// falls back to it (no stack change when equal: that is `pack-refs --prune`);
-    /// without one it is deleted.
+    /// falls back to it — no stack change when it is the same value, which is what
+    /// `pack-refs --prune` does — and the packed entry is consumed (the ref shows as a
+    /// loose file again, so a later plain `rm` deletes it). Without one it is deleted.
     pub fn unlink_ref(&mut self, src: &mut dyn RefSource, name: &[u8]) -> R<()> {
         if !self.is_loose_ref(src, name)? {
             return Err(Refusal::new(libc::ENOENT, "no such ref"));
@@ -692,11 +714,10 @@ impl WriteState {
         match self.packed.get(name).copied() {
             Some(p) => {
                 let v = p.value();
-                let current = self.effective(src, name)?;
-                if current.as_ref() != Some(&v) {
+                if self.effective(src, name)?.as_ref() != Some(&v) {
                     self.commit_ref(src, name, v)?;
                 }
-                self.pruned.insert(name.to_vec());
+                self.packed.remove(name);
                 Ok(())
             }
             None => self.commit_ref(src, name, RefValue::Deletion),
@@ -726,6 +747,7 @@ impl WriteState {
             let i = self.edit_slot(name, false, true);
             let seq = self.open.seq;
             self.open.edits[i].logs.push(rec.clone());
+            self.open.awaiting.insert(name.to_vec());
             let pl = self.pending_logs.entry(name.to_vec()).or_default();
             pl.appended.push(rec);
             pl.seq = seq;
@@ -788,34 +810,16 @@ impl WriteState {
                 },
             );
         }
-        // Effective changes: names without a loose file whose packed value changed.
-        let mut changes: Vec<(Vec<u8>, RefValue)> = Vec::new();
-        let names: BTreeSet<Vec<u8>> = self.packed.keys().chain(new.keys()).cloned().collect();
-        for name in names {
-            if !self.pruned.contains(&name) {
-                continue; // a loose file shadows the packed value (or nothing is there)
-            }
-            match new.get(&name) {
-                Some(p) if self.packed.get(&name) != Some(p) => changes.push((name, p.value())),
-                None => changes.push((name, RefValue::Deletion)),
-                _ => {}
-            }
-        }
-        // Refs packed for the first time that have no loose file cannot exist (every ref
-        // is loose until pruned), so a new packed name that is not a ref is created.
+        // Every existing ref has a loose file that shadows its packed value, so only a
+        // name that does not exist yet changes its effective value (it is created).
+        let mut created: Vec<(Vec<u8>, RefValue)> = Vec::new();
         for (name, p) in &new {
-            if !self.pruned.contains(name) && self.effective(src, name)?.is_none() {
-                changes.push((name.clone(), p.value()));
+            if self.effective(src, name)?.is_none() {
+                created.push((name.clone(), p.value()));
             }
         }
-        for (name, v) in changes {
-            let deleting = matches!(v, RefValue::Deletion);
+        for (name, v) in created {
             self.commit_ref(src, &name, v)?;
-            if deleting {
-                self.pruned.remove(&name);
-            } else if self.packed.contains_key(&name) || new.contains_key(&name) {
-                self.pruned.insert(name);
-            }
         }
         self.packed = new;
         Ok(())
@@ -844,7 +848,6 @@ impl WriteState {
             let have = self.effective(src, &n).ok().flatten();
             if have != want {
                 self.packed.remove(&n);
-                self.pruned.remove(&n);
             }
         }
     }
@@ -1003,6 +1006,9 @@ mod tests {
             hex(1), hex(2), hex(3)
         );
         w.commit_packed_refs(&mut m, packed.as_bytes()).unwrap();
+        let mut out = Vec::new();
+        w.render_packed(&mut out);
+        assert_eq!(out, packed.as_bytes());
         for n in ["refs/heads/main", "refs/heads/topic", "refs/tags/v1"] {
             w.unlink_ref(&mut m, n.as_bytes()).unwrap();
         }
@@ -1013,24 +1019,37 @@ mod tests {
         );
         assert_eq!(flush(&mut w, &mut m), 0);
         assert_eq!(m.refs.len(), 4);
-        // Pruned refs are no loose files any more; packed-refs lists them.
+        // Every ref still shows as a loose file; the packed entries were consumed.
         assert_eq!(
             w.classify(&mut m, &mut s, b"refs/heads/topic").unwrap(),
-            None
+            Some(Kind::Ref)
         );
-        let mut out = Vec::new();
         w.render_packed(&mut out);
-        assert_eq!(out, packed.as_bytes());
-        // Deleting a packed-only ref the files way: rewrite packed-refs without it.
+        assert_eq!(out, view::PACKED_REFS_HEADER);
+        // So a plain rm deletes.
+        w.unlink_ref(&mut m, b"refs/heads/topic").unwrap();
+        flush(&mut w, &mut m);
+        assert!(!m.refs.contains_key(&b"refs/heads/topic"[..]));
+        // git's delete of a packed + loose ref: packed-refs rewritten without it, then
+        // the loose file unlinked.
+        w.commit_packed_refs(&mut m, packed.as_bytes()).unwrap();
+        assert!(
+            m.refs.contains_key(&b"refs/heads/topic"[..])
+                || w.pending.contains_key(&b"refs/heads/topic"[..])
+        );
         let without = format!(
             "# pack-refs with: peeled fully-peeled sorted \n{} refs/heads/main\n{} refs/tags/v1\n",
             hex(1),
             hex(3)
         );
         w.commit_packed_refs(&mut m, without.as_bytes()).unwrap();
+        w.unlink_ref(&mut m, b"refs/heads/topic").unwrap();
         flush(&mut w, &mut m);
         assert!(!m.refs.contains_key(&b"refs/heads/topic"[..]));
-        assert_eq!(m.refs.len(), 3);
+        assert_eq!(
+            m.refs.get(&b"refs/heads/main"[..]),
+            Some(&RefValue::Val1(id(1)))
+        );
     }
 
     #[test]
