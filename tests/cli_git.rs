@@ -1003,3 +1003,120 @@ fn random_update_ref_batches_give_gits_stack_byte_for_byte() {
     git(&a, &["refs", "verify"]);
     git(&a, &["fsck", "--no-progress"]);
 }
+
+/// Arbitrary input never makes the binary panic: mutated and random `update-ref --stdin`
+/// input (text and `-z`), and random argument lists for every subcommand. Exit codes
+/// stay within git's (0, 1, 2, 128, 129); a panic would exit with 101.
+#[test]
+fn no_input_makes_the_binary_panic() {
+    let tmp = tempfile::tempdir().unwrap();
+    let d = tmp.path();
+    rich_repo(d);
+    let main = git(d, &["rev-parse", "refs/heads/main"]);
+    let valid = format!(
+        "start\ncreate refs/heads/f1 {m}\nupdate refs/heads/f2 {m} {z}\ndelete refs/heads/main-2\n\
+         symref-update refs/heads/s refs/heads/main ref refs/heads/x\noption no-deref\nverify HEAD\nprepare\ncommit\n",
+        m = main.trim(),
+        z = "0".repeat(40)
+    );
+    let mut seed: u64 = 0x9E37_79B9_7F4A_7C15;
+    let mut rnd = |n: usize| {
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        (seed % n.max(1) as u64) as usize
+    };
+    let check = |o: &Output, what: &str| {
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(!err.contains("panicked"), "{what}: {err}");
+        assert!(
+            matches!(o.status.code(), Some(0 | 1 | 2 | 128 | 129)),
+            "{what}: {:?} {err}",
+            o.status
+        );
+    };
+    for i in 0..60 {
+        let mut input = valid.clone().into_bytes();
+        for _ in 0..1 + rnd(4) {
+            let at = rnd(input.len());
+            match rnd(4) {
+                0 => input[at] = rnd(256) as u8,
+                1 => input.truncate(at),
+                2 => input.insert(at, [b'\0', b'\n', b' ', b'"', b'\\'][rnd(5)]),
+                _ => {
+                    let cut = rnd(input.len().saturating_sub(at)) + at;
+                    input.drain(at..cut);
+                }
+            }
+        }
+        let z = i % 2 == 1;
+        let args: &[&str] = if z {
+            &["update-ref", "--stdin", "-z"]
+        } else {
+            &["update-ref", "--stdin"]
+        };
+        let o = run(BIN, d, args, Some(&input));
+        check(&o, &format!("{:?}", String::from_utf8_lossy(&input)));
+    }
+    let words = [
+        "show-ref",
+        "for-each-ref",
+        "resolve",
+        "update-ref",
+        "reflog",
+        "compact",
+        "verify",
+        "--head",
+        "-d",
+        "--format=%(",
+        "--format=%(refname)%",
+        "--count=x",
+        "--count=2",
+        "--verify",
+        "--exists",
+        "--stdin",
+        "HEAD",
+        "@",
+        "main",
+        "refs/heads/main",
+        "refs/heads/a..b",
+        "",
+        "-",
+        "--",
+        "-z",
+        "-m",
+        "show",
+        "exists",
+        "--abbrev=0",
+        "--abbrev=x",
+        "--no-abbrev",
+        "--auto",
+        "-C",
+        ".",
+        "--git-dir",
+        "-c",
+        "x=y",
+        "core.bare",
+        "refs/",
+        "refs/*",
+        "*",
+        "\u{1F600}",
+        "--symbolic-full-name",
+        "--include-root-refs",
+        "migrate",
+    ];
+    for _ in 0..150 {
+        let n = 1 + rnd(4);
+        let mut args: Vec<&str> = (0..n).map(|_| words[rnd(words.len())]).collect();
+        // Never read this process's stdin, never migrate (the repository is reftable
+        // anyway, but keep the test's effects obvious).
+        args.retain(|a| *a != "--stdin" && *a != "migrate");
+        if args.is_empty() {
+            continue;
+        }
+        let o = run(BIN, d, &args, Some(b""));
+        check(&o, &format!("{args:?}"));
+    }
+    // The repository is still sound whatever was run against it.
+    git(d, &["refs", "verify"]);
+}
