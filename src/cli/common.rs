@@ -372,6 +372,39 @@ pub fn for_each_resolved(
     Ok(())
 }
 
+/// git's `refs_shorten_unambiguous_ref` (non-strict): the shortest form of `name` under
+/// the DWIM rules that no earlier rule would resolve to another existing ref.
+pub fn shorten_unambiguous(it: &mut dyn RefIter, name: &[u8]) -> Result<Vec<u8>> {
+    let mut cand = Vec::with_capacity(name.len() + 24);
+    for i in (1..DWIM_RULES.len()).rev() {
+        let Some(&(pre, suf)) = DWIM_RULES.get(i) else {
+            continue;
+        };
+        let (pre, suf) = (pre.as_bytes(), suf.as_bytes());
+        if name.len() <= pre.len() + suf.len() || !name.starts_with(pre) || !name.ends_with(suf) {
+            continue;
+        }
+        let short = name
+            .get(pre.len()..name.len() - suf.len())
+            .unwrap_or_default();
+        let mut ambiguous = false;
+        for &(p, s) in DWIM_RULES.get(..i).unwrap_or_default() {
+            cand.clear();
+            cand.extend_from_slice(p.as_bytes());
+            cand.extend_from_slice(short);
+            cand.extend_from_slice(s.as_bytes());
+            if matches!(resolve(it, &cand)?, Resolved::Oid { .. }) {
+                ambiguous = true;
+                break;
+            }
+        }
+        if !ambiguous {
+            return Ok(short.to_vec());
+        }
+    }
+    Ok(name.to_vec())
+}
+
 /// Peeled-tag aware display helper: `refs/tags/v1^{}`.
 pub fn peeled_name(name: &[u8]) -> Vec<u8> {
     let mut v = name.to_vec();
