@@ -319,8 +319,8 @@ pub fn run(mut args: Args) -> Result<ExitCode> {
             match k.as_str() {
                 "refname" => {}
                 "-refname" => rows.reverse(),
-                "objectname" => rows.sort_by(|a, b| a.id.cmp(&b.id)), // stable: ties by name
-                _ => rows.sort_by(|a, b| b.id.cmp(&a.id)),
+                "objectname" => rows.sort_by_key(|r| r.id), // stable: ties stay by name
+                _ => rows.sort_by_key(|r| std::cmp::Reverse(r.id)),
             }
         }
         if let Some(c) = count {
