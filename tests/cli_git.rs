@@ -1120,3 +1120,51 @@ fn no_input_makes_the_binary_panic() {
     // The repository is still sound whatever was run against it.
     git(d, &["refs", "verify"]);
 }
+
+/// `update-ref --stdin` answers each command as it comes, and holds the stack's lock
+/// from `prepare` to `commit` as git does: another writer is refused meanwhile.
+#[test]
+fn prepare_holds_the_lock_until_commit() {
+    use std::io::{BufRead, BufReader, Write};
+    let tmp = tempfile::tempdir().unwrap();
+    let d = tmp.path();
+    rich_repo(d);
+    let main = git(d, &["rev-parse", "refs/heads/main"]);
+    let main = main.trim();
+    let mut cmd = Command::new(BIN);
+    env(&mut cmd).current_dir(d).args(["update-ref", "--stdin"]);
+    let mut child = cmd
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    let mut stdout = BufReader::new(child.stdout.take().unwrap());
+    let mut line = String::new();
+    writeln!(stdin, "start").unwrap();
+    stdout.read_line(&mut line).unwrap();
+    assert_eq!(line, "start: ok\n");
+    writeln!(stdin, "create refs/heads/prepared {main}\nprepare").unwrap();
+    line.clear();
+    stdout.read_line(&mut line).unwrap();
+    assert_eq!(line, "prepare: ok\n");
+    // Meanwhile git cannot write.
+    let other = format!("create refs/heads/other {main}\n");
+    let o = run("git", d, &["update-ref", "--stdin"], Some(other.as_bytes()));
+    assert_eq!(o.status.code(), Some(128));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("cannot lock references"));
+    writeln!(stdin, "commit").unwrap();
+    drop(stdin);
+    line.clear();
+    stdout.read_line(&mut line).unwrap();
+    assert_eq!(line, "commit: ok\n");
+    assert!(child.wait().unwrap().success());
+    assert_eq!(git(d, &["rev-parse", "refs/heads/prepared"]).trim(), main);
+    // The lock is gone: git writes again.
+    assert!(
+        run("git", d, &["update-ref", "--stdin"], Some(other.as_bytes()))
+            .status
+            .success()
+    );
+}

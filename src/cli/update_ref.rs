@@ -4,9 +4,10 @@
 //!   input (git's command language, see [`super::update_ref_parse`]) is one transaction,
 //!   or several with `start`/`prepare`/`commit`/`abort`, each written as one table.
 //!   Commands are read and answered one at a time, so a driver may wait for
-//!   `start: ok` before sending more. `prepare` validates the batch (duplicates) and
-//!   answers `prepare: ok`; the stack lock is taken at `commit` (there is no lock held
-//!   between `prepare` and `commit`). Object names are full hex ids or ref names.
+//!   `start: ok` before sending more. `prepare` validates the batch (duplicates), takes
+//!   the stack's lock and answers `prepare: ok`; the lock is held until `commit`/`abort`
+//!   (expected values are checked at `commit`). Object names are full hex ids or ref
+//!   names.
 //! * `update-ref [-m MSG] [--no-deref] [--create-reflog] REF NEW [OLD]` and
 //!   `update-ref [-m MSG] [--no-deref] -d REF [OLD]`.
 
@@ -138,6 +139,7 @@ fn run_stdin(repo: &Repo, z: bool, flags: &Flags) -> Result<ExitCode> {
     let mut unit = Vec::new();
     let mut edits: Vec<Edit> = Vec::new();
     let mut resolve = resolver(&stack, repo);
+    let mut held: Option<crate::lockfile::LockFile> = None;
     loop {
         let event = if parse::read_unit(&mut input, z, &mut unit)? {
             match parser.feed(&unit, &mut resolve)? {
@@ -156,19 +158,38 @@ fn run_stdin(repo: &Repo, z: bool, flags: &Flags) -> Result<ExitCode> {
             Event::Prepare => {
                 reject_duplicates(&edits)
                     .map_err(|e| Error::Transaction(format!("prepare: {e}")))?;
+                // Like git, hold the stack's lock from `prepare` on, so that other
+                // writers wait or fail until `commit`/`abort`. It is handed back just
+                // before the commit takes it again.
+                let dir = match edits.first() {
+                    Some(e) => stack.stack_for(&e.name).dir().to_path_buf(),
+                    None => stack.main.dir().to_path_buf(),
+                };
+                let timeout = repo.stack_options().lock_timeout;
+                held = Some(
+                    crate::lockfile::LockFile::acquire(dir.join("tables.list.lock"), timeout)
+                        .map_err(|_| {
+                            Error::Transaction("prepare: cannot lock references".into())
+                        })?,
+                );
                 report("prepare");
             }
             Event::End(Ending::Abort) => {
+                drop(held.take()); // release the lock taken at prepare
                 edits.clear();
                 report("abort");
             }
             Event::End(Ending::Commit) => {
+                drop(held.take()); // release the lock taken at prepare
                 commit(repo, &mut stack, std::mem::take(&mut edits), flags)
                     .map_err(|e| Error::Transaction(format!("commit: {e}")))?;
                 resolve = resolver(&stack, repo);
                 report("commit");
             }
-            Event::End(Ending::EofAbort) => break,
+            Event::End(Ending::EofAbort) => {
+                drop(held.take()); // release the lock taken at prepare
+                break;
+            }
             Event::End(Ending::Eof) => {
                 commit(repo, &mut stack, std::mem::take(&mut edits), flags)?;
                 break;
