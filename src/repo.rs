@@ -1231,6 +1231,80 @@ fn load_config(common_dir: &Path, params: &[String], env: &Env) -> Result<Config
     Ok(cfg)
 }
 
+/// Sets `section.key = value` in the config file at `path`, as `git config` does for a
+/// plain section: an existing `key` line in the last matching section is replaced,
+/// otherwise the line is appended to that section, or a new section is appended.
+/// The file is rewritten through `<path>.lock` (O_EXCL, then rename).
+pub fn config_set(path: &Path, section: &str, key: &str, value: &str) -> Result<()> {
+    let text = match std::fs::read_to_string(path) {
+        Ok(t) => t,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => String::new(),
+        Err(e) => return Err(Error::io(path, e)),
+    };
+    let new = config_text_set(&text, section, key, value);
+    let lock_path = {
+        let mut p = path.as_os_str().to_owned();
+        p.push(".lock");
+        PathBuf::from(p)
+    };
+    let mut lock = crate::lockfile::LockFile::acquire(&lock_path, None)?;
+    {
+        use std::io::Write;
+        let f = lock.file()?;
+        f.write_all(new.as_bytes())
+            .map_err(|e| Error::io(&lock_path, e))?;
+    }
+    lock.commit(path)
+}
+
+/// The text transformation behind [`config_set`].
+pub fn config_text_set(text: &str, section: &str, key: &str, value: &str) -> String {
+    let section_lc = section.to_ascii_lowercase();
+    let key_lc = key.to_ascii_lowercase();
+    let mut lines: Vec<String> = text.lines().map(str::to_owned).collect();
+    let mut in_section = false;
+    let mut last_line_of_section: Option<usize> = None;
+    let mut key_line: Option<usize> = None;
+    for (i, line) in lines.iter().enumerate() {
+        let t = line.trim_start();
+        if let Some(rest) = t.strip_prefix('[') {
+            let name = rest.split([']', ' ', '\t', '"']).next().unwrap_or("");
+            in_section = name.eq_ignore_ascii_case(&section_lc) && !rest.contains('"');
+            if in_section {
+                last_line_of_section = Some(i);
+                key_line = None;
+            }
+            continue;
+        }
+        if in_section {
+            last_line_of_section = Some(i);
+            let k: String = t
+                .chars()
+                .take_while(|c| c.is_ascii_alphanumeric() || *c == '-')
+                .collect();
+            if !k.is_empty() && k.to_ascii_lowercase() == key_lc {
+                key_line = Some(i);
+            }
+        }
+    }
+    let entry = format!("\t{key} = {value}");
+    match (key_line, last_line_of_section) {
+        (Some(i), _) => {
+            if let Some(l) = lines.get_mut(i) {
+                *l = entry;
+            }
+        }
+        (None, Some(i)) => lines.insert(i + 1, entry),
+        (None, None) => {
+            lines.push(format!("[{section}]"));
+            lines.push(entry);
+        }
+    }
+    let mut out = lines.join("\n");
+    out.push('\n');
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -1319,6 +1393,30 @@ mod tests {
         assert!(Config::default()
             .add_file(&dir.path().join("loop"))
             .is_err());
+    }
+
+    #[test]
+    fn config_set_like_git() {
+        let text =
+            "[core]\n\trepositoryformatversion = 0\n\tbare = false\n[remote \"core\"]\n\turl = x\n";
+        let out = config_text_set(text, "core", "repositoryformatversion", "1");
+        assert_eq!(
+            out,
+            "[core]\n\trepositoryformatversion = 1\n\tbare = false\n[remote \"core\"]\n\turl = x\n"
+        );
+        let out = config_text_set(&out, "extensions", "refstorage", "reftable");
+        assert!(
+            out.ends_with("[extensions]\n\trefstorage = reftable\n"),
+            "{out}"
+        );
+        let out = config_text_set(&out, "extensions", "objectformat", "sha256");
+        assert!(
+            out.ends_with("[extensions]\n\trefstorage = reftable\n\tobjectformat = sha256\n"),
+            "{out}"
+        );
+        let c = Config::parse(out.as_bytes(), Path::new("x")).unwrap();
+        assert_eq!(c.string("extensions.refstorage"), Some("reftable"));
+        assert_eq!(c.int("core.repositoryformatversion").unwrap(), Some(1));
     }
 
     #[test]

@@ -5,9 +5,14 @@
 //! errors (as git uses), 129 usage errors.
 
 pub mod args;
+pub mod common;
 pub mod dump;
+pub mod migrate;
 #[cfg(feature = "fuse")]
 pub mod mount;
+pub mod objects;
+pub mod progress;
+pub mod update_ref_parse;
 
 use std::process::ExitCode;
 
@@ -16,8 +21,11 @@ pub use args::Args;
 /// Usage text printed by `reftablefs help` and on usage errors.
 pub const USAGE: &str = "usage: reftablefs <command> [options]
 
+global options (before the command): -C DIR, --git-dir=DIR, -c KEY=VALUE
+
 commands:
   dump FILE [--verify]      print (or check) every block and record of a table
+  migrate [--dry-run]       convert a files-backend repository to reftable (as git refs migrate)
   mount [--read-only] [--daemon] [--batch-window MS] [--batch-max N] [--no-fsync] GITDIR MOUNTPOINT
   unmount MOUNTPOINT        flush pending writes and unmount
 ";
@@ -25,6 +33,9 @@ commands:
 /// Runs the command line given without the program name.
 pub fn main_with_args(argv: Vec<std::ffi::OsString>) -> ExitCode {
     let mut args = Args::new(argv);
+    if let Err(msg) = common::parse_global_options(&mut args) {
+        return common::usage_error(&msg, USAGE);
+    }
     let Some(cmd) = args.next_positional() else {
         eprint!("{USAGE}");
         return ExitCode::from(129);
@@ -34,11 +45,12 @@ pub fn main_with_args(argv: Vec<std::ffi::OsString>) -> ExitCode {
             print!("{USAGE}");
             Ok(ExitCode::SUCCESS)
         }
+        "migrate" => migrate::run(args),
+        "dump" => dump::run(args),
         #[cfg(feature = "fuse")]
         "mount" => mount::run(args),
         #[cfg(feature = "fuse")]
         "unmount" => mount::run_unmount(args),
-        "dump" => dump::run(args),
         other => {
             eprintln!("reftablefs: unknown command '{other}'\n{USAGE}");
             return ExitCode::from(129);

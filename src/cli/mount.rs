@@ -64,8 +64,8 @@ pub fn run(mut args: Args) -> Result<ExitCode> {
     }
     let reftable_dir = reftable_dir(gitdir)?;
     fs::check_mountpoint(mountpoint)?;
-    let src = crate::fs::stack_source::open(gitdir, &reftable_dir, &opts)?;
-    fs::mount(src, &reftable_dir, mountpoint, &opts)?;
+    let o = crate::fs::stack_source::open(gitdir, &opts)?;
+    fs::mount(o.reader, o.writer, o.log, &reftable_dir, mountpoint, &opts)?;
     Ok(ExitCode::SUCCESS)
 }
 

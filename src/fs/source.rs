@@ -10,18 +10,22 @@ use std::collections::BTreeMap;
 use crate::format::{HashKind, LogRecord, RefRecord, RefValue};
 use crate::{Error, Result};
 
-/// One ref change of a batch, with the log record that goes with it (if any).
-#[derive(Clone, Debug, PartialEq, Eq)]
+/// One ref change of a batch, with the log records that go with it.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct BatchEdit {
     /// Full refname (`HEAD`, `refs/heads/x`).
     pub name: Vec<u8>,
-    /// The new value; `RefValue::Deletion` deletes the ref.
-    pub new: RefValue,
-    /// The value the mount believed the ref had when the edit was accepted (`None`: absent).
-    /// Checked under the stack lock at commit time.
+    /// The new value (`RefValue::Deletion` deletes the ref and its reflog); `None` for a
+    /// log-only edit.
+    pub new: Option<RefValue>,
+    /// The value the mount believed the ref had when the edit was accepted (`None`:
+    /// absent). Checked under the stack lock at commit time (only when `new` is set).
     pub expected_old: Option<RefValue>,
-    /// Log records to write with this edit (old/new ids, identity, time, message).
+    /// Log records to add. With `replace_logs` unset, at most one, whose update index is
+    /// assigned by the commit; with it set, each carries its own update index.
     pub logs: Vec<LogRecord>,
+    /// Delete every existing log record of `name` first (reflog rewrite or deletion).
+    pub replace_logs: bool,
 }
 
 /// What a commit of a batch did.
@@ -55,6 +59,12 @@ pub trait RefSource: Send {
     /// holds under the stack lock; edits whose expectation fails are reported in
     /// [`CommitOutcome::conflicts`] and not written, the others are.
     fn commit(&mut self, edits: &[BatchEdit]) -> Result<CommitOutcome>;
+    /// Whether a commit that updates the ref HEAD points to also writes HEAD's reflog
+    /// entry by itself (git's reftable backend does): then the mount drops the HEAD line
+    /// a files-backend git appends after such an update, instead of writing it twice.
+    fn logs_head_with_referent(&self) -> bool {
+        false
+    }
     /// Number of fsync calls made so far (for the batching benchmark), if known.
     fn fsync_count(&self) -> u64 {
         0
@@ -102,9 +112,22 @@ impl MemSource {
 
     /// Adds a log record directly.
     pub fn add_log(&mut self, rec: LogRecord) {
+        self.next_update_index = self.next_update_index.max(rec.update_index + 1);
         self.logs
             .insert((rec.refname.clone(), !rec.update_index), rec);
         self.generation += 1;
+    }
+
+    fn drop_logs(&mut self, name: &[u8]) {
+        let stale: Vec<_> = self
+            .logs
+            .range((name.to_vec(), 0)..)
+            .take_while(|((n, _), _)| n == name)
+            .map(|(k, _)| k.clone())
+            .collect();
+        for k in stale {
+            self.logs.remove(&k);
+        }
     }
 
     fn check(&self) -> Result<()> {
@@ -173,32 +196,32 @@ impl RefSource for MemSource {
         let mut outcome = CommitOutcome::default();
         let ui = self.next_update_index;
         for e in edits {
-            let current = self.refs.get(&e.name).cloned();
-            if current != e.expected_old {
-                outcome.conflicts.push((e.name.clone(), current));
-                continue;
-            }
-            match &e.new {
-                RefValue::Deletion => {
-                    self.refs.remove(&e.name);
-                    let stale: Vec<_> = self
-                        .logs
-                        .range((e.name.clone(), 0)..)
-                        .take_while(|((n, _), _)| *n == e.name)
-                        .map(|(k, _)| k.clone())
-                        .collect();
-                    for k in stale {
-                        self.logs.remove(&k);
+            if let Some(new) = &e.new {
+                let current = self.refs.get(&e.name).cloned();
+                if current != e.expected_old {
+                    outcome.conflicts.push((e.name.clone(), current));
+                    continue;
+                }
+                match new {
+                    RefValue::Deletion => {
+                        self.refs.remove(&e.name);
+                        self.drop_logs(&e.name);
+                    }
+                    v => {
+                        self.refs.insert(e.name.clone(), v.clone());
                     }
                 }
-                v => {
-                    self.refs.insert(e.name.clone(), v.clone());
-                }
+            }
+            if e.replace_logs {
+                self.drop_logs(&e.name);
             }
             for l in &e.logs {
                 let mut l = l.clone();
-                l.update_index = ui;
-                self.logs.insert((l.refname.clone(), !ui), l);
+                if !e.replace_logs {
+                    l.update_index = ui;
+                }
+                l.refname.clone_from(&e.name);
+                self.logs.insert((e.name.clone(), !l.update_index), l);
             }
             outcome.applied += 1;
         }
@@ -206,7 +229,6 @@ impl RefSource for MemSource {
             self.next_update_index += 1;
             self.commits += 1;
             self.generation += 1;
-            self.seen_generation = self.generation;
         }
         Ok(outcome)
     }

@@ -12,6 +12,11 @@ use crate::Result;
 /// Header of the `packed-refs` file the mount serves.
 pub const PACKED_REFS_HEADER: &[u8] = b"# pack-refs with: peeled fully-peeled sorted \n";
 
+/// Appended to a name, gives a key past every record of that name and before every
+/// longer valid name: refnames cannot contain control characters, and in log keys the
+/// name is followed by a NUL, which sorts below it.
+pub const NEXT_NAME: u8 = 1;
+
 /// What a path of the mount is.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum Kind {
@@ -23,6 +28,9 @@ pub enum Kind {
     Log,
     /// The synthesised `packed-refs`.
     PackedRefs,
+    /// A file that only lives in memory until it is committed or removed (`x.lock`,
+    /// `packed-refs.new`, a temporary reflog).
+    Scratch,
 }
 
 /// Where a path lives in the view.
@@ -170,7 +178,7 @@ pub fn list_refs(
                 // The next key after this name.
                 s.key.clear();
                 s.key.extend_from_slice(&s.rec.name);
-                s.key.push(0);
+                s.key.push(NEXT_NAME);
             }
         }
     }
@@ -212,7 +220,7 @@ pub fn list_logs(
                 }
                 s.key.clear();
                 s.key.extend_from_slice(&s.name);
-                s.key.push(0);
+                s.key.push(NEXT_NAME);
             }
         }
     }
@@ -222,7 +230,7 @@ pub fn list_logs(
 
 /// Sorts a listing once by name and resolves a name that is both a file and a directory
 /// (a D/F conflict only a buggy writer can store) in favour of the file, as lookup does.
-fn finish_listing(out: &mut Vec<Entry>) {
+pub fn finish_listing(out: &mut Vec<Entry>) {
     out.sort_unstable_by(|a, b| a.name.cmp(&b.name).then_with(|| b.kind.cmp(&a.kind)));
     out.dedup_by(|later, earlier| later.name == earlier.name);
 }

@@ -1,0 +1,454 @@
+//! Shared pieces of the subcommands: global options (`-C`, `--git-dir`, `-c`), opening
+//! the repository, buffered stdout that treats a closed pipe as success, and the ref
+//! resolution rules of `git rev-parse` (symref following, DWIM) over any [`RefIter`].
+
+use std::io::{self, Write};
+use std::path::PathBuf;
+use std::sync::OnceLock;
+
+use crate::format::{HashKind, ObjectId, RefValue};
+use crate::refname::{check_refname_format, RefnameFlags};
+use crate::repo::{Discover, Repo};
+use crate::table::RefIter;
+use crate::{Error, Result};
+
+use super::Args;
+
+static GLOBAL: OnceLock<Discover> = OnceLock::new();
+
+/// Consumes the global options that come before the subcommand, as git does:
+/// `-C <dir>` (repeatable, relative to the previous), `--git-dir[=]<dir>`,
+/// `-c <key>=<value>`. Returns a usage message on a malformed option.
+pub fn parse_global_options(args: &mut Args) -> std::result::Result<(), String> {
+    let mut d = Discover::default();
+    loop {
+        if args.flag("-C") {
+            let dir = args.next_path().ok_or("option '-C' requires a directory")?;
+            d.cwd = Some(match d.cwd.take() {
+                Some(prev) => prev.join(dir),
+                None => dir,
+            });
+        } else if let Some(dir) = args.value("--git-dir") {
+            d.git_dir = Some(PathBuf::from(dir));
+        } else if args.flag("-c") {
+            let kv = args
+                .next_positional()
+                .ok_or("option '-c' requires a value")?;
+            d.config_params.push(kv);
+        } else {
+            break;
+        }
+    }
+    // Only the first call counts (main runs once per process).
+    let _ = GLOBAL.set(d);
+    Ok(())
+}
+
+/// Opens the repository named by the global options and the environment.
+pub fn open_repo() -> Result<Repo> {
+    let d = GLOBAL.get().cloned().unwrap_or_default();
+    Repo::discover(&d)
+}
+
+/// A usage error: message to stderr, exit code 129.
+pub fn usage_error(msg: &str, usage: &str) -> std::process::ExitCode {
+    eprintln!("error: {msg}\n{usage}");
+    std::process::ExitCode::from(129)
+}
+
+/// Buffered stdout. A closed pipe (`| head`) ends output quietly, as git does.
+pub struct Out {
+    w: io::BufWriter<io::StdoutLock<'static>>,
+    closed: bool,
+}
+
+impl Out {
+    /// Locks stdout behind a 64 KiB buffer.
+    pub fn new() -> Out {
+        Out {
+            w: io::BufWriter::with_capacity(1 << 16, io::stdout().lock()),
+            closed: false,
+        }
+    }
+
+    /// Writes bytes; `Err` only for real I/O errors (not a closed pipe).
+    pub fn write(&mut self, bytes: &[u8]) -> Result<()> {
+        if self.closed {
+            return Ok(());
+        }
+        match self.w.write_all(bytes) {
+            Ok(()) => Ok(()),
+            Err(e) if e.kind() == io::ErrorKind::BrokenPipe => {
+                self.closed = true;
+                Ok(())
+            }
+            Err(e) => Err(Error::io("stdout", e)),
+        }
+    }
+
+    /// Flushes the buffer (call before reporting success; also done on drop).
+    pub fn flush(&mut self) -> Result<()> {
+        if self.closed {
+            return Ok(());
+        }
+        match self.w.flush() {
+            Ok(()) => Ok(()),
+            Err(e) if e.kind() == io::ErrorKind::BrokenPipe => {
+                self.closed = true;
+                Ok(())
+            }
+            Err(e) => Err(Error::io("stdout", e)),
+        }
+    }
+}
+
+impl Default for Out {
+    fn default() -> Self {
+        Out::new()
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// Resolution (git's refs_resolve_ref_unsafe + expand_ref)
+// ---------------------------------------------------------------------------------------
+
+/// git's `SYMREF_MAXDEPTH`.
+pub const SYMREF_MAXDEPTH: usize = 5;
+
+/// One raw read: the value of exactly `name`, if it exists (tombstones = absent).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Raw {
+    Missing,
+    Oid {
+        id: ObjectId,
+        peeled: Option<ObjectId>,
+    },
+    Symref(Vec<u8>),
+}
+
+/// Reads exactly `name` through a reseekable iterator (one seek, one next).
+pub fn read_raw(it: &mut dyn RefIter, name: &[u8]) -> Result<Raw> {
+    it.seek(name)?;
+    let Some(rec) = it.next()? else {
+        return Ok(Raw::Missing);
+    };
+    if rec.name != name {
+        return Ok(Raw::Missing);
+    }
+    Ok(match &rec.value {
+        RefValue::Deletion => Raw::Missing,
+        RefValue::Val1(id) => Raw::Oid {
+            id: *id,
+            peeled: None,
+        },
+        RefValue::Val2 { value, peeled } => Raw::Oid {
+            id: *value,
+            peeled: Some(*peeled),
+        },
+        RefValue::Symref(t) => Raw::Symref(t.clone()),
+    })
+}
+
+/// The outcome of resolving one ref name.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Resolved {
+    /// The name (after following symrefs) holds an object id.
+    Oid {
+        /// The final, non-symbolic ref name.
+        refname: Vec<u8>,
+        id: ObjectId,
+        peeled: Option<ObjectId>,
+        /// Whether the starting name was a symref.
+        via_symref: bool,
+    },
+    /// A symref chain ends at a missing ref (`refname` is the last name tried).
+    Dangling { refname: Vec<u8> },
+    /// The name does not exist (or is not a valid ref name).
+    Missing,
+    /// More than [`SYMREF_MAXDEPTH`] symref hops, or a symref to an invalid name.
+    Broken { refname: Vec<u8> },
+}
+
+fn valid_for_reading(name: &[u8]) -> bool {
+    check_refname_format(
+        name,
+        RefnameFlags {
+            allow_onelevel: true,
+            refspec_pattern: false,
+        },
+    )
+    .is_ok()
+}
+
+/// Follows `name` through symrefs as `git rev-parse` reads it.
+pub fn resolve(it: &mut dyn RefIter, name: &[u8]) -> Result<Resolved> {
+    if !valid_for_reading(name) {
+        return Ok(Resolved::Missing);
+    }
+    let mut current = name.to_vec();
+    let mut via_symref = false;
+    for _ in 0..SYMREF_MAXDEPTH {
+        match read_raw(it, &current)? {
+            Raw::Missing => {
+                return Ok(if via_symref {
+                    Resolved::Dangling { refname: current }
+                } else {
+                    Resolved::Missing
+                })
+            }
+            Raw::Oid { id, peeled } => {
+                return Ok(Resolved::Oid {
+                    refname: current,
+                    id,
+                    peeled,
+                    via_symref,
+                })
+            }
+            Raw::Symref(target) => {
+                if !valid_for_reading(&target) {
+                    return Ok(Resolved::Broken { refname: target });
+                }
+                via_symref = true;
+                current = target;
+            }
+        }
+    }
+    Ok(Resolved::Broken { refname: current })
+}
+
+/// git's `ref_rev_parse_rules`, as (prefix, suffix) pairs around the short name.
+pub const DWIM_RULES: [(&str, &str); 6] = [
+    ("", ""),
+    ("refs/", ""),
+    ("refs/tags/", ""),
+    ("refs/heads/", ""),
+    ("refs/remotes/", ""),
+    ("refs/remotes/", "/HEAD"),
+];
+
+/// The result of DWIM-resolving a short name.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Dwim {
+    /// The full ref name that matched first (the symref itself, not its target).
+    pub refname: Vec<u8>,
+    pub id: ObjectId,
+    pub peeled: Option<ObjectId>,
+    /// How many rules matched (more than one: git warns "refname is ambiguous").
+    pub matches: usize,
+}
+
+/// Expands `short` with git's rules and resolves each candidate (git's `expand_ref`
+/// with `warn_ambiguous_refs`, its default). `warn` receives git's warnings.
+pub fn dwim(
+    it: &mut dyn RefIter,
+    short: &[u8],
+    warn: &mut dyn FnMut(String),
+) -> Result<Option<Dwim>> {
+    let mut found: Option<Dwim> = None;
+    let mut full = Vec::with_capacity(short.len() + 24);
+    for (prefix, suffix) in DWIM_RULES {
+        full.clear();
+        full.extend_from_slice(prefix.as_bytes());
+        full.extend_from_slice(short);
+        full.extend_from_slice(suffix.as_bytes());
+        match resolve(it, &full)? {
+            Resolved::Oid { id, peeled, .. } => match &mut found {
+                Some(f) => f.matches += 1,
+                None => {
+                    found = Some(Dwim {
+                        refname: full.clone(),
+                        id,
+                        peeled,
+                        matches: 1,
+                    })
+                }
+            },
+            Resolved::Dangling { .. } if full != b"HEAD" => warn(format!(
+                "ignoring dangling symref {}",
+                String::from_utf8_lossy(&full)
+            )),
+            Resolved::Broken { .. } if full.contains(&b'/') => warn(format!(
+                "ignoring broken ref {}",
+                String::from_utf8_lossy(&full)
+            )),
+            _ => {}
+        }
+    }
+    Ok(found)
+}
+
+/// Resolves a revision argument the way this tool supports `git rev-parse`: a full hex
+/// object id of the repository's hash, `@` for `HEAD`, or a ref name (DWIM).
+/// Returns `None` when nothing matches; warnings go to `warn`.
+pub fn rev_parse(
+    it: &mut dyn RefIter,
+    arg: &[u8],
+    hash: HashKind,
+    warn: &mut dyn FnMut(String),
+) -> Result<Option<ObjectId>> {
+    if arg.len() == hash.hex_len() {
+        if let Some(id) = ObjectId::from_hex(arg, hash) {
+            return Ok(Some(id));
+        }
+    }
+    let name: &[u8] = if arg == b"@" { b"HEAD" } else { arg };
+    match dwim(it, name, warn)? {
+        Some(d) => {
+            if d.matches > 1 {
+                warn(format!(
+                    "refname '{}' is ambiguous.",
+                    String::from_utf8_lossy(arg)
+                ));
+            }
+            Ok(Some(d.id))
+        }
+        None => Ok(None),
+    }
+}
+
+/// Peeled-tag aware display helper: `refs/tags/v1^{}`.
+pub fn peeled_name(name: &[u8]) -> Vec<u8> {
+    let mut v = name.to_vec();
+    v.extend_from_slice(b"^{}");
+    v
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use super::*;
+    use crate::format::RefRecord;
+    use crate::merged::mem::VecRefIter;
+
+    pub(crate) fn oid(n: u8) -> ObjectId {
+        ObjectId::from_bytes(&[n; 20]).unwrap()
+    }
+
+    pub(crate) fn store(recs: &[(&str, RefValue)]) -> VecRefIter {
+        let mut v: Vec<RefRecord> = recs
+            .iter()
+            .map(|(n, val)| RefRecord {
+                name: n.as_bytes().to_vec(),
+                update_index: 1,
+                value: val.clone(),
+            })
+            .collect();
+        v.sort_by(|a, b| a.name.cmp(&b.name));
+        VecRefIter::new(v)
+    }
+
+    fn sym(t: &str) -> RefValue {
+        RefValue::Symref(t.as_bytes().to_vec())
+    }
+
+    #[test]
+    fn resolve_follows_symrefs_and_stops_at_depth() {
+        let mut it = store(&[
+            ("HEAD", sym("refs/heads/main")),
+            ("refs/heads/main", RefValue::Val1(oid(1))),
+            ("refs/heads/gone", RefValue::Deletion),
+            ("refs/heads/dangling", sym("refs/heads/gone")),
+            ("refs/l1", sym("refs/l2")),
+            ("refs/l2", sym("refs/l3")),
+            ("refs/l3", sym("refs/l4")),
+            ("refs/l4", sym("refs/l5")),
+            ("refs/l5", sym("refs/l6")),
+            ("refs/l6", RefValue::Val1(oid(2))),
+            ("refs/bad", sym("refs/a..b")),
+        ]);
+        assert_eq!(
+            resolve(&mut it, b"HEAD").unwrap(),
+            Resolved::Oid {
+                refname: b"refs/heads/main".to_vec(),
+                id: oid(1),
+                peeled: None,
+                via_symref: true
+            }
+        );
+        assert_eq!(
+            resolve(&mut it, b"refs/heads/gone").unwrap(),
+            Resolved::Missing
+        );
+        assert_eq!(
+            resolve(&mut it, b"refs/heads/dangling").unwrap(),
+            Resolved::Dangling {
+                refname: b"refs/heads/gone".to_vec()
+            }
+        );
+        assert!(
+            matches!(resolve(&mut it, b"refs/l2").unwrap(), Resolved::Oid { .. }),
+            "4 hops is fine"
+        );
+        assert!(
+            matches!(
+                resolve(&mut it, b"refs/l1").unwrap(),
+                Resolved::Broken { .. }
+            ),
+            "5 hops is too deep"
+        );
+        assert!(matches!(
+            resolve(&mut it, b"refs/bad").unwrap(),
+            Resolved::Broken { .. }
+        ));
+        assert_eq!(
+            resolve(&mut it, b"refs/heads/../x").unwrap(),
+            Resolved::Missing
+        );
+    }
+
+    #[test]
+    fn dwim_rules_order_and_ambiguity() {
+        let mut it = store(&[
+            ("HEAD", sym("refs/heads/main")),
+            ("refs/heads/main", RefValue::Val1(oid(1))),
+            (
+                "refs/tags/main",
+                RefValue::Val2 {
+                    value: oid(3),
+                    peeled: oid(4),
+                },
+            ),
+            ("refs/remotes/origin/HEAD", sym("refs/remotes/origin/main")),
+            ("refs/remotes/origin/main", RefValue::Val1(oid(5))),
+            ("refs/heads/dang", sym("refs/heads/nowhere")),
+        ]);
+        let mut warnings = Vec::new();
+        let d = dwim(&mut it, b"main", &mut |w| warnings.push(w))
+            .unwrap()
+            .unwrap();
+        assert_eq!(
+            (d.refname.as_slice(), d.id, d.matches),
+            (b"refs/tags/main".as_slice(), oid(3), 2)
+        );
+        let d = dwim(&mut it, b"origin", &mut |w| warnings.push(w))
+            .unwrap()
+            .unwrap();
+        assert_eq!(
+            (d.refname.as_slice(), d.id),
+            (b"refs/remotes/origin/HEAD".as_slice(), oid(5))
+        );
+        assert!(dwim(&mut it, b"dang", &mut |w| warnings.push(w))
+            .unwrap()
+            .is_none());
+        assert_eq!(warnings, ["ignoring dangling symref refs/heads/dang"]);
+
+        let mut w2 = Vec::new();
+        let hex = oid(9).to_hex();
+        assert_eq!(
+            rev_parse(&mut it, hex.as_bytes(), HashKind::Sha1, &mut |w| w2.push(w)).unwrap(),
+            Some(oid(9))
+        );
+        assert_eq!(
+            rev_parse(&mut it, b"@", HashKind::Sha1, &mut |w| w2.push(w)).unwrap(),
+            Some(oid(1))
+        );
+        assert_eq!(
+            rev_parse(&mut it, b"main", HashKind::Sha1, &mut |w| w2.push(w)).unwrap(),
+            Some(oid(3))
+        );
+        assert_eq!(
+            rev_parse(&mut it, b"nope", HashKind::Sha1, &mut |w| w2.push(w)).unwrap(),
+            None
+        );
+        assert_eq!(w2, ["refname 'main' is ambiguous."]);
+    }
+}

@@ -1,0 +1,130 @@
+//! The batcher: one thread that turns sealed batches of the pending layer into reftable
+//! commits — one table and one fsync round per batch, however many refs — through the
+//! writer source (one stack object with one writer and its scratch buffer, reused for
+//! every batch). A batch is sealed when the window since its first edit has passed, when
+//! it holds `--batch-max` edits, or when someone waits for it (fsync, syncfs, unmount).
+//! Commit points never wait for the batcher; only fsync-style calls do.
+
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use crate::fs::state::{log_error, Shared};
+use crate::fs::write::Batch;
+
+/// Starts the batcher thread.
+pub fn spawn(shared: Arc<Shared>) -> std::io::Result<JoinHandle<()>> {
+    std::thread::Builder::new()
+        .name("reftablefs-batch".into())
+        .spawn(move || {
+            run(&shared);
+            shared.set_batcher_gone();
+        })
+}
+
+/// Waits for the next batch to write; `None` when stopping with nothing left.
+fn next_batch(shared: &Shared) -> Option<Batch> {
+    let mut g = shared.lock();
+    loop {
+        if let Some(b) = g.w.sealed.pop_front() {
+            return Some(b);
+        }
+        let stopping = shared.stopping();
+        if !g.w.open.is_empty() {
+            let seq = g.w.open.seq;
+            let since = match g.open_since {
+                Some((s, t)) if s == seq => t,
+                _ => {
+                    let now = Instant::now();
+                    g.open_since = Some((seq, now));
+                    now
+                }
+            };
+            let waited = since.elapsed();
+            if stopping || g.flush_requested || g.w.open.len() >= shared.batch.max {
+                g.w.seal_all();
+                continue;
+            }
+            if waited >= shared.batch.window {
+                g.w.seal_for_window();
+                g.open_since = None;
+                continue;
+            }
+            let left = shared.batch.window - waited;
+            g = shared
+                .cv
+                .wait_timeout(g, left)
+                .map(|r| r.0)
+                .unwrap_or_else(|p| p.into_inner().0);
+            continue;
+        }
+        g.flush_requested = false;
+        if stopping {
+            return None;
+        }
+        g = shared
+            .cv
+            .wait_timeout(g, Duration::from_millis(200))
+            .map(|r| r.0)
+            .unwrap_or_else(|p| p.into_inner().0);
+    }
+}
+
+fn run(shared: &Shared) {
+    while let Some(batch) = next_batch(shared) {
+        let result = {
+            let mut w = shared.writer.lock().unwrap_or_else(|p| p.into_inner());
+            match w.as_mut() {
+                Some(src) => src.commit(&batch.edits),
+                None => Err(crate::Error::Api("read-only mount".into())),
+            }
+        };
+        let mut g = shared.lock();
+        // The reader must see the new table before the pending entries go away.
+        let _ = g.refresh();
+        match result {
+            Ok(out) => {
+                let mut conflicted = Vec::new();
+                for (name, found) in out.conflicts {
+                    let mine = batch.edits.iter().find(|e| e.name == name);
+                    log_error(
+                        "commit",
+                        &name,
+                        &format!(
+                            "conflict with a concurrent writer: expected {:?}, found {:?}; \
+                             the concurrent value wins, this update ({:?}) was not written",
+                            mine.and_then(|e| e.expected_old.as_ref()),
+                            found,
+                            mine.and_then(|e| e.new.as_ref())
+                        ),
+                    );
+                    conflicted.push(name);
+                }
+                if !conflicted.is_empty() {
+                    g.failed.insert(batch.seq, "conflict".into());
+                }
+                g.w.batch_done(batch.seq, &conflicted);
+            }
+            Err(e) => {
+                for edit in &batch.edits {
+                    log_error(
+                        "commit",
+                        &edit.name,
+                        &format!("batch of {} edits not written: {e}", batch.len()),
+                    );
+                }
+                let names: Vec<Vec<u8>> = batch.edits.iter().map(|e| e.name.clone()).collect();
+                g.failed.insert(batch.seq, e.to_string());
+                g.w.batch_done(batch.seq, &names);
+            }
+        }
+        g.durable_seq = batch.seq;
+        // Keep the failure record bounded.
+        while g.failed.len() > 1024 {
+            g.failed.pop_first();
+        }
+        let _ = g.refresh();
+        drop(g);
+        shared.cv.notify_all();
+    }
+}
