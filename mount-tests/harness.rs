@@ -264,8 +264,9 @@ fn run_one(test: &Test) -> Result<(), String> {
         .name(test.name.into())
         .spawn(move || {
             let outcome = std::panic::catch_unwind(move || -> Result<(), String> {
+                let prefix = format!("rtfs-mt-{}-", run_id());
                 let dir = tempfile::Builder::new()
-                    .prefix("rtfs-mt-")
+                    .prefix(&prefix)
                     .tempdir()
                     .map_err(|e| format!("cannot create a temporary directory: {e}"))?;
                 let ctx = Ctx { dir };
@@ -310,6 +311,12 @@ fn run_one(test: &Test) -> Result<(), String> {
             ))
         }
     }
+}
+
+/// Names this run's temporary directories (`rtfs-mt-<id>-…`), so `cleanup.sh` after a
+/// killed run detaches only this run's mounts, never those of a concurrent run.
+fn run_id() -> String {
+    std::env::var("RTFS_RUN_ID").unwrap_or_else(|_| std::process::id().to_string())
 }
 
 static MOUNT_SEQ: AtomicU64 = AtomicU64::new(0);
