@@ -372,17 +372,18 @@ impl Filesystem for RefFs {
                         0 => reply.add(INodeNo(ino.0), 1, FileType::Directory, "."),
                         1 => reply.add(INodeNo(parent), 2, FileType::Directory, ".."),
                         n => {
-                            let Some(e) = usize::try_from(n - 2).ok().and_then(|k| entries.get(k))
+                            let Some((name, kind)) =
+                                usize::try_from(n - 2).ok().and_then(|k| entries.get(k))
                             else {
                                 break;
                             };
-                            let child = crate::fs::view::join(path, &e.name);
-                            let cino = crate::fs::inode::ino_of(&child, e.kind);
+                            let child = crate::fs::view::join(path, name);
+                            let cino = crate::fs::inode::ino_of(&child, kind);
                             reply.add(
                                 INodeNo(cino),
                                 n + 1,
-                                file_type(e.kind),
-                                OsStr::from_bytes(&e.name),
+                                file_type(kind),
+                                OsStr::from_bytes(name),
                             )
                         }
                     };
