@@ -169,16 +169,18 @@ pub fn current_umask() -> u32 {
 /// `core.sharedRepository` (`shared_bits`: 0 for `umask`, 0o660 for `group`, 0o664 for
 /// `world`/`everybody`), as `calc_shared_perm` does.
 pub fn default_permissions(shared_bits: u32) -> u32 {
-    let base = 0o666 & !current_umask();
-    if shared_bits == 0 {
-        return base;
-    }
-    // calc_shared_perm: no write bits for others when the user cannot write.
+    calc_shared_perm(0o666 & !current_umask(), shared_bits)
+}
+
+/// git's `calc_shared_perm` for a positive `core.sharedRepository` (`group` = 0o660,
+/// `world` = 0o664, `umask` = 0): OR the shared bits in, without write bits when the
+/// user cannot write.
+pub fn calc_shared_perm(mode: u32, shared_bits: u32) -> u32 {
     let mut tweak = shared_bits;
-    if base & 0o200 == 0 {
+    if mode & 0o200 == 0 {
         tweak &= !0o222;
     }
-    base | tweak
+    mode | tweak
 }
 
 thread_local! {
@@ -283,6 +285,29 @@ mod tests {
             fs::metadata(&p).unwrap().permissions().mode() & 0o777,
             0o640
         );
+    }
+
+    #[test]
+    fn shared_permissions_match_t0610() {
+        // (umask, shared bits) -> mode, from t0610 "honors --shared=$shared with umask".
+        let cases = [
+            (0o002, 0, 0o664),
+            (0o022, 0, 0o644),
+            (0o027, 0, 0o640),
+            (0o002, 0o660, 0o664),
+            (0o022, 0o660, 0o664),
+            (0o027, 0o660, 0o660),
+            (0o002, 0o664, 0o664),
+            (0o022, 0o664, 0o664),
+            (0o027, 0o664, 0o664),
+        ];
+        for (umask, shared, want) in cases {
+            assert_eq!(
+                calc_shared_perm(0o666 & !umask, shared),
+                want,
+                "umask {umask:o} shared {shared:o}"
+            );
+        }
     }
 
     #[test]

@@ -16,7 +16,7 @@ use std::cmp::Ordering;
 
 use crate::format::{LogRecord, RefRecord, RefValue};
 use crate::table::{LogIter, RefIter};
-use crate::Result;
+use crate::{Error, Result};
 
 /// Copies `src` into `dst`, reusing `dst`'s buffers.
 pub fn copy_ref(dst: &mut RefRecord, src: &RefRecord) {
@@ -116,6 +116,10 @@ impl SlotHeap {
     }
 }
 
+fn poisoned() -> Error {
+    Error::Api("merged iterator used after an error; seek it again".into())
+}
+
 /// A boxed table ref iterator, as held by the merged iterator.
 pub type BoxRefIter = Box<dyn RefIter + Send>;
 /// A boxed table log iterator, as held by the merged iterator.
@@ -129,6 +133,8 @@ pub struct MergedRefIter {
     /// Slot lent out by the last `next`, to advance on the following call.
     advance: Option<usize>,
     suppress_deletions: bool,
+    /// Set by an error; cleared by the next successful seek.
+    failed: bool,
 }
 
 impl MergedRefIter {
@@ -144,6 +150,7 @@ impl MergedRefIter {
             heap,
             advance: None,
             suppress_deletions: false,
+            failed: false,
         }
     }
 
@@ -175,6 +182,25 @@ impl MergedRefIter {
 
 impl RefIter for MergedRefIter {
     fn seek(&mut self, name: &[u8]) -> Result<()> {
+        self.failed = true;
+        self.seek_inner(name)?;
+        self.failed = false;
+        Ok(())
+    }
+
+    fn next(&mut self) -> Result<Option<&RefRecord>> {
+        if self.failed {
+            return Err(poisoned());
+        }
+        self.failed = true;
+        let slot = self.next_slot()?;
+        self.failed = false;
+        Ok(slot.and_then(|i| self.slots.get(i)))
+    }
+}
+
+impl MergedRefIter {
+    fn seek_inner(&mut self, name: &[u8]) -> Result<()> {
         self.heap.clear();
         self.advance = None;
         for i in 0..self.subs.len() {
@@ -184,7 +210,7 @@ impl RefIter for MergedRefIter {
         Ok(())
     }
 
-    fn next(&mut self) -> Result<Option<&RefRecord>> {
+    fn next_slot(&mut self) -> Result<Option<usize>> {
         if let Some(i) = self.advance.take() {
             self.refill(i)?;
         }
@@ -206,7 +232,7 @@ impl RefIter for MergedRefIter {
                 continue;
             }
             self.advance = Some(top);
-            return Ok(self.slots.get(top));
+            return Ok(Some(top));
         }
     }
 }
@@ -219,6 +245,8 @@ pub struct MergedLogIter {
     heap: SlotHeap,
     advance: Option<usize>,
     suppress_deletions: bool,
+    /// Set by an error; cleared by the next successful seek.
+    failed: bool,
 }
 
 impl MergedLogIter {
@@ -234,6 +262,7 @@ impl MergedLogIter {
             heap,
             advance: None,
             suppress_deletions: false,
+            failed: false,
         }
     }
 
@@ -265,6 +294,25 @@ impl MergedLogIter {
 
 impl LogIter for MergedLogIter {
     fn seek(&mut self, refname: &[u8], update_index: u64) -> Result<()> {
+        self.failed = true;
+        self.seek_inner(refname, update_index)?;
+        self.failed = false;
+        Ok(())
+    }
+
+    fn next(&mut self) -> Result<Option<&LogRecord>> {
+        if self.failed {
+            return Err(poisoned());
+        }
+        self.failed = true;
+        let slot = self.next_slot()?;
+        self.failed = false;
+        Ok(slot.and_then(|i| self.slots.get(i)))
+    }
+}
+
+impl MergedLogIter {
+    fn seek_inner(&mut self, refname: &[u8], update_index: u64) -> Result<()> {
         self.heap.clear();
         self.advance = None;
         for i in 0..self.subs.len() {
@@ -274,7 +322,7 @@ impl LogIter for MergedLogIter {
         Ok(())
     }
 
-    fn next(&mut self) -> Result<Option<&LogRecord>> {
+    fn next_slot(&mut self) -> Result<Option<usize>> {
         if let Some(i) = self.advance.take() {
             self.refill(i)?;
         }
@@ -296,7 +344,7 @@ impl LogIter for MergedLogIter {
                 continue;
             }
             self.advance = Some(top);
-            return Ok(self.slots.get(top));
+            return Ok(Some(top));
         }
     }
 }
@@ -499,6 +547,35 @@ mod tests {
             got.push(rec.update_index);
         }
         assert_eq!(got, vec![3, 1]);
+    }
+
+    /// A sub-iterator that fails on its second record.
+    struct Failing(u32, RefRecord);
+    impl RefIter for Failing {
+        fn seek(&mut self, _: &[u8]) -> Result<()> {
+            self.0 = 0;
+            Ok(())
+        }
+        fn next(&mut self) -> Result<Option<&RefRecord>> {
+            self.0 += 1;
+            if self.0 == 2 {
+                return Err(Error::format("t.ref", 42, "broken"));
+            }
+            Ok(Some(&self.1))
+        }
+    }
+
+    #[test]
+    fn an_error_poisons_until_the_next_seek() {
+        let mut it =
+            MergedRefIter::new(vec![Box::new(Failing(0, r("a", 1, Some(1)))) as BoxRefIter]);
+        it.seek(b"").unwrap();
+        assert_eq!(it.next().unwrap().unwrap().name, b"a");
+        let err = it.next().unwrap_err();
+        assert!(err.to_string().contains("t.ref at offset 42"), "{err}");
+        assert!(it.next().is_err(), "stays failed");
+        it.seek(b"").unwrap();
+        assert!(it.next().unwrap().is_some(), "a seek recovers");
     }
 
     #[test]

@@ -1076,6 +1076,59 @@ impl Repo {
         }
     }
 
+    /// Stack options from the configuration: hash, `reftable.*` write options, lock
+    /// timeout, `core.fsync`, permissions; auto-compaction unless
+    /// `GIT_TEST_REFTABLE_AUTOCOMPACTION=false` (git's switch).
+    pub fn stack_options(&self) -> crate::stack::StackOptions {
+        let s = &self.settings;
+        let auto_compact = self
+            .env
+            .get("GIT_TEST_REFTABLE_AUTOCOMPACTION")
+            .and_then(parse_bool)
+            .unwrap_or(true);
+        crate::stack::StackOptions {
+            hash: s.hash,
+            write: crate::table::WriteOptions {
+                block_size: s.block_size,
+                restart_interval: s.restart_interval,
+                skip_index_objects: !s.index_objects,
+                hash: s.hash,
+                ..crate::table::WriteOptions::default()
+            },
+            lock_timeout: s.lock_timeout.or(Some(Duration::MAX)),
+            fsync: s.fsync_refs,
+            auto_compact,
+            compaction_factor: s.geometric_factor,
+            default_permissions: Some(s.default_permissions),
+        }
+    }
+
+    /// Opens the main reftable stack (fails for a files-backend repository).
+    pub fn open_stack(&self) -> Result<crate::stack::Stack> {
+        self.require_reftable()?;
+        crate::stack::Stack::open(self.reftable_dir(), self.stack_options())
+    }
+
+    /// The committer identity in the transaction layer's type.
+    pub fn tx_identity(&self) -> Result<crate::transaction::Identity> {
+        let id = self.committer()?;
+        Ok(crate::transaction::Identity {
+            name: id.name,
+            email: id.email,
+            time: id.time,
+            tz_offset: id.tz_offset,
+        })
+    }
+
+    /// `core.logAllRefUpdates` in the transaction layer's type.
+    pub fn tx_log_all(&self) -> crate::transaction::LogAllRefUpdates {
+        match self.settings.log_all_ref_updates {
+            LogAllRefUpdates::False => crate::transaction::LogAllRefUpdates::False,
+            LogAllRefUpdates::True => crate::transaction::LogAllRefUpdates::True,
+            LogAllRefUpdates::Always => crate::transaction::LogAllRefUpdates::Always,
+        }
+    }
+
     /// The committer identity and time for reflog entries made now.
     pub fn committer(&self) -> Result<Identity> {
         Identity::committer(&self.config, &self.env)

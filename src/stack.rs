@@ -76,6 +76,8 @@ pub struct StackStats {
     pub entries_written: u64,
     /// Reloads that changed the table set.
     pub reloads: u64,
+    /// Reload attempts retried because a listed table vanished (concurrent compaction).
+    pub reload_retries: u64,
 }
 
 /// Progress of a long compaction, passed to the progress hook.
@@ -91,6 +93,16 @@ pub struct CompactionProgress {
 
 /// An open `tables.list` and its `(dev, ino)`.
 type ListHandle = (File, (u64, u64));
+
+/// Reflog expiry applied while compacting (git's `reftable_log_expiry_config`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct LogExpiry {
+    /// Drop entries older than this time (seconds since the epoch); 0 = keep all.
+    pub time: u64,
+    /// Drop entries with a lower update index; 0 = keep all.
+    pub min_update_index: u64,
+}
+
 type ReloadHook = Box<dyn FnMut(u64) + Send>;
 type ProgressHook = Box<dyn FnMut(CompactionProgress) + Send>;
 
@@ -355,6 +367,7 @@ impl Stack {
                     if again == names {
                         return Err(e);
                     }
+                    self.stats.reload_retries += 1;
                     delay_ms = delay_ms + ((delay_ms * u64::from(lockfile::rand_u32())) >> 32) + 1;
                     std::thread::sleep(Duration::from_millis(delay_ms));
                 }
@@ -663,7 +676,11 @@ impl Stack {
             return Err(e);
         }
         self.stats.tables_added += 1;
-        self.reload_now()?;
+        // The table is committed: a failing reload must not report the commit as failed.
+        // Forget the cached list identity so the next operation re-reads the list.
+        if self.reload_now().is_err() {
+            self.list_id = None;
+        }
         if self.opts.auto_compact {
             self.auto_compact_quiet();
         }
@@ -742,8 +759,28 @@ impl Stack {
     /// `best_effort`, a locked table shrinks the range to the newer locked tables if at
     /// least two are left. Tombstones are dropped only when `first == 0`.
     pub fn compact_range(&mut self, first: usize, last: usize, best_effort: bool) -> Result<bool> {
+        self.compact_range_with(first, last, best_effort, None)
+    }
+
+    /// Full compaction that also expires reflog entries (git's
+    /// `reftable_stack_compact_all` with a `reftable_log_expiry_config`). git's ref
+    /// backend never passes one (it expires with tombstones); this is for tools.
+    pub fn compact_all_with_expiry(&mut self, expiry: LogExpiry) -> Result<bool> {
+        let last = self.tables.len().saturating_sub(1);
+        self.compact_range_with(0, last, false, Some(expiry))
+    }
+
+    /// [`compact_range`](Self::compact_range) with an optional reflog expiry; with one,
+    /// a single table is rewritten too.
+    pub fn compact_range_with(
+        &mut self,
+        first: usize,
+        last: usize,
+        best_effort: bool,
+        expiry: Option<LogExpiry>,
+    ) -> Result<bool> {
         self.stats.compaction_attempts += 1;
-        let r = self.compact_range_inner(first, last, best_effort);
+        let r = self.compact_range_inner(first, last, best_effort, expiry);
         if r.is_err() {
             self.stats.compaction_failures += 1;
         }
@@ -755,11 +792,12 @@ impl Stack {
         mut first: usize,
         last: usize,
         best_effort: bool,
+        expiry: Option<LogExpiry>,
     ) -> Result<bool> {
         // As git 2.47: the list lock is taken even for a range with nothing to merge,
         // so `pack-refs` on a locked stack of one table reports "data is locked".
         let list_lock = self.lock_list()?;
-        if first >= last || last >= self.tables.len() {
+        if first > last || (expiry.is_none() && first == last) || last >= self.tables.len() {
             return Ok(false);
         }
         if !self.is_up_to_date()? {
@@ -793,7 +831,14 @@ impl Stack {
         let input_bytes: u64 = range.iter().map(|t| t.file_size()).sum();
 
         let mut w = self.take_writer();
-        let written = self.write_compacted(&mut w, &range, min, max, drop_tombstones, input_bytes);
+        let written = self.write_compacted(
+            &mut w,
+            &range,
+            (min, max),
+            drop_tombstones,
+            input_bytes,
+            expiry,
+        );
         let new_name = match written {
             Ok(Some(n)) => {
                 self.stats.entries_written += n;
@@ -881,7 +926,9 @@ impl Stack {
             let _ = fs::remove_file(self.dir.join(n));
         }
         drop(table_locks);
-        reload?;
+        if reload.is_err() {
+            self.list_id = None;
+        }
         Ok(true)
     }
 
@@ -907,10 +954,10 @@ impl Stack {
         &mut self,
         w: &mut TableWriter,
         range: &[Arc<Table>],
-        min: u64,
-        max: u64,
+        (min, max): (u64, u64),
         drop_tombstones: bool,
         input_bytes: u64,
+        expiry: Option<LogExpiry>,
     ) -> Result<Option<u64>> {
         w.begin(min, max)?;
         let mut count = 0u64;
@@ -937,6 +984,13 @@ impl Stack {
         logs.suppress_deletions(drop_tombstones);
         logs.seek(b"", u64::MAX)?;
         while let Some(l) = logs.next()? {
+            if let Some(e) = expiry {
+                if (e.min_update_index > 0 && l.update_index < e.min_update_index)
+                    || (e.time > 0 && l.time < e.time)
+                {
+                    continue;
+                }
+            }
             w.add_log(l)?;
             count += 1;
             if count % 65536 == 0 {
@@ -997,6 +1051,14 @@ pub fn ref_value_id(v: &RefValue) -> Option<crate::ObjectId> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn stack_and_iterators_can_move_between_threads() {
+        fn send<T: Send>() {}
+        send::<Stack>();
+        send::<MergedRefIter>();
+        send::<MergedLogIter>();
+    }
 
     #[test]
     fn names_and_lists() {

@@ -598,7 +598,8 @@ impl<'a> Transaction<'a> {
                         )));
                     }
                     Expected::Oid(x) => {
-                        if is_symref || cur_oid != *x {
+                        // As git: a symref (no_deref) is compared by the id it resolves to.
+                        if cur_oid != *x {
                             return Err(tx_err(format!(
                                 "cannot lock ref '{}': is at {} but expected {}",
                                 lossy(&edit.name),
@@ -629,14 +630,11 @@ impl<'a> Transaction<'a> {
             }
             let changed = match &edit.new {
                 None => false,
-                Some(NewValue::Oid(id)) => is_symref || cur != RefValue::Val1(*id),
-                Some(NewValue::Peeled { value, peeled }) => {
-                    is_symref
-                        || cur
-                            != RefValue::Val2 {
-                                value: *value,
-                                peeled: *peeled,
-                            }
+                // As git: only the id is compared, so a no-op update of an annotated
+                // tag keeps its peeled value.
+                Some(NewValue::Oid(id)) => is_symref || ref_value_id(&cur) != Some(*id),
+                Some(NewValue::Peeled { value, .. }) => {
+                    is_symref || ref_value_id(&cur) != Some(*value)
                 }
                 Some(NewValue::Symref(_)) => true,
                 Some(NewValue::Delete) => true,
@@ -844,28 +842,99 @@ impl<'a> Transaction<'a> {
                 }
             }
             LogEdit::Rewrite { refname, entries } => {
-                let old = existing(self.stack, &refname)?;
-                let m = entries.len() as u64;
-                // New entries take update indexes ending at this transaction's (newest
-                // last); an old entry at one of those indexes is shadowed, the others
-                // get tombstones.
-                let first = if m <= ui { ui + 1 - m } else { 1 };
-                let assigned: Vec<u64> = (0..m).map(|k| first + k).collect();
-                for u in old {
-                    if assigned.binary_search(&u).is_err() {
-                        logs.push(LogSrc::Extra(tombstone(&refname, u)));
+                let entries_empty = entries.is_empty();
+                // Existing live entries, oldest first.
+                let mut old: Vec<LogRecord> = Vec::new();
+                {
+                    let mut it = self.stack.log_iter();
+                    crate::table::LogIter::seek(&mut it, &refname, u64::MAX)?;
+                    while let Some(l) = crate::table::LogIter::next(&mut it)? {
+                        if l.refname != refname {
+                            break;
+                        }
+                        if !l.deleted {
+                            old.push(l.clone());
+                        }
                     }
                 }
-                for (k, mut e) in entries.into_iter().enumerate() {
-                    e.refname = refname.clone();
-                    e.update_index = assigned.get(k).copied().unwrap_or(ui);
-                    e.deleted = false;
-                    logs.push(LogSrc::Extra(e));
+                old.reverse();
+                let only_marker =
+                    old.len() == 1 && old.iter().all(crate::stack::is_existence_marker);
+                if entries.is_empty() && only_marker {
+                    // Already an existing, empty reflog.
+                } else if let Some(keep) = subsequence(&old, &entries) {
+                    // The usual rewrite (reflog expire/delete, stash drop): the kept
+                    // entries stay where they are; only the dropped ones get tombstones.
+                    for (k, o) in old.iter().enumerate() {
+                        if !keep.contains(&k) {
+                            logs.push(LogSrc::Extra(tombstone(&refname, o.update_index)));
+                        }
+                    }
+                } else {
+                    let m = entries.len() as u64;
+                    // New entries take update indexes ending at this transaction's (newest
+                    // last); an old entry at one of those indexes is shadowed, the others
+                    // get tombstones.
+                    let first = if m <= ui { ui + 1 - m } else { 1 };
+                    let assigned: Vec<u64> = (0..m).map(|k| first + k).collect();
+                    for o in &old {
+                        if assigned.binary_search(&o.update_index).is_err() {
+                            logs.push(LogSrc::Extra(tombstone(&refname, o.update_index)));
+                        }
+                    }
+                    for (k, mut e) in entries.into_iter().enumerate() {
+                        e.refname = refname.clone();
+                        e.update_index = assigned.get(k).copied().unwrap_or(ui);
+                        e.deleted = false;
+                        logs.push(LogSrc::Extra(e));
+                    }
+                }
+                // As git's expiry: a reflog emptied by a rewrite still exists.
+                if entries_empty && !only_marker {
+                    let null = self.stack.options().hash.null_id();
+                    logs.push(LogSrc::Extra(LogRecord {
+                        refname: refname.clone(),
+                        update_index: ui,
+                        old_id: null,
+                        new_id: null,
+                        ..LogRecord::default()
+                    }));
                 }
             }
         }
         Ok(())
     }
+}
+
+/// Whether two reflog entries say the same (messages compared without trailing `\n`).
+fn same_entry(a: &LogRecord, b: &LogRecord) -> bool {
+    let trim =
+        |m: &[u8]| -> usize { m.len() - m.iter().rev().take_while(|&&c| c == b'\n').count() };
+    a.old_id == b.old_id
+        && a.new_id == b.new_id
+        && a.name == b.name
+        && a.email == b.email
+        && a.time == b.time
+        && a.tz_offset == b.tz_offset
+        && a.message.get(..trim(&a.message)) == b.message.get(..trim(&b.message))
+}
+
+/// If `new` (oldest first) is `old` with some entries removed, the indexes of `old` that
+/// are kept.
+fn subsequence(old: &[LogRecord], new: &[LogRecord]) -> Option<Vec<usize>> {
+    let mut keep = Vec::with_capacity(new.len());
+    let mut i = 0;
+    for n in new {
+        while i < old.len() && !same_entry(&old[i], n) {
+            i += 1;
+        }
+        if i == old.len() {
+            return None;
+        }
+        keep.push(i);
+        i += 1;
+    }
+    Some(keep)
 }
 
 /// Compares log keys as the table stores them (refname asc, update index desc).

@@ -82,43 +82,45 @@ fn we_write_git_reads_refs_reflogs_and_fsck_passes() {
 
 #[test]
 fn git_writes_we_read() {
-    let repo = Repo::new(HashKind::Sha1);
-    repo.git(&["commit", "-q", "--allow-empty", "-m", "initial"]);
-    repo.git(&["tag", "-a", "-m", "tag", "t1"]);
-    repo.git(&["branch", "b1"]);
-    repo.git(&["symbolic-ref", "refs/heads/s", "refs/heads/b1"]);
-    let mut st = repo.open();
-    let head = st.read_ref(b"HEAD").unwrap().unwrap();
-    assert_eq!(head.value, RefValue::Symref(b"refs/heads/main".to_vec()));
-    let main = repo.git(&["rev-parse", "main"]);
-    let tag = repo.git(&["rev-parse", "t1"]);
-    match st.read_ref(b"refs/tags/t1").unwrap().unwrap().value {
-        RefValue::Val2 { value, peeled } => {
-            assert_eq!(value.to_hex(), tag.trim());
-            assert_eq!(peeled.to_hex(), main.trim());
+    for hash in [HashKind::Sha1, HashKind::Sha256] {
+        let repo = Repo::new(hash);
+        repo.git(&["commit", "-q", "--allow-empty", "-m", "initial"]);
+        repo.git(&["tag", "-a", "-m", "tag", "t1"]);
+        repo.git(&["branch", "b1"]);
+        repo.git(&["symbolic-ref", "refs/heads/s", "refs/heads/b1"]);
+        let mut st = repo.open();
+        let head = st.read_ref(b"HEAD").unwrap().unwrap();
+        assert_eq!(head.value, RefValue::Symref(b"refs/heads/main".to_vec()));
+        let main = repo.git(&["rev-parse", "main"]);
+        let tag = repo.git(&["rev-parse", "t1"]);
+        match st.read_ref(b"refs/tags/t1").unwrap().unwrap().value {
+            RefValue::Val2 { value, peeled } => {
+                assert_eq!(value.to_hex(), tag.trim());
+                assert_eq!(peeled.to_hex(), main.trim());
+            }
+            v => panic!("annotated tag should be peeled, got {v:?}"),
         }
-        v => panic!("annotated tag should be peeled, got {v:?}"),
+        let mut names = Vec::new();
+        st.for_each_ref(b"refs/", |r| {
+            names.push(String::from_utf8(r.name.clone()).unwrap());
+            true
+        })
+        .unwrap();
+        assert_eq!(
+            names,
+            [
+                "refs/heads/b1",
+                "refs/heads/main",
+                "refs/heads/s",
+                "refs/tags/t1"
+            ]
+        );
+        let log = st.read_log(b"refs/heads/main").unwrap();
+        assert_eq!(log.len(), 1);
+        assert_eq!(log[0].message, b"commit (initial): initial\n");
+        assert_eq!(log[0].tz_offset, -700);
+        assert_eq!(log[0].time, 1_112_912_053);
     }
-    let mut names = Vec::new();
-    st.for_each_ref(b"refs/", |r| {
-        names.push(String::from_utf8(r.name.clone()).unwrap());
-        true
-    })
-    .unwrap();
-    assert_eq!(
-        names,
-        [
-            "refs/heads/b1",
-            "refs/heads/main",
-            "refs/heads/s",
-            "refs/tags/t1"
-        ]
-    );
-    let log = st.read_log(b"refs/heads/main").unwrap();
-    assert_eq!(log.len(), 1);
-    assert_eq!(log[0].message, b"commit (initial): initial\n");
-    assert_eq!(log[0].tz_offset, -700);
-    assert_eq!(log[0].time, 1_112_912_053);
 }
 
 #[test]
@@ -672,4 +674,360 @@ fn deref_head_and_peeled_values() {
     );
     let show = repo.git(&["show-ref", "-d", "refs/tags/copy"]);
     assert!(show.contains("refs/tags/copy^{}"), "{show}");
+}
+
+#[test]
+fn corrupted_tables_and_list_make_writes_fail() {
+    let repo = Repo::new(HashKind::Sha1);
+    let c = repo.commits(1);
+    let mut st = repo.open();
+    let mut tx = st.transaction();
+    tx.edit(RefEdit::create("refs/heads/a", c[0]));
+    tx.commit().unwrap();
+    // A table truncated to 0 bytes: a fresh open fails, and so does a write.
+    let table = repo.reftable_dir().join(&repo.tables()[0]);
+    let saved = fs::read(&table).unwrap();
+    fs::write(&table, b"").unwrap();
+    let err = Stack::open(repo.reftable_dir(), repo.options()).unwrap_err();
+    assert!(matches!(err, Error::Format { .. }), "{err}");
+    fs::write(&table, &saved).unwrap();
+    // `garbage` in tables.list: reload and writes fail, nothing is written.
+    let list = repo.reftable_dir().join("tables.list");
+    let good = fs::read(&list).unwrap();
+    // (Replaced by rename, as every writer does, so that the stat check notices.)
+    fs::write(repo.reftable_dir().join("tmp"), b"garbage\n").unwrap();
+    fs::rename(repo.reftable_dir().join("tmp"), &list).unwrap();
+    let err = Stack::open(repo.reftable_dir(), repo.options()).unwrap_err();
+    assert!(matches!(err, Error::NotExist(_)), "{err}");
+    let mut tx = st.transaction();
+    tx.edit(RefEdit::create("refs/heads/b", c[0]));
+    assert!(tx.commit().is_err());
+    assert_eq!(fs::read(&list).unwrap(), b"garbage\n");
+    fs::write(&list, good).unwrap();
+    assert!(
+        !repo.reftable_dir().join("tables.list.lock").exists(),
+        "lock released"
+    );
+}
+
+#[test]
+fn empty_transaction_in_empty_repo() {
+    // t0610: delete main and HEAD (no-deref), then an empty transaction succeeds.
+    let repo = Repo::new(HashKind::Sha1);
+    repo.git(&["commit", "-q", "--allow-empty", "-m", "A"]);
+    repo.git(&["update-ref", "-d", "refs/heads/main"]);
+    repo.git(&["update-ref", "-d", "--no-deref", "HEAD"]);
+    let mut st = repo.open();
+    let done = st.transaction().commit().unwrap();
+    assert_eq!(done.table, None);
+    let mut n = 0;
+    st.for_each_ref(b"", |_| {
+        n += 1;
+        true
+    })
+    .unwrap();
+    assert_eq!(n, 0);
+}
+
+#[test]
+fn many_concurrent_writers_all_land() {
+    // t0610 "many concurrent writers": here 8 threads with their own stack handles plus
+    // git processes, all with long lock timeouts, 100 refs in total.
+    let repo = Repo::new(HashKind::Sha1);
+    let c = repo.commits(1)[0];
+    let dir = repo.reftable_dir();
+    let mut handles = Vec::new();
+    for t in 0..8 {
+        let dir = dir.clone();
+        let opts = StackOptions {
+            lock_timeout: Some(Duration::from_secs(300)),
+            ..repo.options()
+        };
+        handles.push(std::thread::spawn(move || {
+            let mut st = Stack::open(dir, opts).unwrap();
+            for i in 0..10 {
+                let mut tx = st.transaction();
+                tx.edit(RefEdit::create(
+                    format!("refs/heads/branch-{}", t * 10 + i + 1),
+                    c,
+                ));
+                tx.commit().unwrap();
+            }
+        }));
+    }
+    for i in 81..=100 {
+        let out = repo.git_out(&[
+            "-c",
+            "reftable.lockTimeout=300000",
+            "update-ref",
+            &format!("refs/heads/branch-{i}"),
+            &c.to_hex(),
+        ]);
+        assert!(out.status.success(), "{out:?}");
+    }
+    for h in handles {
+        h.join().unwrap();
+    }
+    let listing = repo.git(&["for-each-ref", "--format=%(refname)", "refs/heads/"]);
+    for i in 1..=100 {
+        assert!(
+            listing.contains(&format!("refs/heads/branch-{i}\n")),
+            "branch-{i} missing"
+        );
+    }
+    repo.git(&["refs", "verify"]);
+}
+
+#[test]
+fn deleting_heads_referent_logs_head_like_git() {
+    // git 2.47: `update-ref -m del -d refs/heads/master` writes HEAD `old -> 0` "del"
+    // and tombstones master's reflog.
+    let repo = Repo::new(HashKind::Sha1);
+    repo.git(&["commit", "-q", "--allow-empty", "-m", "i"]);
+    let c = repo.git(&["rev-parse", "main"]);
+    let mut st = repo.open();
+    let mut tx = st.transaction();
+    tx.identity(ident())
+        .edit(RefEdit::delete("refs/heads/main").message("del"));
+    tx.commit().unwrap();
+    assert!(st.read_ref(b"refs/heads/main").unwrap().is_none());
+    assert!(st.read_log(b"refs/heads/main").unwrap().is_empty());
+    let head = st.read_log(b"HEAD").unwrap();
+    assert_eq!(head.len(), 2);
+    assert_eq!(head[0].old_id.to_hex(), c.trim());
+    assert!(head[0].new_id.is_null());
+    assert_eq!(head[0].message, b"del\n");
+    assert_eq!(head[1].message, b"commit (initial): i\n");
+    repo.git(&["refs", "verify"]);
+}
+
+#[test]
+fn transaction_tables_are_byte_identical_to_gits() {
+    // The same updates made by git and by us, with the same identity and clock, give
+    // the same table bytes (after auto-compaction with the init table).
+    let a = Repo::new(HashKind::Sha1);
+    let b = Repo::new(HashKind::Sha1);
+    let ca = a.commits(2);
+    let cb = b.commits(2);
+    assert_eq!(ca, cb, "same objects in both repositories");
+    a.git(&[
+        "update-ref",
+        "-m",
+        "first  message",
+        "refs/heads/main",
+        &ca[0].to_hex(),
+    ]);
+    a.git(&[
+        "update-ref",
+        "-m",
+        "second",
+        "refs/heads/main",
+        &ca[1].to_hex(),
+        &ca[0].to_hex(),
+    ]);
+    a.git(&["update-ref", "refs/tags/v1", &ca[0].to_hex()]);
+    a.git(&["update-ref", "-d", "refs/tags/v1"]);
+    let mut st = b.open();
+    for (name, new, old, msg) in [
+        ("refs/heads/main", Some(cb[0]), None, Some("first  message")),
+        ("refs/heads/main", Some(cb[1]), Some(cb[0]), Some("second")),
+        ("refs/tags/v1", Some(cb[0]), None, None),
+        ("refs/tags/v1", None, None, None),
+    ] {
+        let mut tx = st.transaction();
+        tx.identity(ident());
+        let mut e = match new {
+            Some(id) => RefEdit::update(name, id),
+            None => RefEdit::delete(name),
+        };
+        if let Some(old) = old {
+            e = e.expect(Expected::Oid(old));
+        }
+        if let Some(m) = msg {
+            e = e.message(m);
+        }
+        tx.edit(e);
+        tx.commit().unwrap();
+    }
+    // A batch through HEAD, with creates, a no-op and a delete, in one transaction.
+    let input = format!(
+        "update HEAD {} {}\ncreate refs/heads/b1 {}\ncreate refs/tags/t1 {}\nupdate refs/heads/b0 {}\ndelete refs/heads/gone\n",
+        ca[0], ca[1], ca[1], ca[0], ca[1]
+    );
+    a.git(&["update-ref", "refs/heads/b0", &ca[1].to_hex()]);
+    let out = util::git_stdin(
+        a.path(),
+        &["update-ref", "-m", "batch", "--stdin"],
+        input.as_bytes(),
+    );
+    assert!(out.status.success(), "{out:?}");
+    let mut tx = st.transaction();
+    tx.identity(ident())
+        .edit(RefEdit::update("refs/heads/b0", cb[1]));
+    tx.commit().unwrap();
+    let mut tx = st.transaction();
+    tx.identity(ident());
+    tx.edit(
+        RefEdit::update("HEAD", cb[0])
+            .expect(Expected::Oid(cb[1]))
+            .message("batch"),
+    );
+    tx.edit(RefEdit::create("refs/heads/b1", cb[1]).message("batch"));
+    tx.edit(RefEdit::create("refs/tags/t1", cb[0]).message("batch"));
+    tx.edit(RefEdit::update("refs/heads/b0", cb[1]).message("batch"));
+    tx.edit(RefEdit::delete("refs/heads/gone").message("batch"));
+    tx.commit().unwrap();
+    let (ta, tb) = (a.tables(), b.tables());
+    assert_eq!(ta.len(), tb.len(), "{ta:?} vs {tb:?}");
+    for (x, y) in ta.iter().zip(&tb) {
+        assert_eq!(x[..29], y[..29], "same update index range in the name");
+        let bx = fs::read(a.reftable_dir().join(x)).unwrap();
+        let by = fs::read(b.reftable_dir().join(y)).unwrap();
+        assert!(bx == by, "table {x} differs from ours {y}");
+    }
+}
+
+#[test]
+fn noop_update_keeps_peeled_value_and_symref_expectations_resolve() {
+    let repo = Repo::new(HashKind::Sha1);
+    repo.git(&["commit", "-q", "--allow-empty", "-m", "A"]);
+    repo.git(&["tag", "-a", "-m", "t", "t1"]);
+    let tag = reftablefs::ObjectId::from_hex(
+        repo.git(&["rev-parse", "t1"]).trim().as_bytes(),
+        HashKind::Sha1,
+    )
+    .unwrap();
+    let main = reftablefs::ObjectId::from_hex(
+        repo.git(&["rev-parse", "main"]).trim().as_bytes(),
+        HashKind::Sha1,
+    )
+    .unwrap();
+    let mut st = repo.open();
+    let before = repo.tables();
+    let mut tx = st.transaction();
+    tx.edit(RefEdit::update("refs/tags/t1", tag));
+    assert_eq!(tx.commit().unwrap().table, None, "same id: nothing written");
+    assert_eq!(repo.tables(), before);
+    assert!(matches!(
+        st.read_ref(b"refs/tags/t1").unwrap().unwrap().value,
+        RefValue::Val2 { .. }
+    ));
+    // no_deref update of HEAD with an expected id: compared with what HEAD resolves to.
+    let mut tx = st.transaction();
+    tx.edit(RefEdit::symref("HEAD", "refs/heads/other").expect(Expected::Oid(main)));
+    tx.commit().unwrap();
+    assert_eq!(
+        repo.git(&["symbolic-ref", "HEAD"]).trim(),
+        "refs/heads/other"
+    );
+}
+
+#[test]
+fn small_block_sizes_give_entry_too_large() {
+    // t0613: a 500-byte reflog message with blockSize=100 fails the transaction;
+    // compaction with blockSize=50 fails with "entry too large".
+    let repo = Repo::new(HashKind::Sha1);
+    let c = repo.commits(1);
+    let mut st = repo.open_with(|o| {
+        o.write.block_size = 100;
+        o.auto_compact = false;
+    });
+    let before = repo.tables();
+    let mut tx = st.transaction();
+    tx.identity(ident())
+        .edit(RefEdit::create("refs/heads/logme", c[0]).message("a".repeat(500)));
+    let err = tx.commit().unwrap_err();
+    assert!(matches!(err, Error::EntryTooBig), "{err}");
+    assert_eq!(err.to_string(), "entry too large");
+    assert_eq!(repo.tables(), before, "nothing written");
+    assert!(!repo.reftable_dir().join("tables.list.lock").exists());
+    let mut tx = st.transaction();
+    tx.edit(RefEdit::create("refs/heads/x", c[0]));
+    tx.commit().unwrap();
+    let mut opts = st.options().clone();
+    opts.write.block_size = 50;
+    st.set_options(opts);
+    let err = st.compact_all().unwrap_err();
+    assert_eq!(err.to_string(), "entry too large");
+    let leftovers: Vec<_> = fs::read_dir(repo.reftable_dir())
+        .unwrap()
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|n| n.contains(".temp.") || n.ends_with(".lock"))
+        .collect();
+    assert!(leftovers.is_empty(), "{leftovers:?}");
+}
+
+#[test]
+fn reflog_rewrites_are_minimal_and_keep_existence() {
+    use reftablefs::table::Table;
+    let repo = Repo::new(HashKind::Sha1);
+    let c = repo.commits(4);
+    let mut st = repo.open_with(|o| o.auto_compact = false);
+    for (i, id) in c.iter().enumerate() {
+        let mut tx = st.transaction();
+        tx.identity(ident())
+            .edit(RefEdit::update("refs/heads/x", *id).message(format!("m{i}")));
+        tx.commit().unwrap();
+    }
+    let mut entries = st.read_log(b"refs/heads/x").unwrap();
+    entries.reverse(); // oldest first, as a reflog file
+                       // Drop m1 (what `git reflog delete x@{2}` or `stash drop` does): one tombstone.
+    let mut kept = entries.clone();
+    kept.remove(1);
+    for e in &mut kept {
+        e.message.pop(); // parsed lines may come without the newline
+    }
+    let mut tx = st.transaction();
+    tx.log_edit(LogEdit::Rewrite {
+        refname: b"refs/heads/x".to_vec(),
+        entries: kept,
+    });
+    let name = tx.commit().unwrap().table.unwrap();
+    let t = Table::open(repo.reftable_dir().join(&name)).unwrap();
+    let mut it = t.log_iter();
+    it.seek(b"", u64::MAX).unwrap();
+    let mut recs = Vec::new();
+    while let Some(l) = it.next().unwrap() {
+        recs.push((l.refname.clone(), l.update_index, l.deleted));
+    }
+    assert_eq!(
+        recs,
+        vec![(b"refs/heads/x".to_vec(), entries[1].update_index, true)]
+    );
+    let msgs = repo.git(&["reflog", "show", "--format=%gs", "refs/heads/x"]);
+    assert_eq!(msgs, "m3\nm2\nm0\n");
+    // A rewrite that changes an entry: order and content as given.
+    let mut changed = st.read_log(b"refs/heads/x").unwrap();
+    changed.reverse();
+    changed[0].message = b"edited\n".to_vec();
+    let mut tx = st.transaction();
+    tx.log_edit(LogEdit::Rewrite {
+        refname: b"refs/heads/x".to_vec(),
+        entries: changed,
+    });
+    tx.commit().unwrap();
+    let msgs = repo.git(&["reflog", "show", "--format=%gs", "refs/heads/x"]);
+    assert_eq!(msgs, "m3\nm2\nedited\n");
+    // Emptied: the reflog still exists (existence marker), as after git's expiry.
+    let mut tx = st.transaction();
+    tx.log_edit(LogEdit::Rewrite {
+        refname: b"refs/heads/x".to_vec(),
+        entries: vec![],
+    });
+    tx.commit().unwrap();
+    assert!(st.read_log(b"refs/heads/x").unwrap().is_empty());
+    assert!(st.reflog_exists(b"refs/heads/x").unwrap());
+    assert!(repo
+        .git_out(&["reflog", "exists", "refs/heads/x"])
+        .status
+        .success());
+    // Emptying an already empty reflog writes nothing.
+    let mut tx = st.transaction();
+    tx.log_edit(LogEdit::Rewrite {
+        refname: b"refs/heads/x".to_vec(),
+        entries: vec![],
+    });
+    assert_eq!(tx.commit().unwrap().table, None);
+    repo.git(&["refs", "verify"]);
 }

@@ -67,16 +67,26 @@ fn generate(rng: &mut Rng, ids: &[ObjectId], batches: usize) -> (Vec<(String, Ve
         let mut ops: Vec<Op> = Vec::new();
         let mut used = std::collections::BTreeSet::new();
         for _ in 0..k {
-            let r = rng.below(10);
-            let n = if r == 0 {
+            let r = rng.below(12);
+            let n = match r {
+                0 => "refs/heads/main".to_string(),
+                // An update addressed to HEAD goes to main (and logs HEAD once).
+                1 => "HEAD".to_string(),
+                _ => name_of(rng.below(pool)),
+            };
+            let canonical = if n == "HEAD" {
                 "refs/heads/main".to_string()
             } else {
-                name_of(rng.below(pool))
+                n.clone()
             };
-            if !used.insert(n.clone()) || m.syms.contains_key(&n) {
+            if !used.insert(canonical) || m.syms.contains_key(&n) {
                 continue;
             }
             let id = ids[rng.below(ids.len() as u64) as usize];
+            if n == "HEAD" {
+                ops.push(Op::Set(n, id, m.refs.get("refs/heads/main").copied()));
+                continue;
+            }
             match rng.below(6) {
                 0 if n != "refs/heads/main" => {
                     if let Some(old) = m.refs.get(&n) {
@@ -109,6 +119,11 @@ fn generate(rng: &mut Rng, ids: &[ObjectId], batches: usize) -> (Vec<(String, Ve
 fn apply(m: &mut Model, op: &Op, msg: &str) {
     match op {
         Op::Set(n, id, _) => {
+            let n = &if n == "HEAD" {
+                "refs/heads/main".to_string()
+            } else {
+                n.clone()
+            };
             let old = m.refs.insert(n.clone(), *id);
             if old != Some(*id) {
                 if logged(n) {
@@ -234,6 +249,12 @@ fn random_sequences_by_us_read_by_git() {
     let ids = repo.commits(12);
     let (batches, model) = generate(&mut rng, &ids, 60);
     assert!(!model.syms.is_empty() && model.logs.len() > 100 && model.refs.len() > 1000);
+    let ops = || batches.iter().flat_map(|(_, o)| o);
+    assert!(
+        ops().any(|o| matches!(o, Op::Set(n, ..) if n == "HEAD")),
+        "updates via HEAD"
+    );
+    assert!(ops().any(|o| matches!(o, Op::Delete(..))), "deletions");
     let mut st = repo.open();
     let mut max_tables = 0;
     for (msg, ops) in &batches {

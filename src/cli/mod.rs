@@ -6,13 +6,21 @@
 
 pub mod args;
 pub mod common;
+pub mod compact;
 pub mod dump;
+pub mod for_each_ref;
 pub mod migrate;
 #[cfg(feature = "fuse")]
 pub mod mount;
 pub mod objects;
 pub mod progress;
+pub mod reflog;
+pub mod resolve;
+pub mod show_ref;
+pub mod store;
+pub mod update_ref;
 pub mod update_ref_parse;
+pub mod verify;
 
 use std::process::ExitCode;
 
@@ -25,6 +33,13 @@ global options (before the command): -C DIR, --git-dir=DIR, -c KEY=VALUE
 
 commands:
   dump FILE [--verify]      print (or check) every block and record of a table
+  show-ref [--head] [-d] [PATTERN...]   list refs as git show-ref
+  for-each-ref [--format=F] [PATTERN...] list refs as git for-each-ref
+  resolve [--stdin] NAME...  print the object id of each name (git rev-parse for refs)
+  update-ref --stdin [-z] | REF NEW [OLD] | -d REF   git's update-ref, one table per transaction
+  reflog [NAME]             show a reflog as git reflog show
+  compact [--auto]          compact the stack (as git pack-refs)
+  verify                    check the stack (as git refs verify)
   migrate [--dry-run]       convert a files-backend repository to reftable (as git refs migrate)
   mount [--read-only] [--daemon] [--batch-window MS] [--batch-max N] [--no-fsync] GITDIR MOUNTPOINT
   unmount MOUNTPOINT        flush pending writes and unmount
@@ -46,6 +61,13 @@ pub fn main_with_args(argv: Vec<std::ffi::OsString>) -> ExitCode {
             Ok(ExitCode::SUCCESS)
         }
         "migrate" => migrate::run(args),
+        "show-ref" => show_ref::run(args),
+        "for-each-ref" => for_each_ref::run(args),
+        "resolve" => resolve::run(args),
+        "update-ref" => update_ref::run(args),
+        "reflog" => reflog::run(args),
+        "compact" => compact::run(args),
+        "verify" => verify::run(args),
         "dump" => dump::run(args),
         #[cfg(feature = "fuse")]
         "mount" => mount::run(args),

@@ -63,11 +63,15 @@ pub fn batch_check(git_dir: &Path, format: &str, inputs: Vec<Vec<u8>>) -> Result
     Ok(out)
 }
 
-/// The object type of each id (`commit`, `tag`, …; `missing` when absent).
+/// The object type of each id (`commit`, `tag`, …; `missing` when absent). Each
+/// distinct id is asked once.
 pub fn object_types(git_dir: &Path, ids: &[ObjectId]) -> Result<Vec<String>> {
-    let inputs = ids.iter().map(|id| id.to_hex().into_bytes()).collect();
+    let mut distinct: Vec<ObjectId> = ids.to_vec();
+    distinct.sort_unstable();
+    distinct.dedup();
+    let inputs = distinct.iter().map(|id| id.to_hex().into_bytes()).collect();
     let lines = batch_check(git_dir, "%(objecttype)", inputs)?;
-    Ok(lines
+    let types: Vec<String> = lines
         .into_iter()
         .map(|l| {
             if l.ends_with(" missing") {
@@ -75,6 +79,13 @@ pub fn object_types(git_dir: &Path, ids: &[ObjectId]) -> Result<Vec<String>> {
             } else {
                 l
             }
+        })
+        .collect();
+    Ok(ids
+        .iter()
+        .map(|id| match distinct.binary_search(id) {
+            Ok(i) => types.get(i).cloned().unwrap_or_default(),
+            Err(_) => String::new(),
         })
         .collect())
 }
@@ -133,6 +144,10 @@ mod tests {
         assert_eq!(
             object_types(&git_dir, &[commit, tag, missing]).unwrap(),
             ["commit", "tag", "missing"]
+        );
+        assert_eq!(
+            object_types(&git_dir, &[tag, commit, tag]).unwrap(),
+            ["tag", "commit", "tag"]
         );
         assert_eq!(
             peel_tags(&git_dir, &[commit, tag, missing], HashKind::Sha1).unwrap(),

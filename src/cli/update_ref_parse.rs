@@ -68,6 +68,8 @@ pub enum Ending {
     Abort,
     /// End of input outside an explicit transaction: committed silently.
     Eof,
+    /// End of input inside `start` (or after `prepare`): aborted silently, as git does.
+    EofAbort,
 }
 
 /// One event of the input, in order.
@@ -112,73 +114,145 @@ const COMMANDS: [(&str, usize, State); 13] = [
     ("commit", 0, State::Closed),
 ];
 
-/// Parses the whole input. `resolve` turns a non-empty object name into an id (git's
-/// `repo_get_oid`); it returns `Ok(None)` for an unknown name.
-pub fn parse(
-    input: &[u8],
-    nul_terminated: bool,
+/// Reads one command's worth of input into `buf` (cleared first), as git does: a line
+/// in text mode; in `-z` mode the command's first field plus up to `nargs - 1` more
+/// NUL-terminated fields. Returns `false` at end of input.
+pub fn read_unit(r: &mut dyn std::io::BufRead, z: bool, buf: &mut Vec<u8>) -> Result<bool> {
+    buf.clear();
+    let term = if z { 0 } else { b'\n' };
+    let n = r.read_until(term, buf).map_err(|e| Error::io("stdin", e))?;
+    if n == 0 {
+        return Ok(false);
+    }
+    if z {
+        let nargs = COMMANDS
+            .iter()
+            .find(|(name, args, _)| {
+                buf.starts_with(name.as_bytes()) && buf.get(name.len()) == Some(&b' ') && *args > 0
+            })
+            .map_or(0, |c| c.1);
+        for _ in 1..nargs {
+            if r.read_until(0, buf).map_err(|e| Error::io("stdin", e))? == 0 {
+                break;
+            }
+        }
+    }
+    Ok(true)
+}
+
+/// An incremental parser: feed it one unit (see [`read_unit`]) at a time, so that a
+/// caller can answer `start`/`prepare`/`commit` before the next command arrives.
+#[derive(Debug)]
+pub struct StreamParser {
+    z: bool,
     hash: HashKind,
-    resolve: &mut dyn FnMut(&[u8]) -> Result<Option<ObjectId>>,
-) -> Result<Vec<Event>> {
-    let mut p = Parser {
-        input,
-        pos: 0,
-        z: nul_terminated,
-        hash,
-        resolve,
-        no_deref: false,
-    };
-    let mut events = Vec::new();
-    let mut state = State::Open;
-    while p.pos < input.len() {
-        let term = p.term();
-        let rest = input.get(p.pos..).unwrap_or_default();
-        if rest.first() == Some(&term) {
+    state: State,
+    no_deref: bool,
+}
+
+impl StreamParser {
+    /// A parser for text (`z == false`) or NUL-terminated input.
+    pub fn new(z: bool, hash: HashKind) -> Self {
+        StreamParser {
+            z,
+            hash,
+            state: State::Open,
+            no_deref: false,
+        }
+    }
+
+    /// Parses one command. `Ok(None)` for `option` (it applies to the next command).
+    pub fn feed(
+        &mut self,
+        unit: &[u8],
+        resolve: &mut dyn FnMut(&[u8]) -> Result<Option<ObjectId>>,
+    ) -> Result<Option<Event>> {
+        let term = if self.z { 0 } else { b'\n' };
+        if unit.first() == Some(&term) {
             return Err(die("empty command in input"));
         }
-        if rest.first().is_some_and(|b| b.is_ascii_whitespace()) {
+        if unit.first().is_some_and(|b| b.is_ascii_whitespace()) {
             return Err(die(format!(
                 "whitespace before command: {}",
-                show_line(rest, term)
+                show_line(unit, term)
             )));
         }
         let cmd = COMMANDS.iter().find(|(name, args, _)| {
-            rest.starts_with(name.as_bytes())
-                && rest.get(name.len()) == Some(if *args > 0 { &b' ' } else { &term })
+            unit.starts_with(name.as_bytes())
+                && match unit.get(name.len()) {
+                    Some(&c) => c == if *args > 0 { b' ' } else { term },
+                    // A final command without its newline (text mode).
+                    None => *args == 0 && !self.z,
+                }
         });
         let Some(&(name, nargs, cmd_state)) = cmd else {
-            return Err(die(format!("unknown command: {}", show_line(rest, term))));
+            return Err(die(format!("unknown command: {}", show_line(unit, term))));
         };
+        let state = self.state;
         match state {
             State::Open | State::Started => {
                 if state == State::Started && cmd_state == State::Started {
                     return Err(die("cannot restart ongoing transaction"));
                 }
                 if cmd_state >= state {
-                    state = cmd_state;
+                    self.state = cmd_state;
                 }
             }
             State::Prepared => {
                 if cmd_state != State::Closed {
                     return Err(die("prepared transactions can only be closed"));
                 }
-                state = cmd_state;
+                self.state = cmd_state;
             }
             State::Closed => {
                 if cmd_state != State::Started {
                     return Err(die("transaction is closed"));
                 }
-                state = cmd_state;
+                self.state = cmd_state;
             }
         }
-        p.pos += name.len() + usize::from(nargs > 0);
-        let event = p.command(name, nargs)?;
-        events.push(event);
+        let mut p = Parser {
+            input: unit,
+            pos: (name.len() + usize::from(nargs > 0)).min(unit.len()),
+            z: self.z,
+            hash: self.hash,
+            resolve,
+            no_deref: self.no_deref,
+        };
+        let event = p.command(name)?;
+        self.no_deref = p.no_deref;
+        Ok(event)
     }
-    if state == State::Open {
-        events.push(Event::End(Ending::Eof));
-    } else if state != State::Closed {
-        return Err(die("ongoing transaction has not been committed or aborted"));
+
+    /// End of input: the implicit transaction ends, or an explicit one was left open.
+    pub fn finish(&self) -> Result<Option<Event>> {
+        match self.state {
+            State::Open => Ok(Some(Event::End(Ending::Eof))),
+            State::Closed => Ok(None),
+            State::Started | State::Prepared => Ok(Some(Event::End(Ending::EofAbort))),
+        }
+    }
+}
+
+/// Parses a whole input (see [`StreamParser`]). `resolve` turns a non-empty object
+/// name into an id (git's `repo_get_oid`); it returns `Ok(None)` for an unknown name.
+pub fn parse(
+    input: &[u8],
+    nul_terminated: bool,
+    hash: HashKind,
+    resolve: &mut dyn FnMut(&[u8]) -> Result<Option<ObjectId>>,
+) -> Result<Vec<Event>> {
+    let mut parser = StreamParser::new(nul_terminated, hash);
+    let mut reader = std::io::Cursor::new(input);
+    let mut unit = Vec::new();
+    let mut events = Vec::new();
+    while read_unit(&mut reader, nul_terminated, &mut unit)? {
+        if let Some(e) = parser.feed(&unit, resolve)? {
+            events.push(e);
+        }
+    }
+    if let Some(e) = parser.finish()? {
+        events.push(e);
     }
     Ok(events)
 }
@@ -405,55 +479,29 @@ impl Parser<'_, '_> {
         })
     }
 
-    fn command(&mut self, cmd: &str, _nargs: usize) -> Result<Event> {
+    fn command(&mut self, cmd: &str) -> Result<Option<Event>> {
         match cmd {
             "start" | "prepare" | "commit" | "abort" => {
                 self.end(cmd, None)?;
-                Ok(match cmd {
+                Ok(Some(match cmd {
                     "start" => Event::Start,
                     "prepare" => Event::Prepare,
                     "commit" => Event::End(Ending::Commit),
                     _ => Event::End(Ending::Abort),
-                })
+                }))
             }
             "option" => {
                 let rest = self.input.get(self.pos..).unwrap_or_default();
-                if rest.starts_with(b"no-deref") && rest.get(8) == Some(&self.term()) {
-                    self.pos += 9;
+                let term = self.term();
+                let ok = rest.starts_with(b"no-deref")
+                    && (rest.get(8) == Some(&term) || (rest.len() == 8 && !self.z));
+                if ok {
                     self.no_deref = true;
-                    // Options apply to the next command only: emit nothing.
-                    return self.next_event_after_option();
+                    return Ok(None);
                 }
                 Err(die(format!("option unknown: {}", self.rest_str())))
             }
-            _ => self.ref_command(cmd),
-        }
-    }
-
-    /// `option` produces no event of its own; parse the following command instead.
-    fn next_event_after_option(&mut self) -> Result<Event> {
-        let rest = self.input.get(self.pos..).unwrap_or_default();
-        let term = self.term();
-        let cmd = COMMANDS.iter().find(|(name, args, _)| {
-            *args > 0
-                && *name != "option"
-                && rest.starts_with(name.as_bytes())
-                && rest.get(name.len()) == Some(&b' ')
-        });
-        match cmd {
-            Some(&(name, nargs, _)) => {
-                self.pos += name.len() + 1;
-                self.command(name, nargs)
-            }
-            None if rest.starts_with(b"option ") => {
-                self.pos += 7;
-                self.command("option", 1)
-            }
-            None if rest.is_empty() => Err(die("option no-deref: not followed by a command")),
-            None => Err(die(format!(
-                "option no-deref must be followed by a ref command: {}",
-                show_line(rest, term)
-            ))),
+            _ => self.ref_command(cmd).map(Some),
         }
     }
 
@@ -844,7 +892,6 @@ mod tests {
                 "start\ncommit\ncommit\n".to_string(),
                 "transaction is closed",
             ),
-            ("start\n".to_string(), "has not been committed"),
             (
                 "update \"refs/heads/a\n".to_string(),
                 "badly quoted argument",

@@ -13,6 +13,8 @@
 //! Decoders never panic and never allocate more than the input could describe: every
 //! length is checked against the bytes actually available.
 
+#![cfg_attr(not(test), deny(clippy::indexing_slicing))]
+
 use super::varint;
 use super::{HashKind, LogRecord, ObjectId, RefValue};
 
@@ -359,7 +361,13 @@ pub fn decode_obj_value(input: &[u8], extra: u8, positions: &mut Vec<u64>) -> DR
     positions.clear();
     let mut last = 0u64;
     for i in 0..count {
+        let at = r.pos();
         let v = r.varint("bad obj position")?;
+        if i > 0 && v == 0 {
+            // git writes each block once, ascending: a zero delta is corruption (and
+            // would make lookups rescan one block over and over).
+            return err(at, "obj positions not strictly ascending");
+        }
         last = if i == 0 {
             v
         } else {
@@ -501,8 +509,10 @@ mod tests {
         let mut out = Vec::new();
         assert_eq!(encode_obj_value(&mut out, &[100, 200, 300]), 3);
         assert_eq!(out, [0x64, 0x64, 0x64]);
-        // An absurd count is refused before allocating.
         let mut got = Vec::new();
+        // Repeated positions are corruption.
+        assert!(decode_obj_value(&[100, 0], 2, &mut got).is_err());
+        // An absurd count is refused before allocating.
         assert!(decode_obj_value(&[0x80, 0xfe, 0xfe, 0xfe, 0x7f, 0], 0, &mut got).is_err());
     }
 

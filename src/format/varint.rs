@@ -5,6 +5,8 @@
 //! 0 -> 00   127 -> 7f   128 -> 80 00   137 -> 80 09   300 -> 81 2c   u64::MAX -> 80 fe×8 7f
 //! ```
 
+#![cfg_attr(not(test), deny(clippy::indexing_slicing))]
+
 /// Longest encoding of a u64.
 pub const MAX_VARINT_LEN: usize = 10;
 
@@ -14,15 +16,18 @@ pub const MAX_VARINT_LEN: usize = 10;
 pub fn encode(mut v: u64) -> ([u8; MAX_VARINT_LEN], usize) {
     let mut buf = [0u8; MAX_VARINT_LEN];
     let mut i = MAX_VARINT_LEN - 1;
-    buf[i] = (v & 0x7f) as u8;
+    let mut byte = (v & 0x7f) as u8;
     loop {
+        if let Some(b) = buf.get_mut(i) {
+            *b = byte;
+        }
         v >>= 7;
-        if v == 0 {
+        if v == 0 || i == 0 {
             break;
         }
         v -= 1;
         i -= 1;
-        buf[i] = 0x80 | (v & 0x7f) as u8;
+        byte = 0x80 | (v & 0x7f) as u8;
     }
     (buf, i)
 }

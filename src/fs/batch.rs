@@ -12,6 +12,23 @@ use std::time::{Duration, Instant};
 use crate::fs::state::{log_error, Shared};
 use crate::fs::write::Batch;
 
+/// How long the batcher must be idle before it compacts the stack.
+const IDLE_BEFORE_COMPACTION: Duration = Duration::from_millis(1000);
+
+/// Runs deferred compaction when due (`urgent_only`: only when tables pile up).
+fn maintain(shared: &Shared, urgent_only: bool) {
+    let mut w = shared.writer.lock().unwrap_or_else(|p| p.into_inner());
+    let Some(src) = w.as_mut() else { return };
+    match src.maintenance_due() {
+        Some(urgent) if urgent || !urgent_only => {
+            if let Err(e) = src.maintain() {
+                log_error("compact", b"tables.list", &e);
+            }
+        }
+        _ => {}
+    }
+}
+
 /// Starts the batcher thread.
 pub fn spawn(shared: Arc<Shared>) -> std::io::Result<JoinHandle<()>> {
     std::thread::Builder::new()
@@ -62,11 +79,17 @@ fn next_batch(shared: &Shared) -> Option<Batch> {
         if stopping {
             return None;
         }
-        g = shared
+        let (g2, timeout) = shared
             .cv
-            .wait_timeout(g, Duration::from_millis(200))
-            .map(|r| r.0)
-            .unwrap_or_else(|p| p.into_inner().0);
+            .wait_timeout(g, IDLE_BEFORE_COMPACTION)
+            .unwrap_or_else(|p| p.into_inner());
+        g = g2;
+        if timeout.timed_out() && g.w.open.is_empty() && g.w.sealed.is_empty() {
+            // Idle: compact now, outside the state lock.
+            drop(g);
+            maintain(shared, false);
+            g = shared.lock();
+        }
     }
 }
 
@@ -126,5 +149,8 @@ fn run(shared: &Shared) {
         let _ = g.refresh();
         drop(g);
         shared.cv.notify_all();
+        maintain(shared, true);
     }
+    // Unmounting: leave the stack compacted.
+    maintain(shared, false);
 }

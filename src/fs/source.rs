@@ -65,6 +65,16 @@ pub trait RefSource: Send {
     fn logs_head_with_referent(&self) -> bool {
         false
     }
+    /// Whether deferred maintenance (compaction) is due, and how urgently: `Some(true)` when
+    /// it should run now (too many tables), `Some(false)` when it can wait for an idle
+    /// moment, `None` when nothing is due.
+    fn maintenance_due(&self) -> Option<bool> {
+        None
+    }
+    /// Runs deferred maintenance (geometric compaction). Best effort.
+    fn maintain(&mut self) -> Result<()> {
+        Ok(())
+    }
     /// Number of fsync calls made so far (for the batching benchmark), if known.
     fn fsync_count(&self) -> u64 {
         0

@@ -229,7 +229,23 @@ impl RefSource for StackSource {
     fn logs_head_with_referent(&self) -> bool {
         true
     }
+
+    fn maintenance_due(&self) -> Option<bool> {
+        if !self.stack.compaction_required() {
+            return None;
+        }
+        Some(self.stack.table_names().len() >= URGENT_COMPACTION_TABLES)
+    }
+
+    fn maintain(&mut self) -> Result<()> {
+        self.stack.reload()?;
+        self.stack.auto_compact().map(|_| ())
+    }
 }
+
+/// With this many tables the batcher compacts right after a batch instead of waiting for
+/// an idle moment.
+const URGENT_COMPACTION_TABLES: usize = 16;
 
 /// Stack options from the repository's settings.
 fn stack_options(repo: &Repo, fsync: bool) -> StackOptions {
@@ -245,7 +261,9 @@ fn stack_options(repo: &Repo, fsync: bool) -> StackOptions {
         },
         lock_timeout: s.lock_timeout,
         fsync,
-        auto_compact: true,
+        // The mount compacts from its batcher when idle (or when tables pile up), so that a
+        // batch costs one fsync round and nothing more.
+        auto_compact: false,
         compaction_factor: s.geometric_factor,
         default_permissions: Some(s.default_permissions),
     }
@@ -264,6 +282,7 @@ pub fn open(gitdir: &Path, opts: &MountOptions) -> Result<Opened> {
     };
     let sopts = stack_options(&repo, opts.fsync);
     let reader = StackSource::new(Stack::open(&dir, sopts.clone())?, log.clone());
+    // (`auto_compact` only matters for the writer; the reader never commits.)
     let writer: Option<Box<dyn RefSource>> = if opts.read_only {
         None
     } else {

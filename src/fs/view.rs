@@ -132,6 +132,66 @@ pub struct Entry {
     pub kind: Kind,
 }
 
+/// A directory listing in compact form (one name buffer, end offsets, kinds): about 14
+/// bytes per entry instead of a heap allocation each, so listings of huge directories can
+/// be cached cheaply.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct Listing {
+    names: Vec<u8>,
+    ends: Vec<u32>,
+    kinds: Vec<Kind>,
+}
+
+impl Listing {
+    /// Packs a sorted listing.
+    pub fn from_entries(entries: &[Entry]) -> Listing {
+        let total: usize = entries.iter().map(|e| e.name.len()).sum();
+        let mut l = Listing {
+            names: Vec::with_capacity(total),
+            ends: Vec::with_capacity(entries.len()),
+            kinds: Vec::with_capacity(entries.len()),
+        };
+        for e in entries {
+            l.names.extend_from_slice(&e.name);
+            l.ends
+                .push(u32::try_from(l.names.len()).unwrap_or(u32::MAX));
+            l.kinds.push(e.kind);
+        }
+        l
+    }
+
+    /// Number of entries.
+    pub fn len(&self) -> usize {
+        self.ends.len()
+    }
+
+    /// Whether the directory is empty.
+    pub fn is_empty(&self) -> bool {
+        self.ends.is_empty()
+    }
+
+    /// The `i`-th entry.
+    pub fn get(&self, i: usize) -> Option<(&[u8], Kind)> {
+        let end = *self.ends.get(i)? as usize;
+        let start = match i.checked_sub(1) {
+            Some(p) => *self.ends.get(p)? as usize,
+            None => 0,
+        };
+        Some((self.names.get(start..end)?, *self.kinds.get(i)?))
+    }
+
+    /// The entries in order, unpacked.
+    pub fn to_entries(&self) -> Vec<Entry> {
+        (0..self.len())
+            .filter_map(|i| self.get(i))
+            .map(|(name, kind)| Entry {
+                name: name.into(),
+                kind,
+            })
+            .collect()
+    }
+}
+
 /// The key just past every name that starts with `prefix + child + "/"`: `prefix + child +
 /// "0"` (`'0'` is `'/' + 1`).
 fn past_subtree(key: &mut Vec<u8>, prefix: &[u8], child: &[u8]) {
@@ -533,6 +593,30 @@ mod tests {
         );
         list_dir(&mut m, &mut s, b"logs/refs/heads/a", &mut out).unwrap();
         assert_eq!(names(&out), vec![("x".into(), Kind::Log)]);
+    }
+
+    #[test]
+    fn compact_listing_round_trips() {
+        let entries = vec![
+            Entry {
+                name: b"a".as_slice().into(),
+                kind: Kind::Dir,
+            },
+            Entry {
+                name: b"main".as_slice().into(),
+                kind: Kind::Ref,
+            },
+            Entry {
+                name: b"x.lock".as_slice().into(),
+                kind: Kind::Scratch,
+            },
+        ];
+        let l = Listing::from_entries(&entries);
+        assert_eq!(l.len(), 3);
+        assert_eq!(l.get(1), Some((&b"main"[..], Kind::Ref)));
+        assert_eq!(l.get(3), None);
+        assert_eq!(l.to_entries(), entries);
+        assert!(Listing::from_entries(&[]).is_empty());
     }
 
     #[test]

@@ -2,6 +2,8 @@
 //! checking each block's type before decoding it; keeps inflated log blocks in an `lru`
 //! cache; seeks through (multi-level) indexes; iterates with reseekable cursors.
 
+#![cfg_attr(not(test), deny(clippy::indexing_slicing))]
+
 use std::num::NonZeroUsize;
 use std::path::Path;
 use std::sync::{Arc, Mutex};
@@ -20,7 +22,8 @@ use crate::format::{varint, HashKind, LogRecord, ObjectId, RefRecord, RefValue};
 
 use super::{LogIter, RefIter};
 
-/// How many inflated log blocks a table keeps.
+/// How many inflated log blocks a table keeps. Other blocks need no decoding (records
+/// are read in place from the file bytes), so only log blocks are cached.
 const LOG_CACHE_BLOCKS: usize = 64;
 /// Largest uncompressed log block accepted (the u24 `block_len` cannot say more anyway).
 const MAX_LOG_BLOCK: usize = 16 << 20;
@@ -229,6 +232,9 @@ impl Table {
             0
         };
         let at = off + header_off;
+        if off == 0 && at == self.end {
+            return Ok(None); // header and footer only: an empty table
+        }
         if at >= self.end {
             return Err(self.ferr(at, "block header past end of table"));
         }
@@ -887,6 +893,8 @@ impl Table {
         let mut last_typ = 0u8;
         let mut last_keys = std::collections::HashMap::new();
         let mut section_start = std::collections::HashMap::new();
+        let mut ref_ids: std::collections::HashMap<u64, Vec<ObjectId>> = Default::default();
+        let mut objs: Vec<(u64, Vec<u8>, Vec<u64>)> = Vec::new();
         for info in &blocks {
             let recs = self.block_records(info)?;
             if recs.is_empty() {
@@ -896,7 +904,7 @@ impl Table {
             let starts: Vec<usize> = recs.iter().map(|(s, _)| *s).collect();
             let b = self.load(info.offset)?;
             for r in &restarts {
-                if !starts.contains(r) {
+                if starts.binary_search(r).is_err() {
                     return Err(
                         self.ferr(info.offset, format!("restart {r} is not a record start"))
                     );
@@ -919,6 +927,12 @@ impl Table {
                 match rec {
                     AnyRecord::Ref(r) => {
                         key.extend_from_slice(&r.name);
+                        let ids = ref_ids.entry(info.offset).or_default();
+                        match &r.value {
+                            RefValue::Val1(v) => ids.push(*v),
+                            RefValue::Val2 { value, peeled } => ids.extend([*value, *peeled]),
+                            _ => {}
+                        }
                         if r.update_index > self.header.max_update_index {
                             return Err(self.ferr(
                                 info.offset + *at as u64,
@@ -934,7 +948,10 @@ impl Table {
                             );
                         }
                     }
-                    AnyRecord::Obj { prefix, .. } => key.extend_from_slice(prefix),
+                    AnyRecord::Obj { prefix, positions } => {
+                        key.extend_from_slice(prefix);
+                        objs.push((info.offset, prefix.clone(), positions.clone()));
+                    }
                     AnyRecord::Index {
                         last_key: k,
                         offset,
@@ -952,6 +969,49 @@ impl Table {
                 last_key = key;
             }
             last_keys.insert(info.offset, last_key.clone());
+        }
+        // Obj records: each listed block is a ref block holding an id with that prefix,
+        // and every id of every ref block is listed.
+        let id_len = usize::from(self.footer.obj_id_len);
+        if self.footer.obj_position > 0 {
+            let mut listed = std::collections::HashSet::new();
+            for (off, prefix, positions) in &objs {
+                if prefix.len() != id_len {
+                    return Err(
+                        self.ferr(*off, "obj record prefix length differs from the footer's")
+                    );
+                }
+                for p in positions {
+                    let ids = ref_ids.get(p).ok_or_else(|| {
+                        self.ferr(
+                            *off,
+                            format!("obj record lists {p}, which is not a ref block"),
+                        )
+                    })?;
+                    if !ids.iter().any(|id| id.as_bytes().starts_with(prefix)) {
+                        return Err(
+                            self.ferr(*off, format!("obj record lists block {p} without that id"))
+                        );
+                    }
+                    listed.insert((prefix.clone(), *p));
+                }
+                if positions.is_empty() {
+                    for p in ref_ids.keys() {
+                        listed.insert((prefix.clone(), *p));
+                    }
+                }
+            }
+            for (off, ids) in &ref_ids {
+                for id in ids {
+                    let prefix = id.as_bytes().get(..id_len).unwrap_or_default().to_vec();
+                    if !listed.contains(&(prefix, *off)) {
+                        return Err(self.ferr(
+                            *off,
+                            format!("object {id} of this block is missing from the obj index"),
+                        ));
+                    }
+                }
+            }
         }
         let f = &self.footer;
         let check = |typ: u8, pos: u64| -> Result<()> {

@@ -1,0 +1,47 @@
+//! `reftablefs compact [--auto]`: what `git pack-refs` does to a reftable stack. Without
+//! `--auto` every table is compacted into one; with `--auto` git's geometric rule
+//! (factor `reftable.geometricFactor`, default 2) picks the range, if any. Prints
+//! `tables: N -> M` with `-v`. A held lock is git's
+//! `error: unable to compact stack: data is locked` (exit 1).
+
+use std::process::ExitCode;
+
+use crate::Result;
+
+use super::common;
+use super::Args;
+
+const USAGE: &str = "usage: reftablefs compact [--auto] [-v|--verbose]";
+
+/// Runs the subcommand.
+pub fn run(mut args: Args) -> Result<ExitCode> {
+    let mut auto = false;
+    let mut verbose = false;
+    while args.peek_is_option() {
+        if args.flag("--auto") {
+            auto = true;
+        } else if args.flag("-v") || args.flag("--verbose") {
+            verbose = true;
+        } else {
+            let opt = args.peek().unwrap_or_default();
+            return Ok(common::usage_error(
+                &format!("unknown option '{opt}'"),
+                USAGE,
+            ));
+        }
+    }
+    if !args.is_empty() {
+        return Ok(common::usage_error("too many arguments", USAGE));
+    }
+    let repo = common::open_repo()?;
+    let mut stack = repo.open_stack()?;
+    let before = stack.table_names().len();
+    if let Err(e) = stack.pack(auto) {
+        eprintln!("error: unable to compact stack: {e}");
+        return Ok(ExitCode::from(1));
+    }
+    if verbose {
+        println!("tables: {before} -> {}", stack.table_names().len());
+    }
+    Ok(ExitCode::SUCCESS)
+}

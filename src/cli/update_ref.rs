@@ -1,0 +1,314 @@
+//! `reftablefs update-ref`: git's `update-ref`, in its two forms.
+//!
+//! * `update-ref [-m MSG] [--no-deref] [--create-reflog] --stdin [-z]`: the whole
+//!   input (git's command language, see [`super::update_ref_parse`]) is one transaction,
+//!   or several with `start`/`prepare`/`commit`/`abort`, each written as one table.
+//!   Commands are read and answered one at a time, so a driver may wait for
+//!   `start: ok` before sending more. `prepare` validates the batch (duplicates), takes
+//!   the stack's lock and answers `prepare: ok`; the lock is held until `commit`/`abort`
+//!   (expected values are checked at `commit`). Object names are full hex ids or ref
+//!   names.
+//! * `update-ref [-m MSG] [--no-deref] [--create-reflog] REF NEW [OLD]` and
+//!   `update-ref [-m MSG] [--no-deref] -d REF [OLD]`.
+
+use std::process::ExitCode;
+
+use super::store::{is_per_worktree, RefStore};
+use crate::format::ObjectId;
+use crate::repo::Repo;
+use crate::transaction::{Expected, NewValue as TxNew, RefEdit};
+use crate::{Error, Result};
+
+use super::common::{self, rev_parse};
+use super::update_ref_parse::{
+    self as parse, reject_duplicates, Edit, Ending, Event, NewValue, OldValue, StreamParser,
+};
+use super::Args;
+
+const USAGE: &str = "usage: reftablefs update-ref [-m MSG] [--no-deref] [--create-reflog] (--stdin [-z] | -d REF [OLD] | REF NEW [OLD])";
+
+struct Flags {
+    message: Option<Vec<u8>>,
+    no_deref: bool,
+    create_reflog: bool,
+}
+
+/// Converts a parsed edit into the transaction layer's edit.
+pub fn to_ref_edit(
+    e: Edit,
+    message: Option<&[u8]>,
+    force_no_deref: bool,
+    create_reflog: bool,
+) -> RefEdit {
+    let (new, symref) = match e.new {
+        NewValue::Oid(id) => (Some(TxNew::Oid(id)), false),
+        NewValue::Symref(t) => (Some(TxNew::Symref(t)), true),
+        NewValue::Delete => (Some(TxNew::Delete), false),
+        NewValue::Verify => (None, false),
+    };
+    let expected = match e.old {
+        OldValue::Any => Expected::Any,
+        OldValue::MustNotExist => Expected::MustNotExist,
+        OldValue::Oid(id) => Expected::Oid(id),
+        OldValue::Symref(t) => Expected::Symref(t),
+    };
+    RefEdit {
+        name: e.name,
+        new,
+        expected,
+        no_deref: e.no_deref || force_no_deref || symref,
+        message: message.map(<[u8]>::to_vec),
+        force_create_reflog: create_reflog,
+        ..RefEdit::default()
+    }
+}
+
+fn commit(repo: &Repo, store: &mut RefStore, edits: Vec<Edit>, flags: &Flags) -> Result<()> {
+    reject_duplicates(&edits)?;
+    // In a linked worktree, per-worktree refs live in its own stack; a transaction is
+    // written to one stack, so it may not mix the two kinds (git writes both stacks).
+    let stack = if store.worktree.is_some() {
+        let per_wt = edits.iter().filter(|e| is_per_worktree(&e.name)).count();
+        if per_wt > 0 {
+            if per_wt < edits.len() {
+                return Err(Error::Transaction(
+                    "a transaction on both per-worktree and shared refs from a linked worktree is not supported"
+                        .into(),
+                ));
+            }
+            let mut symref_deref = false;
+            if let Some(wt) = store.worktree.as_mut() {
+                for e in edits.iter().filter(|e| !e.no_deref && !flags.no_deref) {
+                    let is_symref = wt
+                        .read_ref(&e.name)?
+                        .is_some_and(|r| matches!(r.value, crate::RefValue::Symref(_)));
+                    symref_deref |= is_symref && !matches!(e.new, NewValue::Symref(_));
+                }
+            }
+            if symref_deref {
+                return Err(Error::Transaction(
+                    "updating a per-worktree ref through its symref from a linked worktree is not supported (use --no-deref)"
+                        .into(),
+                ));
+            }
+        }
+        match edits.first() {
+            Some(e) => store.stack_for_mut(&e.name),
+            None => &mut store.main,
+        }
+    } else {
+        &mut store.main
+    };
+    let identity = repo.tx_identity()?;
+    let mut tx = stack.transaction();
+    tx.identity(identity).log_all_ref_updates(repo.tx_log_all());
+    for e in edits {
+        tx.edit(to_ref_edit(
+            e,
+            flags.message.as_deref(),
+            flags.no_deref,
+            flags.create_reflog,
+        ));
+    }
+    match tx.commit() {
+        Ok(_) => Ok(()),
+        // git's words ("cannot lock references"), plus where the lock is.
+        Err(Error::Lock(p)) => Err(Error::Transaction(format!(
+            "cannot lock references\nhint: '{}' exists: another process is writing, or one that crashed left it behind",
+            p.display()
+        ))),
+        Err(e) => Err(e),
+    }
+}
+
+fn resolver(
+    store: &RefStore,
+    repo: &Repo,
+) -> impl FnMut(&[u8]) -> Result<Option<ObjectId>> + use<> {
+    let hash = repo.hash();
+    // The iterator owns its tables: it does not borrow the stacks.
+    let mut it = store.iter();
+    move |arg: &[u8]| rev_parse(&mut it, arg, hash, &mut |w| eprintln!("warning: {w}"))
+}
+
+fn run_stdin(repo: &Repo, z: bool, flags: &Flags) -> Result<ExitCode> {
+    let mut stack = RefStore::open(repo)?;
+    let mut parser = StreamParser::new(z, repo.hash());
+    let stdin = std::io::stdin();
+    let mut input = stdin.lock();
+    let mut unit = Vec::new();
+    let mut edits: Vec<Edit> = Vec::new();
+    let mut resolve = resolver(&stack, repo);
+    let mut held: Option<crate::lockfile::LockFile> = None;
+    loop {
+        let event = if parse::read_unit(&mut input, z, &mut unit)? {
+            match parser.feed(&unit, &mut resolve)? {
+                Some(e) => e,
+                None => continue,
+            }
+        } else {
+            match parser.finish()? {
+                Some(e) => e,
+                None => break,
+            }
+        };
+        match event {
+            Event::Edit(e) => edits.push(e),
+            Event::Start => report("start"),
+            Event::Prepare => {
+                reject_duplicates(&edits)
+                    .map_err(|e| Error::Transaction(format!("prepare: {e}")))?;
+                // Like git, hold the stack's lock from `prepare` on, so that other
+                // writers wait or fail until `commit`/`abort`. It is handed back just
+                // before the commit takes it again.
+                let dir = match edits.first() {
+                    Some(e) => stack.stack_for(&e.name).dir().to_path_buf(),
+                    None => stack.main.dir().to_path_buf(),
+                };
+                let timeout = repo.stack_options().lock_timeout;
+                held = Some(
+                    crate::lockfile::LockFile::acquire(dir.join("tables.list.lock"), timeout)
+                        .map_err(|_| {
+                            Error::Transaction("prepare: cannot lock references".into())
+                        })?,
+                );
+                report("prepare");
+            }
+            Event::End(Ending::Abort) => {
+                drop(held.take()); // release the lock taken at prepare
+                edits.clear();
+                report("abort");
+            }
+            Event::End(Ending::Commit) => {
+                drop(held.take()); // release the lock taken at prepare
+                commit(repo, &mut stack, std::mem::take(&mut edits), flags)
+                    .map_err(|e| Error::Transaction(format!("commit: {e}")))?;
+                resolve = resolver(&stack, repo);
+                report("commit");
+            }
+            Event::End(Ending::EofAbort) => {
+                drop(held.take()); // release the lock taken at prepare
+                break;
+            }
+            Event::End(Ending::Eof) => {
+                commit(repo, &mut stack, std::mem::take(&mut edits), flags)?;
+                break;
+            }
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn report(what: &str) {
+    use std::io::Write;
+    let mut out = std::io::stdout().lock();
+    let _ = writeln!(out, "{what}: ok");
+    let _ = out.flush();
+}
+
+/// Runs the subcommand.
+pub fn run(mut args: Args) -> Result<ExitCode> {
+    let mut flags = Flags {
+        message: None,
+        no_deref: false,
+        create_reflog: false,
+    };
+    let (mut stdin, mut z, mut delete) = (false, false, false);
+    while args.peek_is_option() {
+        if let Some(m) = args.value("-m") {
+            flags.message = Some(m.to_string_lossy().into_owned().into_bytes());
+        } else if args.flag("--no-deref") {
+            flags.no_deref = true;
+        } else if args.flag("--create-reflog") {
+            flags.create_reflog = true;
+        } else if args.flag("--stdin") {
+            stdin = true;
+        } else if args.flag("-z") {
+            z = true;
+        } else if args.flag("-d") {
+            delete = true;
+        } else {
+            let opt = args.peek().unwrap_or_default();
+            return Ok(common::usage_error(
+                &format!("unknown option '{opt}'"),
+                USAGE,
+            ));
+        }
+    }
+    let rest: Vec<String> = args.rest();
+    let repo = common::open_repo()?;
+    if stdin {
+        if delete || !rest.is_empty() {
+            return Ok(common::usage_error(
+                "--stdin takes no other arguments",
+                USAGE,
+            ));
+        }
+        return run_stdin(&repo, z, &flags);
+    }
+    if z {
+        return Ok(common::usage_error(
+            "-z only makes sense with --stdin",
+            USAGE,
+        ));
+    }
+    let mut stack = RefStore::open(&repo)?;
+    let edit = {
+        let mut resolve = resolver(&stack, &repo);
+        let mut value = |s: &str, what: &str| -> Result<ObjectId> {
+            if s.is_empty() {
+                return Ok(repo.hash().null_id());
+            }
+            resolve(s.as_bytes())?
+                .ok_or_else(|| Error::Transaction(format!("{s}: not a valid {what}")))
+        };
+        match (delete, rest.as_slice()) {
+            (true, [name]) => Edit {
+                name: name.clone().into_bytes(),
+                new: NewValue::Delete,
+                old: OldValue::Any,
+                no_deref: false,
+            },
+            (true, [name, old]) => {
+                let old = value(old, "old SHA1")?;
+                Edit {
+                    name: name.clone().into_bytes(),
+                    new: NewValue::Delete,
+                    old: OldValue::Oid(old),
+                    no_deref: false,
+                }
+            }
+            (false, [name, new]) | (false, [name, new, _]) => {
+                let new_id = value(new, "SHA1")?;
+                let old = match rest.get(2) {
+                    None => OldValue::Any,
+                    Some(o) => {
+                        let id = value(o, "old SHA1")?;
+                        if id.is_null() {
+                            OldValue::MustNotExist
+                        } else {
+                            OldValue::Oid(id)
+                        }
+                    }
+                };
+                let new = if new_id.is_null() {
+                    NewValue::Delete
+                } else {
+                    NewValue::Oid(new_id)
+                };
+                Edit {
+                    name: name.clone().into_bytes(),
+                    new,
+                    old,
+                    no_deref: false,
+                }
+            }
+            _ => return Ok(common::usage_error("wrong number of arguments", USAGE)),
+        }
+    };
+    crate::refname::check_for_update(&edit.name, !matches!(edit.new, NewValue::Delete))?;
+    let name = String::from_utf8_lossy(&edit.name).into_owned();
+    commit(&repo, &mut stack, vec![edit], &flags)
+        .map_err(|e| Error::Transaction(format!("update_ref failed for ref '{name}': {e}")))?;
+    Ok(ExitCode::SUCCESS)
+}
