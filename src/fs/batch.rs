@@ -13,7 +13,7 @@ use crate::fs::state::{log_error, Shared};
 use crate::fs::write::Batch;
 
 /// How long the batcher must be idle before it compacts the stack.
-const IDLE_BEFORE_COMPACTION: Duration = Duration::from_millis(1000);
+const IDLE_BEFORE_COMPACTION: Duration = Duration::from_secs(5);
 
 /// Runs deferred compaction when due (`urgent_only`: only when tables pile up).
 fn maintain(shared: &Shared, urgent_only: bool) {

@@ -65,6 +65,12 @@ pub trait RefSource: Send {
     fn logs_head_with_referent(&self) -> bool {
         false
     }
+    /// Whether the last reload that changed something brought tables another writer made
+    /// (then names the kernel caches may be stale); `false` when every new table is the
+    /// mount's own (its changes went through the kernel already).
+    fn last_change_external(&self) -> bool {
+        true
+    }
     /// Whether deferred maintenance (compaction) is due, and how urgently: `Some(true)` when
     /// it should run now (too many tables), `Some(false)` when it can wait for an idle
     /// moment, `None` when nothing is due.

@@ -676,7 +676,9 @@ impl Inner {
             self.dirs.clear();
             self.dirs_entries = 0;
             self.changed_at = SystemTime::now();
-            self.needs_invalidation = true;
+            if self.src.last_change_external() {
+                self.needs_invalidation = true;
+            }
             let Inner { w, src, .. } = self;
             w.revalidate_packed(src.as_mut());
             return Ok(Some(gen));
