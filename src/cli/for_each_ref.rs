@@ -7,8 +7,8 @@
 //! `%(*objecttype)`, `%(HEAD)`, plus `%%` and `%xx` escapes. Other atoms are refused
 //! ("unknown field name"). The default format is git's,
 //! `%(objectname) %(objecttype)<TAB>%(refname)`. Object types are not a ref-store
-//! matter: they come from one `git cat-file --batch-check` run for all listed refs,
-//! and only when the format asks for them.
+//! matter: only when the format asks for them, loose objects' headers are read
+//! in-process and the rest come from one `git cat-file --batch-check` run.
 //!
 //! Patterns: a ref matches when it equals the pattern, starts with it up to a `/`, or
 //! matches it as a glob (`*`, `?`; `*` does not cross `/`).
