@@ -140,6 +140,12 @@ const TESTS: &[Test] = &[
         timeout_secs: 120,
         run: lifecycle::sha256_repository,
     },
+    Test {
+        name: "write_path::conflict_with_git_first_committer_wins",
+        needs_mount: true,
+        timeout_secs: 120,
+        run: write_path::conflict_with_git_first_committer_wins,
+    },
 ];
 
 fn main() -> std::process::ExitCode {
