@@ -81,13 +81,15 @@ fn current_stage() -> String {
 /// Mounts registered by the running test, so the watchdog can kill them: (pid, mountpoint).
 static LIVE_MOUNTS: Mutex<Vec<(u32, PathBuf)>> = Mutex::new(Vec::new());
 
-fn register(pid: u32, mnt: &Path) {
+/// Registers a mount process for the watchdog (kill + detach on timeout).
+pub fn register(pid: u32, mnt: &Path) {
     if let Ok(mut live) = LIVE_MOUNTS.lock() {
         live.push((pid, mnt.to_path_buf()));
     }
 }
 
-fn unregister(pid: u32) {
+/// Forgets a mount process once it is gone.
+pub fn unregister(pid: u32) {
     if let Ok(mut live) = LIVE_MOUNTS.lock() {
         live.retain(|(p, _)| *p != pid);
     }
@@ -510,6 +512,11 @@ const EPOCH: u64 = 1_700_000_000;
 impl Repo {
     /// `git init --ref-format=<format> -b main <dir>` (format: "reftable" or "files").
     pub fn init(dir: &Path, format: &str) -> TestResult<Repo> {
+        Repo::init_with(dir, format, &[])
+    }
+
+    /// `git init --ref-format=<format> -b main [extra…] <dir>`.
+    pub fn init_with(dir: &Path, format: &str, extra: &[&str]) -> TestResult<Repo> {
         let home = dir.with_file_name(format!(
             "{}.home",
             dir.file_name()
@@ -527,6 +534,7 @@ impl Repo {
             .command(parent)
             .args(["init", "-q", "-b", "main"])
             .arg(format!("--ref-format={format}"))
+            .args(extra)
             .arg(dir)
             .output()?;
         check(&out, "git init")?;

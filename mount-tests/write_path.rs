@@ -1069,3 +1069,59 @@ pub fn files_backend_git_through_mount(ctx: &Ctx) -> TestResult {
     m.unmount()?;
     crate::harness::check(&repo.git_output(&["refs", "verify"])?, "git refs verify")
 }
+
+/// A concurrent git changes a ref that has an update pending in the mount's batch: the
+/// documented policy is "first committer wins" — git's value stays, the mount's edit is
+/// dropped with a log line naming the ref, an fsync waiting for that batch fails with EIO,
+/// and the other edits of the batch are written.
+pub fn conflict_with_git_first_committer_wins(ctx: &Ctx) -> TestResult {
+    let repo = Repo::init(&ctx.path("repo"), "reftable")?;
+    let a = repo.commit("a")?;
+    let b = repo.commit("b")?;
+    let c = repo.commit("c")?;
+    repo.git(&["branch", "contested", &a])?;
+    let m = Mount::start(
+        &repo.gitdir,
+        &ctx.path("mnt"),
+        &["--batch-window", "60000", "--batch-max", "100000"],
+    )?;
+    for (name, value) in [("refs/heads/contested", &b), ("refs/heads/bystander", &b)] {
+        let l = at(lock(&m.path(&format!("{name}.lock"))), "lock", line!())?;
+        at(write_lock(l, &format!("{value}\n")), "write_lock", line!())?;
+        at(
+            fs::rename(m.path(&format!("{name}.lock")), m.path(name)),
+            "rename",
+            line!(),
+        )?;
+    }
+    // git commits first, directly on the stack.
+    repo.git(&["update-ref", "refs/heads/contested", &c, &a])?;
+    stage("fsync of the contested ref");
+    let synced = File::open(m.path("refs/heads/contested")).and_then(|f| f.sync_all());
+    expect_errno(
+        synced,
+        &[libc::EIO],
+        "fsync of a batch whose edit lost to git",
+    )?;
+    ensure!(
+        repo.rev_parse("refs/heads/contested")? == c,
+        "git's value was overwritten (first committer must win)"
+    );
+    ensure!(
+        repo.rev_parse("refs/heads/bystander")? == b,
+        "the non-conflicting edit of the same batch was not written"
+    );
+    ensure!(
+        m.log().contains("refs/heads/contested"),
+        "no log line names the dropped edit; log:\n{}",
+        m.log()
+    );
+    crate::harness::wait_for(Duration::from_secs(2), || {
+        match fs::read_to_string(m.path("refs/heads/contested")) {
+            Ok(v) if v == format!("{c}\n") => Ok(()),
+            other => Err(format!("{other:?}")),
+        }
+    })
+    .map_err(|last| format!("the mount still shows its dropped value: {last}"))?;
+    m.unmount()
+}
