@@ -29,6 +29,42 @@ fn maintain(shared: &Shared, urgent_only: bool) {
     }
 }
 
+/// How long a batch keeps retrying while another writer holds `tables.list.lock`.
+const LOCK_RETRY_FOR: Duration = Duration::from_secs(60);
+
+/// Commits a batch; a held stack lock (git committing at the same moment) is transient,
+/// so the batch is retried with a growing pause instead of being given up.
+fn commit_with_retry(
+    shared: &Shared,
+    batch: &Batch,
+) -> crate::Result<crate::fs::source::CommitOutcome> {
+    let start = Instant::now();
+    let mut pause = Duration::from_millis(5);
+    loop {
+        let result = {
+            let mut w = shared.writer.lock().unwrap_or_else(|p| p.into_inner());
+            match w.as_mut() {
+                Some(src) => src.commit(&batch.edits),
+                None => Err(crate::Error::Api("read-only mount".into())),
+            }
+        };
+        match result {
+            Err(crate::Error::Lock(path)) if start.elapsed() < LOCK_RETRY_FOR => {
+                if start.elapsed() > Duration::from_secs(1) && pause >= Duration::from_millis(500) {
+                    log_error(
+                        "commit",
+                        path.as_os_str().as_encoded_bytes(),
+                        &"held by another writer; retrying",
+                    );
+                }
+                std::thread::sleep(pause);
+                pause = (pause * 2).min(Duration::from_millis(500));
+            }
+            other => return other,
+        }
+    }
+}
+
 /// Starts the batcher thread.
 pub fn spawn(shared: Arc<Shared>) -> std::io::Result<JoinHandle<()>> {
     std::thread::Builder::new()
@@ -95,13 +131,7 @@ fn next_batch(shared: &Shared) -> Option<Batch> {
 
 fn run(shared: &Shared) {
     while let Some(batch) = next_batch(shared) {
-        let result = {
-            let mut w = shared.writer.lock().unwrap_or_else(|p| p.into_inner());
-            match w.as_mut() {
-                Some(src) => src.commit(&batch.edits),
-                None => Err(crate::Error::Api("read-only mount".into())),
-            }
-        };
+        let result = commit_with_retry(shared, &batch);
         let mut g = shared.lock();
         // The reader must see the new table before the pending entries go away.
         let _ = g.refresh();

@@ -601,7 +601,7 @@ impl Shared {
         if g.durable_seq < target {
             return Err(libc::EIO);
         }
-        if g.failed.range(first_unwritten..=target).next().is_some() {
+        if first_unwritten <= target && g.failed.range(first_unwritten..=target).next().is_some() {
             return Err(libc::EIO);
         }
         Ok(())
