@@ -247,6 +247,19 @@ fn main() {
         git: theirs,
     });
 
+    // 3c. The same objects packed (`git gc`): types now come through `git cat-file`.
+    git(&distinct, &["gc", "-q"]);
+    let ours = best(r, || {}, || time(BIN, &distinct, &["for-each-ref"], None));
+    let theirs = best(r, || {}, || time("git", &distinct, &["for-each-ref"], None));
+    rows.push(Row {
+        work: format!(
+            "list {} refs, default format (object types), one packed object per ref",
+            n_create + 1
+        ),
+        ours,
+        git: theirs,
+    });
+
     // 4. migrate a files repository with n refs in packed-refs, no reflogs.
     let files = root.join("files");
     std::fs::create_dir(&files).expect("mkdir");

@@ -110,9 +110,31 @@ pub fn object_types(git_dir: &Path, ids: &[ObjectId]) -> Result<Vec<String>> {
     distinct.sort_unstable();
     distinct.dedup();
     let objects = git_dir.join("objects");
+    // Which `objects/xx/` fan-out directories exist: a fully packed repository has none,
+    // and then no id is probed as a loose file at all.
+    let mut fanout = [false; 256];
+    if let Ok(entries) = std::fs::read_dir(&objects) {
+        for e in entries.flatten() {
+            let name = e.file_name();
+            if let Some(b) = name
+                .to_str()
+                .filter(|n| n.len() == 2)
+                .and_then(|n| u8::from_str_radix(n, 16).ok())
+            {
+                fanout[usize::from(b)] = true;
+            }
+        }
+    }
     let mut types: Vec<Option<String>> = distinct
         .iter()
-        .map(|id| loose_object_type(&objects, id).map(str::to_owned))
+        .map(|id| {
+            let first = id.as_bytes().first().copied().unwrap_or(0);
+            if fanout[usize::from(first)] {
+                loose_object_type(&objects, id).map(str::to_owned)
+            } else {
+                None
+            }
+        })
         .collect();
     let missing: Vec<usize> = (0..distinct.len())
         .filter(|&i| types.get(i).is_some_and(Option::is_none))

@@ -181,7 +181,6 @@ pub fn mount(
     config.mount_options = vec![
         MountOption::FSName("reftablefs".into()),
         MountOption::Subtype("reftable".into()),
-        MountOption::DefaultPermissions,
         MountOption::NoDev,
         MountOption::NoSuid,
         if opts.read_only {

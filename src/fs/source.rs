@@ -38,6 +38,17 @@ pub struct CommitOutcome {
     pub conflicts: Vec<(Vec<u8>, Option<RefValue>)>,
 }
 
+/// What a [`RefSource::scan_refs`] visitor wants next.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Step {
+    /// The next live ref.
+    Next,
+    /// Reseek to the key the visitor left in the key buffer.
+    Seek,
+    /// Stop scanning.
+    Stop,
+}
+
 /// The primitives the mount needs from the ref storage.
 pub trait RefSource: Send {
     /// The repository's object hash.
@@ -50,6 +61,31 @@ pub trait RefSource: Send {
     /// Finds the first live (non-tombstone) ref whose name is `>= key`, through the cached
     /// reseekable iterator, and copies it into `out`. `false` at the end.
     fn first_ref_at_or_after(&mut self, key: &[u8], out: &mut RefRecord) -> Result<bool>;
+    /// Visits live refs in order from `start`: after each one the visitor says whether to
+    /// go on with the next, reseek (to the key it left in the buffer), or stop. One
+    /// iterator for the whole scan (the cached one for a stack).
+    fn scan_refs(
+        &mut self,
+        start: &[u8],
+        visit: &mut dyn FnMut(&RefRecord, &mut Vec<u8>) -> Step,
+    ) -> Result<()> {
+        let mut key = start.to_vec();
+        let mut rec = RefRecord::default();
+        loop {
+            if !self.first_ref_at_or_after(&key, &mut rec)? {
+                return Ok(());
+            }
+            match visit(&rec, &mut key) {
+                Step::Stop => return Ok(()),
+                Step::Seek => {}
+                Step::Next => {
+                    key.clear();
+                    key.extend_from_slice(&rec.name);
+                    key.push(crate::fs::view::NEXT_NAME);
+                }
+            }
+        }
+    }
     /// Finds the first refname `>= key` that has a reflog (a live log record, the
     /// existence marker included) and copies it into `out`. `false` at the end.
     fn first_log_at_or_after(&mut self, key: &[u8], out: &mut Vec<u8>) -> Result<bool>;

@@ -8,7 +8,7 @@ use std::path::Path;
 use std::sync::{Arc, Mutex};
 
 use crate::format::{HashKind, LogRecord, RefRecord, RefValue};
-use crate::fs::source::{BatchEdit, CommitOutcome, RefSource};
+use crate::fs::source::{BatchEdit, CommitOutcome, RefSource, Step};
 use crate::fs::write::LogSettings;
 use crate::fs::MountOptions;
 use crate::merged::MergedLogIter;
@@ -192,6 +192,28 @@ impl RefSource for StackSource {
                 return Ok(true);
             }
             Ok(false)
+        })
+    }
+
+    fn scan_refs(
+        &mut self,
+        start: &[u8],
+        visit: &mut dyn FnMut(&RefRecord, &mut Vec<u8>) -> Step,
+    ) -> Result<()> {
+        let mut key = start.to_vec();
+        self.stack.with_cached_iter(|it| {
+            it.seek(&key)?;
+            loop {
+                let Some(r) = it.next()? else { return Ok(()) };
+                if r.is_deletion() {
+                    continue;
+                }
+                match visit(r, &mut key) {
+                    Step::Next => {}
+                    Step::Stop => return Ok(()),
+                    Step::Seek => it.seek(&key)?,
+                }
+            }
         })
     }
 

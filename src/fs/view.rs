@@ -6,7 +6,7 @@
 //! `HEAD`, `refs/heads/main`, `logs/refs/heads/main`, `packed-refs`.
 
 use crate::format::{HashKind, LogRecord, RefRecord, RefValue};
-use crate::fs::source::RefSource;
+use crate::fs::source::{RefSource, Step};
 use crate::Result;
 
 /// Header of the `packed-refs` file the mount serves.
@@ -205,17 +205,14 @@ fn past_subtree(key: &mut Vec<u8>, prefix: &[u8], child: &[u8]) {
 /// reseeking past every subtree: the cost is one seek per child, not one step per ref.
 pub fn list_refs(
     src: &mut dyn RefSource,
-    s: &mut Scratch,
+    _s: &mut Scratch,
     prefix: &[u8],
     out: &mut Vec<Entry>,
 ) -> Result<()> {
-    s.key.clear();
-    s.key.extend_from_slice(prefix);
-    loop {
-        if !src.first_ref_at_or_after(&s.key, &mut s.rec)? || !s.rec.name.starts_with(prefix) {
-            break;
-        }
-        let rest = s.rec.name.get(prefix.len()..).unwrap_or_default();
+    src.scan_refs(prefix, &mut |rec, key| {
+        let Some(rest) = rec.name.strip_prefix(prefix) else {
+            return Step::Stop;
+        };
         match rest.iter().position(|&b| b == b'/') {
             Some(i) => {
                 let child = rest.get(..i).unwrap_or_default();
@@ -225,8 +222,9 @@ pub fn list_refs(
                         kind: Kind::Dir,
                     });
                 }
-                let child = child.to_vec();
-                past_subtree(&mut s.key, prefix, &child);
+                // Skip the whole subtree with one reseek.
+                past_subtree(key, prefix, child);
+                Step::Seek
             }
             None => {
                 if !rest.is_empty() {
@@ -235,13 +233,10 @@ pub fn list_refs(
                         kind: Kind::Ref,
                     });
                 }
-                // The next key after this name.
-                s.key.clear();
-                s.key.extend_from_slice(&s.rec.name);
-                s.key.push(NEXT_NAME);
+                Step::Next
             }
         }
-    }
+    })?;
     finish_listing(out);
     Ok(())
 }
