@@ -18,6 +18,9 @@ use crate::fs::view::{self, Entry, Kind, Scratch, NEXT_NAME};
 use crate::refname::{check_for_update, check_refname_format, RefnameFlags};
 use crate::repo::LogAllRefUpdates;
 
+/// How long a reflog line waits in the open batch for the rename that commits its update.
+pub const LINE_WAITS_FOR_RENAME: std::time::Duration = std::time::Duration::from_millis(100);
+
 /// A refusal: the errno for the caller and the reason for the log line.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Refusal {
@@ -107,7 +110,7 @@ pub struct Batch {
     index: HashMap<Vec<u8>, usize>,
     /// Names whose log-only edit holds a line a writer appended and whose commit point
     /// (the rename that follows it in git's protocol) has not arrived yet.
-    awaiting: std::collections::HashSet<Vec<u8>>,
+    awaiting: HashMap<Vec<u8>, std::time::Instant>,
 }
 
 impl Batch {
@@ -154,8 +157,6 @@ pub struct WriteState {
     /// The id HEAD's referent was last set to through the mount, until git's matching
     /// `logs/HEAD` line arrives (and is then not written twice).
     head_echo: Option<ObjectId>,
-    /// The open batch holds lines carried over from the previous window.
-    carried: bool,
     rec: RefRecord,
 }
 
@@ -475,7 +476,6 @@ impl WriteState {
     // ----------------------------------------------------------------------------------
 
     fn seal(&mut self) {
-        self.carried = false;
         if !self.open.is_empty() {
             self.last_seq += 1;
             let b = std::mem::replace(&mut self.open, Batch::new(self.last_seq));
@@ -484,16 +484,22 @@ impl WriteState {
     }
 
     /// Seals the open batch because its window passed. A reflog line of a ref (not HEAD)
-    /// whose commit point has not arrived yet stays in the new open batch, so that the
-    /// line and its rename land in one table (git appends the line just before renaming).
+    /// whose commit point has not arrived yet stays in the new open batch (for at most
+    /// [`LINE_WAITS_FOR_RENAME`]), so that the line and its rename land in one table (git
+    /// appends the line just before renaming).
     pub fn seal_for_window(&mut self) {
         if self.open.is_empty() {
             return;
         }
         let awaiting = std::mem::take(&mut self.open.awaiting);
-        let is_waiting =
-            |e: &BatchEdit| e.new.is_none() && e.name != b"HEAD" && awaiting.contains(&e.name);
-        if self.carried || !self.open.edits.iter().any(is_waiting) {
+        let is_waiting = |e: &BatchEdit| {
+            e.new.is_none()
+                && e.name != b"HEAD"
+                && awaiting
+                    .get(&e.name)
+                    .is_some_and(|t| t.elapsed() < LINE_WAITS_FOR_RENAME)
+        };
+        if !self.open.edits.iter().any(is_waiting) {
             self.seal();
             return;
         }
@@ -514,14 +520,14 @@ impl WriteState {
             if let Some(pl) = self.pending_logs.get_mut(&e.name) {
                 pl.seq = seq;
             }
-            self.open.awaiting.insert(e.name.clone());
+            if let Some(t) = awaiting.get(&e.name) {
+                self.open.awaiting.insert(e.name.clone(), *t);
+            }
             self.open
                 .index
                 .insert(e.name.clone(), self.open.edits.len());
             self.open.edits.push(e);
         }
-        // Carried once: the next window seals them whatever happens.
-        self.carried = true;
     }
 
     /// Seals the open batch (flush, fsync) and returns the last sequence number in use.
@@ -536,7 +542,7 @@ impl WriteState {
     fn edit_slot(&mut self, name: &[u8], wants_value: bool, wants_log: bool) -> usize {
         if let Some(&i) = self.open.index.get(name) {
             let e = &self.open.edits[i];
-            let own_line = self.open.awaiting.contains(name);
+            let own_line = self.open.awaiting.contains_key(name);
             let clash = e.replace_logs
                 || (wants_value && (e.new.is_some() || (!e.logs.is_empty() && !own_line)))
                 // A line is appended before its own commit point: never onto a value.
@@ -628,7 +634,7 @@ impl WriteState {
             if let RefValue::Val1(id) = &value {
                 // A line the writer appended just before this commit point is this
                 // update's own entry.
-                let has_line = self.open.awaiting.remove(name);
+                let has_line = self.open.awaiting.remove(name).is_some();
                 if !has_line && self.log.log_all.autocreates(name) {
                     let rec = self.generated_log(name, *id, *id);
                     let i = self.edit_slot(name, false, true);
@@ -747,7 +753,9 @@ impl WriteState {
             let i = self.edit_slot(name, false, true);
             let seq = self.open.seq;
             self.open.edits[i].logs.push(rec.clone());
-            self.open.awaiting.insert(name.to_vec());
+            self.open
+                .awaiting
+                .insert(name.to_vec(), std::time::Instant::now());
             let pl = self.pending_logs.entry(name.to_vec()).or_default();
             pl.appended.push(rec);
             pl.seq = seq;
@@ -949,6 +957,36 @@ mod tests {
             logs[0].update_index,
             m.logs.keys().next().map(|k| !k.1).unwrap()
         );
+    }
+
+    #[test]
+    fn reflog_line_waits_across_windows_for_its_rename() {
+        let (mut m, mut w, _) = setup();
+        w.commit_ref(&mut m, b"refs/heads/topic", RefValue::Val1(id(4)))
+            .unwrap();
+        let line = format!(
+            "{} {} C O Mitter <c@o.m> 1700000000 +0100\tcommit: y\n",
+            hex(1),
+            hex(9)
+        );
+        w.append_log(b"refs/heads/main", line.as_bytes()).unwrap();
+        // Two windows pass before git's rename arrives: the line is carried, the rest goes.
+        w.seal_for_window();
+        w.seal_for_window();
+        assert_eq!(w.sealed.len(), 1);
+        assert_eq!(w.open.len(), 1);
+        w.commit_ref(&mut m, b"refs/heads/main", RefValue::Val1(id(9)))
+            .unwrap();
+        flush(&mut w, &mut m);
+        let mut logs = Vec::new();
+        m.read_log(b"refs/heads/main", &mut logs).unwrap();
+        assert_eq!(logs.len(), 1, "one entry, the appended line: {logs:?}");
+        assert_eq!(logs[0].message, b"commit: y\n");
+        // A line whose rename never comes is written on its own after the wait.
+        w.append_log(b"refs/heads/topic", line.as_bytes()).unwrap();
+        std::thread::sleep(LINE_WAITS_FOR_RENAME);
+        w.seal_for_window();
+        assert!(w.open.is_empty());
     }
 
     #[test]
