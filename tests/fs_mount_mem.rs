@@ -67,8 +67,11 @@ impl Mounted {
         std::fs::create_dir(&rt).unwrap();
         let (mp2, rt2) = (mp.clone(), rt.clone());
         let thread = std::thread::spawn(move || {
+            let writer: Box<dyn RefSource> = Box::new(SharedMem(mem.clone()));
             fs::mount(
                 Box::new(SharedMem(mem)),
+                Some(writer),
+                Default::default(),
                 &rt2,
                 &mp2,
                 &MountOptions::default(),
@@ -101,6 +104,20 @@ impl Drop for Mounted {
             fs::lazy_unmount(&self.mp);
         }
     }
+}
+
+/// Writes a file and closes it, reporting close()'s error (Rust's drop ignores it).
+fn write_close(path: &Path, data: &[u8]) -> std::io::Result<()> {
+    use std::io::Write;
+    use std::os::fd::IntoRawFd;
+    let mut f = std::fs::File::create(path)?;
+    f.write_all(data)?;
+    let fd = f.into_raw_fd();
+    // SAFETY: closing the descriptor we own, once.
+    if unsafe { libc::close(fd) } != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(())
 }
 
 fn sample() -> MemSource {
@@ -222,7 +239,134 @@ fn serves_refs_logs_and_packed_refs_and_sees_changes() {
     mem.lock().unwrap().fail = false;
     assert_eq!(read("refs/tags/v1"), format!("{}\n", "33".repeat(20)));
 
-    // Read-only so far: writes fail.
-    assert!(std::fs::write(mp.join("refs/heads/new"), "x").is_err());
+    m.unmount().unwrap();
+}
+
+#[test]
+fn files_backend_write_protocol() {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    if !can_mount() {
+        return;
+    }
+    let mem = Arc::new(Mutex::new(sample()));
+    let m = Mounted::new(mem.clone());
+    let mp = m.mp.clone();
+    let read = |p: &str| std::fs::read_to_string(mp.join(p)).unwrap();
+    let excl = |p: &str| {
+        std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create_new(true)
+            .custom_flags(libc::O_CLOEXEC)
+            .open(mp.join(p))
+    };
+    // Lock, write in two calls, second lock attempt fails with EEXIST, rename commits.
+    let mut lock = excl("refs/heads/main.lock").unwrap();
+    assert_eq!(
+        excl("refs/heads/main.lock").unwrap_err().raw_os_error(),
+        Some(libc::EEXIST)
+    );
+    lock.write_all("55".repeat(20).as_bytes()).unwrap();
+    lock.write_all(b"\n").unwrap();
+    drop(lock);
+    // The reflog line first, then the rename (git's order).
+    let line = format!(
+        "{} {} C O Mitter <c@o.m> 1700000000 +0000\tcommit: two\n",
+        "11".repeat(20),
+        "55".repeat(20)
+    );
+    let mut log = std::fs::OpenOptions::new()
+        .append(true)
+        .open(mp.join("logs/refs/heads/main"))
+        .unwrap();
+    log.write_all(line.as_bytes()).unwrap();
+    drop(log);
+    std::fs::rename(mp.join("refs/heads/main.lock"), mp.join("refs/heads/main")).unwrap();
+    assert_eq!(read("refs/heads/main"), format!("{}\n", "55".repeat(20)));
+    assert!(!mp.join("refs/heads/main.lock").exists());
+    // New ref in new directories.
+    std::fs::create_dir(mp.join("refs/heads/new")).unwrap();
+    std::fs::create_dir(mp.join("refs/heads/new/deep")).unwrap();
+    std::fs::write(
+        mp.join("refs/heads/new/deep/x"),
+        format!("{}\n", "66".repeat(20)),
+    )
+    .unwrap();
+    assert_eq!(
+        read("refs/heads/new/deep/x"),
+        format!("{}\n", "66".repeat(20))
+    );
+    // Bad content: EINVAL at close, nothing written.
+    let e = write_close(&mp.join("refs/heads/main"), b"not a ref\n").unwrap_err();
+    assert_eq!(e.raw_os_error(), Some(libc::EINVAL), "{e}");
+    assert_eq!(read("refs/heads/main"), format!("{}\n", "55".repeat(20)));
+    // D/F: a ref cannot become a directory, a directory cannot become a ref.
+    assert_eq!(
+        std::fs::create_dir(mp.join("refs/heads/main"))
+            .unwrap_err()
+            .raw_os_error(),
+        Some(libc::EEXIST)
+    );
+    assert!(write_close(&mp.join("refs/heads/main/x"), b"x").is_err());
+    // rmdir of a non-empty directory; an empty virtual one goes away.
+    assert_eq!(
+        std::fs::remove_dir(mp.join("refs/heads/new"))
+            .unwrap_err()
+            .raw_os_error(),
+        Some(libc::ENOTEMPTY)
+    );
+    std::fs::create_dir(mp.join("refs/heads/empty")).unwrap();
+    std::fs::remove_dir(mp.join("refs/heads/empty")).unwrap();
+    // HEAD symref change.
+    std::fs::write(mp.join("HEAD.lock"), "ref: refs/heads/new/deep/x\n").unwrap();
+    std::fs::rename(mp.join("HEAD.lock"), mp.join("HEAD")).unwrap();
+    assert_eq!(read("HEAD"), "ref: refs/heads/new/deep/x\n");
+    // Delete.
+    std::fs::remove_file(mp.join("refs/heads/feature/deep/x")).unwrap();
+    assert!(!mp.join("refs/heads/feature/deep/x").exists());
+    let heads: Vec<String> = std::fs::read_dir(mp.join("refs/heads"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .collect();
+    assert!(!heads.contains(&"feature".to_string()), "{heads:?}");
+    // fsync of the root waits for the batch: everything is in the store now.
+    std::fs::File::open(&mp).unwrap().sync_all().unwrap();
+    // Again with nothing pending (this once panicked on an empty sequence range).
+    std::fs::File::open(mp.join("HEAD"))
+        .unwrap()
+        .sync_all()
+        .unwrap();
+    std::fs::File::open(&mp).unwrap().sync_all().unwrap();
+    {
+        let g = mem.lock().unwrap();
+        assert_eq!(
+            g.refs.get(&b"refs/heads/main"[..]),
+            Some(&RefValue::Val1(id(0x55)))
+        );
+        assert_eq!(
+            g.refs.get(&b"refs/heads/new/deep/x"[..]),
+            Some(&RefValue::Val1(id(0x66)))
+        );
+        assert_eq!(
+            g.refs.get(&b"HEAD"[..]),
+            Some(&RefValue::Symref(b"refs/heads/new/deep/x".to_vec()))
+        );
+        assert!(!g.refs.contains_key(&b"refs/heads/feature/deep/x"[..]));
+        let main_log: Vec<_> = g
+            .logs
+            .values()
+            .filter(|l| l.refname == b"refs/heads/main")
+            .collect();
+        assert_eq!(main_log.len(), 2);
+        assert!(main_log
+            .iter()
+            .any(|l| l.message == b"commit: two\n" && l.name == b"C O Mitter"));
+        assert!(
+            g.commits <= 3,
+            "{} tables for a handful of updates",
+            g.commits
+        );
+    }
     m.unmount().unwrap();
 }

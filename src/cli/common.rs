@@ -231,6 +231,8 @@ pub const DWIM_RULES: [(&str, &str); 6] = [
 pub struct Dwim {
     /// The full ref name that matched first (the symref itself, not its target).
     pub refname: Vec<u8>,
+    /// That name after following symrefs (what `--symbolic-full-name` prints).
+    pub resolved: Vec<u8>,
     pub id: ObjectId,
     pub peeled: Option<ObjectId>,
     /// How many rules matched (more than one: git warns "refname is ambiguous").
@@ -252,11 +254,17 @@ pub fn dwim(
         full.extend_from_slice(short);
         full.extend_from_slice(suffix.as_bytes());
         match resolve(it, &full)? {
-            Resolved::Oid { id, peeled, .. } => match &mut found {
+            Resolved::Oid {
+                id,
+                peeled,
+                refname,
+                ..
+            } => match &mut found {
                 Some(f) => f.matches += 1,
                 None => {
                     found = Some(Dwim {
                         refname: full.clone(),
+                        resolved: refname,
                         id,
                         peeled,
                         matches: 1,
@@ -362,6 +370,39 @@ pub fn for_each_resolved(
         }
     }
     Ok(())
+}
+
+/// git's `refs_shorten_unambiguous_ref` (non-strict): the shortest form of `name` under
+/// the DWIM rules that no earlier rule would resolve to another existing ref.
+pub fn shorten_unambiguous(it: &mut dyn RefIter, name: &[u8]) -> Result<Vec<u8>> {
+    let mut cand = Vec::with_capacity(name.len() + 24);
+    for i in (1..DWIM_RULES.len()).rev() {
+        let Some(&(pre, suf)) = DWIM_RULES.get(i) else {
+            continue;
+        };
+        let (pre, suf) = (pre.as_bytes(), suf.as_bytes());
+        if name.len() <= pre.len() + suf.len() || !name.starts_with(pre) || !name.ends_with(suf) {
+            continue;
+        }
+        let short = name
+            .get(pre.len()..name.len() - suf.len())
+            .unwrap_or_default();
+        let mut ambiguous = false;
+        for &(p, s) in DWIM_RULES.get(..i).unwrap_or_default() {
+            cand.clear();
+            cand.extend_from_slice(p.as_bytes());
+            cand.extend_from_slice(short);
+            cand.extend_from_slice(s.as_bytes());
+            if matches!(resolve(it, &cand)?, Resolved::Oid { .. }) {
+                ambiguous = true;
+                break;
+            }
+        }
+        if !ambiguous {
+            return Ok(short.to_vec());
+        }
+    }
+    Ok(name.to_vec())
 }
 
 /// Peeled-tag aware display helper: `refs/tags/v1^{}`.

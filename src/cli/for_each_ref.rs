@@ -2,13 +2,13 @@
 //! `for-each-ref` over `refs/`, in name order, with symrefs resolved and dangling ones
 //! skipped (as git does).
 //!
-//! Format atoms supported: `%(refname)`, `%(objectname)`, `%(objectname:short)`
+//! Format atoms supported: `%(refname)`, `%(refname:short)`, `%(objectname)`, `%(objectname:short)`
 //! (7 hex digits, no uniqueness check), `%(objecttype)`, `%(symref)`, `%(*objectname)`,
 //! `%(*objecttype)`, `%(HEAD)`, plus `%%` and `%xx` escapes. Other atoms are refused
 //! ("unknown field name"). The default format is git's,
 //! `%(objectname) %(objecttype)<TAB>%(refname)`. Object types are not a ref-store
-//! matter: they come from one `git cat-file --batch-check` run for all listed refs,
-//! and only when the format asks for them.
+//! matter: only when the format asks for them, loose objects' headers are read
+//! in-process and the rest come from one `git cat-file --batch-check` run.
 //!
 //! Patterns: a ref matches when it equals the pattern, starts with it up to a `/`, or
 //! matches it as a glob (`*`, `?`; `*` does not cross `/`).
@@ -21,7 +21,8 @@ use crate::{Error, Result};
 use super::common::{self, for_each_resolved, resolve, Out, Resolved};
 use super::{objects, Args};
 
-const USAGE: &str = "usage: reftablefs for-each-ref [--format=FORMAT] [--count=N] [PATTERN...]";
+const USAGE: &str =
+    "usage: reftablefs for-each-ref [--format=FORMAT] [--count=N] [--include-root-refs] [PATTERN...]";
 const DEFAULT_FORMAT: &str = "%(objectname) %(objecttype)\t%(refname)";
 
 /// One piece of a compiled format.
@@ -29,6 +30,7 @@ const DEFAULT_FORMAT: &str = "%(objectname) %(objecttype)\t%(refname)";
 pub enum Piece {
     Lit(Vec<u8>),
     RefName,
+    RefNameShort,
     ObjectName,
     ObjectNameShort,
     ObjectType,
@@ -60,9 +62,10 @@ pub fn compile(fmt: &str) -> Result<Vec<Piece>> {
                     .get(i + 2..)
                     .and_then(|r| r.iter().position(|&x| x == b')'))
                     .ok_or_else(|| Error::Transaction(format!("malformed format string {fmt}")))?;
-                let atom = &fmt[i + 2..i + 2 + close];
+                let atom = fmt.get(i + 2..i + 2 + close).unwrap_or_default();
                 let piece = match atom {
                     "refname" => Piece::RefName,
+                    "refname:short" => Piece::RefNameShort,
                     "objectname" => Piece::ObjectName,
                     "objectname:short" => Piece::ObjectNameShort,
                     "objecttype" => Piece::ObjectType,
@@ -155,6 +158,7 @@ struct Row {
     id: ObjectId,
     peeled: Option<ObjectId>,
     symref: Option<Vec<u8>>,
+    short: Option<Vec<u8>>,
 }
 
 fn render(
@@ -168,6 +172,9 @@ fn render(
         match p {
             Piece::Lit(l) => line.extend_from_slice(l),
             Piece::RefName => line.extend_from_slice(&row.name),
+            Piece::RefNameShort => {
+                line.extend_from_slice(row.short.as_deref().unwrap_or(&row.name))
+            }
             Piece::ObjectName => row.id.write_hex(line),
             Piece::ObjectNameShort => {
                 let at = line.len();
@@ -196,8 +203,20 @@ fn render(
 pub fn run(mut args: Args) -> Result<ExitCode> {
     let mut format = DEFAULT_FORMAT.to_owned();
     let mut count: Option<usize> = None;
+    let mut root_refs = false;
+    let mut sort: Option<String> = None;
     while args.peek_is_option() {
-        if let Some(f) = args.value("--format") {
+        if args.flag("--include-root-refs") {
+            root_refs = true;
+        } else if let Some(k) = args.value("--sort") {
+            let k = k.to_string_lossy().into_owned();
+            if !matches!(k.trim_start_matches('-'), "refname" | "objectname") {
+                return Err(Error::Transaction(format!(
+                    "unsupported sort key: {k} (refname and objectname are)"
+                )));
+            }
+            sort = Some(k);
+        } else if let Some(f) = args.value("--format") {
             format = f.to_string_lossy().into_owned();
         } else if let Some(n) = args.value("--count") {
             let n = n.to_string_lossy();
@@ -219,11 +238,15 @@ pub fn run(mut args: Args) -> Result<ExitCode> {
         .iter()
         .any(|p| matches!(p, Piece::ObjectType | Piece::PeeledType));
     let needs_head = pieces.contains(&Piece::Head);
+    let needs_short = pieces.contains(&Piece::RefNameShort);
+    let sorted_otherwise = sort.as_deref().is_some_and(|k| k != "refname");
+    let collect = needs_types || sorted_otherwise;
 
     let repo = common::open_repo()?;
-    let stack = repo.open_stack()?;
-    let mut list = stack.ref_iter();
-    let mut res = stack.ref_iter();
+    let store = super::store::RefStore::open(&repo)?;
+    let mut list = store.iter();
+    let mut res = store.iter();
+    let mut short_it = store.iter();
     let head = if needs_head {
         match resolve(&mut res, b"HEAD")? {
             Resolved::Oid { refname, .. } => Some(refname),
@@ -250,16 +273,24 @@ pub fn run(mut args: Args) -> Result<ExitCode> {
             prefix = cp.to_vec();
         }
     }
+    if root_refs && patterns.is_empty() {
+        prefix.clear(); // root refs sort before and after "refs/": walk everything
+    }
 
     let mut out = Out::new();
     let mut line = Vec::with_capacity(128);
     let mut rows: Vec<Row> = Vec::new();
     let mut shown = 0usize;
     for_each_resolved(&mut list, &mut res, &prefix, &mut |r| {
+        let listed =
+            r.name.starts_with(b"refs/") || (root_refs && crate::files::is_root_ref(r.name));
+        if !listed {
+            return Ok(true);
+        }
         if !patterns.is_empty() && !patterns.iter().any(|p| pattern_matches(p, r.name)) {
             return Ok(true);
         }
-        if count.is_some_and(|c| shown >= c) {
+        if !collect && count.is_some_and(|c| shown >= c) {
             return Ok(false);
         }
         shown += 1;
@@ -268,8 +299,13 @@ pub fn run(mut args: Args) -> Result<ExitCode> {
             id: r.id,
             peeled: r.peeled,
             symref: r.symref.map(<[u8]>::to_vec),
+            short: if needs_short {
+                Some(common::shorten_unambiguous(&mut short_it, r.name)?)
+            } else {
+                None
+            },
         };
-        if needs_types {
+        if collect {
             rows.push(row);
         } else {
             line.clear();
@@ -278,6 +314,26 @@ pub fn run(mut args: Args) -> Result<ExitCode> {
         }
         Ok(true)
     })?;
+    if collect {
+        if let Some(k) = &sort {
+            match k.as_str() {
+                "refname" => {}
+                "-refname" => rows.reverse(),
+                "objectname" => rows.sort_by_key(|r| r.id), // stable: ties stay by name
+                _ => rows.sort_by_key(|r| std::cmp::Reverse(r.id)),
+            }
+        }
+        if let Some(c) = count {
+            rows.truncate(c);
+        }
+    }
+    if collect && !needs_types {
+        for row in &rows {
+            line.clear();
+            render(&pieces, row, None, head.as_deref(), &mut line);
+            out.write(&line)?;
+        }
+    }
     if needs_types {
         let mut ids: Vec<ObjectId> = rows.iter().map(|r| r.id).collect();
         ids.extend(rows.iter().filter_map(|r| r.peeled));
@@ -332,6 +388,16 @@ mod tests {
         assert!(compile("%(refname").is_err());
     }
 
+    proptest::proptest! {
+        #[test]
+        fn format_and_pattern_code_never_panics(fmt in "\\PC{0,40}", name in proptest::collection::vec(proptest::num::u8::ANY, 0..30)) {
+            let _ = compile(&fmt);
+            let _ = glob(fmt.as_bytes(), &name);
+            let _ = pattern_matches(fmt.as_bytes(), &name);
+            let _ = literal_prefix(fmt.as_bytes());
+        }
+    }
+
     #[test]
     fn patterns_like_git() {
         assert!(pattern_matches(b"refs/heads", b"refs/heads/main"));
@@ -352,6 +418,7 @@ mod tests {
             id,
             peeled: None,
             symref: Some(b"refs/x".to_vec()),
+            short: None,
         };
         let mut line = Vec::new();
         let pieces =

@@ -10,16 +10,17 @@ pub mod compact;
 pub mod dump;
 pub mod for_each_ref;
 pub mod migrate;
+#[cfg(feature = "fuse")]
+pub mod mount;
 pub mod objects;
 pub mod progress;
 pub mod reflog;
 pub mod resolve;
 pub mod show_ref;
+pub mod store;
 pub mod update_ref;
 pub mod update_ref_parse;
 pub mod verify;
-#[cfg(feature = "fuse")]
-pub mod mount;
 
 use std::process::ExitCode;
 
@@ -67,11 +68,11 @@ pub fn main_with_args(argv: Vec<std::ffi::OsString>) -> ExitCode {
         "reflog" => reflog::run(args),
         "compact" => compact::run(args),
         "verify" => verify::run(args),
+        "dump" => dump::run(args),
         #[cfg(feature = "fuse")]
         "mount" => mount::run(args),
         #[cfg(feature = "fuse")]
         "unmount" => mount::run_unmount(args),
-        "dump" => dump::run(args),
         other => {
             eprintln!("reftablefs: unknown command '{other}'\n{USAGE}");
             return ExitCode::from(129);

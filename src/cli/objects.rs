@@ -63,18 +63,104 @@ pub fn batch_check(git_dir: &Path, format: &str, inputs: Vec<Vec<u8>>) -> Result
     Ok(out)
 }
 
-/// The object type of each id (`commit`, `tag`, …; `missing` when absent).
+/// The type of a loose object, read from its zlib-compressed header
+/// (`<type> <size>\0`), as git itself does; `None` when the object is not loose (packed,
+/// in an alternate) or the header cannot be read — the caller then asks git.
+pub fn loose_object_type(objects_dir: &Path, id: &ObjectId) -> Option<&'static str> {
+    use std::io::Read;
+    let hex = id.to_hex();
+    let path = objects_dir.join(hex.get(..2)?).join(hex.get(2..)?);
+    let mut file = std::fs::File::open(path).ok()?;
+    let mut input = [0u8; 512];
+    let mut filled = 0;
+    while filled < input.len() {
+        match file.read(input.get_mut(filled..)?) {
+            Ok(0) => break,
+            Ok(n) => filled += n,
+            Err(_) => return None,
+        }
+    }
+    let mut out = [0u8; 40];
+    let mut z = flate2::Decompress::new(true);
+    // A partial stream is fine: only the first bytes of output are needed.
+    let _ = z.decompress(
+        input.get(..filled)?,
+        &mut out,
+        flate2::FlushDecompress::None,
+    );
+    let produced = usize::try_from(z.total_out()).ok()?;
+    let header = out.get(..produced)?;
+    let space = header.iter().position(|&b| b == b' ')?;
+    // The header must be complete enough to be sure of the type: size digits, then NUL.
+    header.get(space + 1..)?.iter().position(|&b| b == 0)?;
+    match header.get(..space)? {
+        b"commit" => Some("commit"),
+        b"tree" => Some("tree"),
+        b"blob" => Some("blob"),
+        b"tag" => Some("tag"),
+        _ => None,
+    }
+}
+
+/// The object type of each id (`commit`, `tag`, …; `missing` when absent). Each
+/// distinct id is looked up once: loose objects in-process, the rest (packed objects,
+/// alternates) with one `git cat-file --batch-check`.
 pub fn object_types(git_dir: &Path, ids: &[ObjectId]) -> Result<Vec<String>> {
-    let inputs = ids.iter().map(|id| id.to_hex().into_bytes()).collect();
-    let lines = batch_check(git_dir, "%(objecttype)", inputs)?;
-    Ok(lines
-        .into_iter()
-        .map(|l| {
-            if l.ends_with(" missing") {
+    let mut distinct: Vec<ObjectId> = ids.to_vec();
+    distinct.sort_unstable();
+    distinct.dedup();
+    let objects = git_dir.join("objects");
+    // Which `objects/xx/` fan-out directories exist: a fully packed repository has none,
+    // and then no id is probed as a loose file at all.
+    let mut fanout = [false; 256];
+    if let Ok(entries) = std::fs::read_dir(&objects) {
+        for e in entries.flatten() {
+            let name = e.file_name();
+            if let Some(b) = name
+                .to_str()
+                .filter(|n| n.len() == 2)
+                .and_then(|n| u8::from_str_radix(n, 16).ok())
+            {
+                fanout[usize::from(b)] = true;
+            }
+        }
+    }
+    let mut types: Vec<Option<String>> = distinct
+        .iter()
+        .map(|id| {
+            let first = id.as_bytes().first().copied().unwrap_or(0);
+            if fanout[usize::from(first)] {
+                loose_object_type(&objects, id).map(str::to_owned)
+            } else {
+                None
+            }
+        })
+        .collect();
+    let missing: Vec<usize> = (0..distinct.len())
+        .filter(|&i| types.get(i).is_some_and(Option::is_none))
+        .collect();
+    if !missing.is_empty() {
+        let inputs = missing
+            .iter()
+            .filter_map(|&i| distinct.get(i).map(|id| id.to_hex().into_bytes()))
+            .collect();
+        let lines = batch_check(git_dir, "%(objecttype)", inputs)?;
+        for (&i, l) in missing.iter().zip(lines) {
+            let t = if l.ends_with(" missing") {
                 "missing".to_owned()
             } else {
                 l
+            };
+            if let Some(slot) = types.get_mut(i) {
+                *slot = Some(t);
             }
+        }
+    }
+    Ok(ids
+        .iter()
+        .map(|id| match distinct.binary_search(id) {
+            Ok(i) => types.get(i).cloned().flatten().unwrap_or_default(),
+            Err(_) => String::new(),
         })
         .collect())
 }
@@ -135,9 +221,29 @@ mod tests {
             ["commit", "tag", "missing"]
         );
         assert_eq!(
+            object_types(&git_dir, &[tag, commit, tag]).unwrap(),
+            ["tag", "commit", "tag"]
+        );
+        assert_eq!(
             peel_tags(&git_dir, &[commit, tag, missing], HashKind::Sha1).unwrap(),
             [None, Some(commit), None]
         );
         assert!(object_types(&git_dir, &[]).unwrap().is_empty());
+        // Loose objects are read in-process; after `git gc` they are packed and git answers.
+        assert_eq!(
+            loose_object_type(&git_dir.join("objects"), &commit),
+            Some("commit")
+        );
+        assert_eq!(
+            loose_object_type(&git_dir.join("objects"), &tag),
+            Some("tag")
+        );
+        assert_eq!(loose_object_type(&git_dir.join("objects"), &missing), None);
+        run(&["gc", "-q"]);
+        assert_eq!(loose_object_type(&git_dir.join("objects"), &commit), None);
+        assert_eq!(
+            object_types(&git_dir, &[commit, tag, missing]).unwrap(),
+            ["commit", "tag", "missing"]
+        );
     }
 }

@@ -1,8 +1,12 @@
 //! A git-style progress line on stderr (`Migrating refs:  42% (420000/1000000)`), shown
-//! only when stderr is a terminal, redrawn at most every 100 ms.
+//! only when stderr is a terminal and the work is large (100k items) or lasts longer than
+//! half a second (git's delayed progress), redrawn at most every 100 ms.
 
 use std::io::Write;
 use std::time::{Duration, Instant};
+
+/// Work of this many items or more shows its progress line at once.
+const LARGE: u64 = 100_000;
 
 /// One progress line. Silent when stderr is not a terminal.
 pub struct Progress {
@@ -11,6 +15,8 @@ pub struct Progress {
     enabled: bool,
     last_draw: Option<Instant>,
     last_value: u64,
+    start: Instant,
+    delay: Duration,
 }
 
 impl Progress {
@@ -24,12 +30,18 @@ impl Progress {
             enabled: tty,
             last_draw: None,
             last_value: 0,
+            start: Instant::now(),
+            delay: Duration::from_millis(500),
         }
     }
 
-    /// Forces the line on or off (tests, `--progress`/`--no-progress`).
+    /// Forces the line on or off (`--progress`/`--no-progress`); forced on, it draws
+    /// without the initial delay.
     pub fn set_enabled(&mut self, on: bool) {
         self.enabled = on;
+        if on {
+            self.delay = Duration::ZERO;
+        }
     }
 
     /// The line as it would be drawn for `value`.
@@ -50,6 +62,12 @@ impl Progress {
             return;
         }
         let now = Instant::now();
+        // Large work shows at once (it is fast, but a progress line tells what happens);
+        // small work only once it has taken longer than the delay.
+        let large = value >= LARGE || self.total.is_some_and(|t| t >= LARGE);
+        if !large && now.duration_since(self.start) < self.delay {
+            return;
+        }
         if self
             .last_draw
             .is_some_and(|t| now.duration_since(t) < Duration::from_millis(100))
@@ -64,7 +82,8 @@ impl Progress {
 
     /// Draws the final value followed by `, done.` and a newline.
     pub fn finish(&mut self) {
-        if !self.enabled {
+        // Nothing drawn yet: the work was quick, stay silent as git does.
+        if !self.enabled || self.last_draw.is_none() {
             return;
         }
         let mut err = std::io::stderr().lock();

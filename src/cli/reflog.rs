@@ -7,18 +7,19 @@
 
 use std::process::ExitCode;
 
+use super::store::RefStore;
 use crate::format::LogRecord;
-use crate::stack::Stack;
 use crate::{Error, Result};
 
 use super::common::{self, resolve, Out, Resolved, DWIM_RULES};
 use super::Args;
 
-const USAGE: &str = "usage: reftablefs reflog [show] [--no-abbrev | --abbrev=N] [NAME]";
+const USAGE: &str =
+    "usage: reftablefs reflog [show] [--no-abbrev | --abbrev=N] [NAME] | reflog exists REF";
 
 /// git's `dwim_log`: the full name whose reflog `short` denotes.
-pub fn dwim_log(stack: &Stack, short: &[u8]) -> Result<Option<Vec<u8>>> {
-    let mut it = stack.ref_iter();
+pub fn dwim_log(stack: &RefStore, short: &[u8]) -> Result<Option<Vec<u8>>> {
+    let mut it = stack.iter();
     let mut full = Vec::new();
     for (prefix, suffix) in DWIM_RULES {
         full.clear();
@@ -55,6 +56,22 @@ pub fn format_entry(l: &LogRecord, shown_name: &[u8], n: usize, abbrev: usize, o
 pub fn run(mut args: Args) -> Result<ExitCode> {
     let mut abbrev = 7usize;
     // `reflog show` is the default subcommand.
+    if args.flag("exists") {
+        // git's `reflog exists <ref>`: a full name, exit 0 or 1, no output.
+        let (Some(name), true) = (args.next_positional(), args.is_empty()) else {
+            return Ok(common::usage_error(
+                "usage: reftablefs reflog exists <ref>",
+                USAGE,
+            ));
+        };
+        let repo = common::open_repo()?;
+        let store = RefStore::open(&repo)?;
+        return Ok(if store.reflog_exists(name.as_bytes())? {
+            ExitCode::SUCCESS
+        } else {
+            ExitCode::from(1)
+        });
+    }
     let _ = args.flag("show");
     while args.peek_is_option() {
         if args.flag("--no-abbrev") {
@@ -78,7 +95,7 @@ pub fn run(mut args: Args) -> Result<ExitCode> {
         return Ok(common::usage_error("too many arguments", USAGE));
     }
     let repo = common::open_repo()?;
-    let stack = repo.open_stack()?;
+    let stack = RefStore::open(&repo)?;
     let short: &[u8] = if name == "@" {
         b"HEAD"
     } else {
@@ -94,7 +111,7 @@ pub fn run(mut args: Args) -> Result<ExitCode> {
     let mut line = Vec::with_capacity(128);
     for (n, l) in entries.iter().enumerate() {
         line.clear();
-        format_entry(l, name.as_bytes(), n, abbrev, &mut line);
+        format_entry(l, short, n, abbrev, &mut line);
         out.write(&line)?;
     }
     out.flush()?;

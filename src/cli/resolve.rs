@@ -50,17 +50,27 @@ pub fn run(mut args: Args) -> Result<ExitCode> {
     }
     let repo = common::open_repo()?;
     let hash = repo.hash();
-    let mut stack = repo.open_stack()?;
+    let store = super::store::RefStore::open(&repo)?;
+    // One iterator, reseeked for every lookup (the stack's cached-iterator pattern).
+    let mut iter = store.iter();
+    let it = &mut iter;
     let mut out = Out::new();
     let mut line = Vec::with_capacity(80);
     let mut warn = |w: String| eprintln!("warning: {w}");
-    stack.with_cached_iter(|it| {
+    (|| -> Result<()> {
         for name in &names {
             line.clear();
             if full_name {
                 let arg: &[u8] = if name == b"@" { b"HEAD" } else { name };
                 match dwim(it, arg, &mut warn)? {
-                    Some(d) => line.extend_from_slice(&d.refname),
+                    Some(d) if d.matches == 1 => line.extend_from_slice(&d.resolved),
+                    Some(_) => {
+                        warn(format!(
+                            "refname '{}' is ambiguous.",
+                            String::from_utf8_lossy(name)
+                        ));
+                        continue;
+                    }
                     None => continue,
                 }
             } else {
@@ -79,7 +89,7 @@ pub fn run(mut args: Args) -> Result<ExitCode> {
             out.write(&line)?;
         }
         Ok(())
-    })?;
+    })()?;
     out.flush()?;
     Ok(ExitCode::SUCCESS)
 }

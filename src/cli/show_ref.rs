@@ -13,7 +13,7 @@ use super::common::{self, for_each_resolved, resolve, Out, Resolved};
 use super::Args;
 
 const USAGE: &str =
-    "usage: reftablefs show-ref [--head] [-d|--dereference] [-s|--hash] [--heads] [--tags] [-q] [--verify] [PATTERN...]";
+    "usage: reftablefs show-ref [--head] [-d|--dereference] [-s|--hash] [--heads] [--tags] [-q] [--verify] [--exists REF] [PATTERN...]";
 
 /// git's tail match: `name` ends with `pattern` at a component boundary.
 pub fn tail_matches(name: &[u8], pattern: &[u8]) -> bool {
@@ -64,6 +64,7 @@ fn print(
 /// Runs the subcommand.
 pub fn run(mut args: Args) -> Result<ExitCode> {
     let (mut head, mut heads, mut tags, mut verify) = (false, false, false, false);
+    let mut exists: Option<String> = None;
     let mut o = Opts {
         deref: false,
         hash_only: false,
@@ -82,6 +83,8 @@ pub fn run(mut args: Args) -> Result<ExitCode> {
             tags = true;
         } else if args.flag("-q") || args.flag("--quiet") {
             o.quiet = true;
+        } else if let Some(r) = args.value("--exists") {
+            exists = Some(r.to_string_lossy().into_owned());
         } else if args.flag("--verify") {
             verify = true;
         } else {
@@ -94,9 +97,19 @@ pub fn run(mut args: Args) -> Result<ExitCode> {
     }
     let patterns: Vec<Vec<u8>> = args.rest().into_iter().map(String::into_bytes).collect();
     let repo = common::open_repo()?;
-    let stack = repo.open_stack()?;
-    let mut list = stack.ref_iter();
-    let mut res = stack.ref_iter();
+    let store = super::store::RefStore::open(&repo)?;
+    let mut list = store.iter();
+    let mut res = store.iter();
+    if let Some(name) = exists {
+        // git's `show-ref --exists`: the ref itself, symrefs not followed; 2 if missing.
+        return Ok(match super::common::read_raw(&mut res, name.as_bytes())? {
+            super::common::Raw::Missing => {
+                eprintln!("error: reference does not exist");
+                ExitCode::from(2)
+            }
+            _ => ExitCode::SUCCESS,
+        });
+    }
     let mut out = Out::new();
 
     if verify {

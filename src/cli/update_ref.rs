@@ -4,17 +4,18 @@
 //!   input (git's command language, see [`super::update_ref_parse`]) is one transaction,
 //!   or several with `start`/`prepare`/`commit`/`abort`, each written as one table.
 //!   Commands are read and answered one at a time, so a driver may wait for
-//!   `start: ok` before sending more. `prepare` validates the batch (duplicates) and
-//!   answers `prepare: ok`; the stack lock is taken at `commit` (there is no lock held
-//!   between `prepare` and `commit`). Object names are full hex ids or ref names.
+//!   `start: ok` before sending more. `prepare` validates the batch (duplicates), takes
+//!   the stack's lock and answers `prepare: ok`; the lock is held until `commit`/`abort`
+//!   (expected values are checked at `commit`). Object names are full hex ids or ref
+//!   names.
 //! * `update-ref [-m MSG] [--no-deref] [--create-reflog] REF NEW [OLD]` and
 //!   `update-ref [-m MSG] [--no-deref] -d REF [OLD]`.
 
 use std::process::ExitCode;
 
+use super::store::{is_per_worktree, RefStore};
 use crate::format::ObjectId;
 use crate::repo::Repo;
-use crate::stack::Stack;
 use crate::transaction::{Expected, NewValue as TxNew, RefEdit};
 use crate::{Error, Result};
 
@@ -62,8 +63,42 @@ pub fn to_ref_edit(
     }
 }
 
-fn commit(repo: &Repo, stack: &mut Stack, edits: Vec<Edit>, flags: &Flags) -> Result<()> {
+fn commit(repo: &Repo, store: &mut RefStore, edits: Vec<Edit>, flags: &Flags) -> Result<()> {
     reject_duplicates(&edits)?;
+    // In a linked worktree, per-worktree refs live in its own stack; a transaction is
+    // written to one stack, so it may not mix the two kinds (git writes both stacks).
+    let stack = if store.worktree.is_some() {
+        let per_wt = edits.iter().filter(|e| is_per_worktree(&e.name)).count();
+        if per_wt > 0 {
+            if per_wt < edits.len() {
+                return Err(Error::Transaction(
+                    "a transaction on both per-worktree and shared refs from a linked worktree is not supported"
+                        .into(),
+                ));
+            }
+            let mut symref_deref = false;
+            if let Some(wt) = store.worktree.as_mut() {
+                for e in edits.iter().filter(|e| !e.no_deref && !flags.no_deref) {
+                    let is_symref = wt
+                        .read_ref(&e.name)?
+                        .is_some_and(|r| matches!(r.value, crate::RefValue::Symref(_)));
+                    symref_deref |= is_symref && !matches!(e.new, NewValue::Symref(_));
+                }
+            }
+            if symref_deref {
+                return Err(Error::Transaction(
+                    "updating a per-worktree ref through its symref from a linked worktree is not supported (use --no-deref)"
+                        .into(),
+                ));
+            }
+        }
+        match edits.first() {
+            Some(e) => store.stack_for_mut(&e.name),
+            None => &mut store.main,
+        }
+    } else {
+        &mut store.main
+    };
     let identity = repo.tx_identity()?;
     let mut tx = stack.transaction();
     tx.identity(identity).log_all_ref_updates(repo.tx_log_all());
@@ -75,25 +110,36 @@ fn commit(repo: &Repo, stack: &mut Stack, edits: Vec<Edit>, flags: &Flags) -> Re
             flags.create_reflog,
         ));
     }
-    tx.commit()?;
-    Ok(())
+    match tx.commit() {
+        Ok(_) => Ok(()),
+        // git's words ("cannot lock references"), plus where the lock is.
+        Err(Error::Lock(p)) => Err(Error::Transaction(format!(
+            "cannot lock references\nhint: '{}' exists: another process is writing, or one that crashed left it behind",
+            p.display()
+        ))),
+        Err(e) => Err(e),
+    }
 }
 
-fn resolver(stack: &Stack, repo: &Repo) -> impl FnMut(&[u8]) -> Result<Option<ObjectId>> + use<> {
+fn resolver(
+    store: &RefStore,
+    repo: &Repo,
+) -> impl FnMut(&[u8]) -> Result<Option<ObjectId>> + use<> {
     let hash = repo.hash();
-    // The merged iterator owns its tables: it does not borrow the stack.
-    let mut it = stack.ref_iter();
+    // The iterator owns its tables: it does not borrow the stacks.
+    let mut it = store.iter();
     move |arg: &[u8]| rev_parse(&mut it, arg, hash, &mut |w| eprintln!("warning: {w}"))
 }
 
 fn run_stdin(repo: &Repo, z: bool, flags: &Flags) -> Result<ExitCode> {
-    let mut stack = repo.open_stack()?;
+    let mut stack = RefStore::open(repo)?;
     let mut parser = StreamParser::new(z, repo.hash());
     let stdin = std::io::stdin();
     let mut input = stdin.lock();
     let mut unit = Vec::new();
     let mut edits: Vec<Edit> = Vec::new();
     let mut resolve = resolver(&stack, repo);
+    let mut held: Option<crate::lockfile::LockFile> = None;
     loop {
         let event = if parse::read_unit(&mut input, z, &mut unit)? {
             match parser.feed(&unit, &mut resolve)? {
@@ -112,17 +158,37 @@ fn run_stdin(repo: &Repo, z: bool, flags: &Flags) -> Result<ExitCode> {
             Event::Prepare => {
                 reject_duplicates(&edits)
                     .map_err(|e| Error::Transaction(format!("prepare: {e}")))?;
+                // Like git, hold the stack's lock from `prepare` on, so that other
+                // writers wait or fail until `commit`/`abort`. It is handed back just
+                // before the commit takes it again.
+                let dir = match edits.first() {
+                    Some(e) => stack.stack_for(&e.name).dir().to_path_buf(),
+                    None => stack.main.dir().to_path_buf(),
+                };
+                let timeout = repo.stack_options().lock_timeout;
+                held = Some(
+                    crate::lockfile::LockFile::acquire(dir.join("tables.list.lock"), timeout)
+                        .map_err(|_| {
+                            Error::Transaction("prepare: cannot lock references".into())
+                        })?,
+                );
                 report("prepare");
             }
             Event::End(Ending::Abort) => {
+                drop(held.take()); // release the lock taken at prepare
                 edits.clear();
                 report("abort");
             }
             Event::End(Ending::Commit) => {
+                drop(held.take()); // release the lock taken at prepare
                 commit(repo, &mut stack, std::mem::take(&mut edits), flags)
                     .map_err(|e| Error::Transaction(format!("commit: {e}")))?;
                 resolve = resolver(&stack, repo);
                 report("commit");
+            }
+            Event::End(Ending::EofAbort) => {
+                drop(held.take()); // release the lock taken at prepare
+                break;
             }
             Event::End(Ending::Eof) => {
                 commit(repo, &mut stack, std::mem::take(&mut edits), flags)?;
@@ -186,7 +252,7 @@ pub fn run(mut args: Args) -> Result<ExitCode> {
             USAGE,
         ));
     }
-    let mut stack = repo.open_stack()?;
+    let mut stack = RefStore::open(&repo)?;
     let edit = {
         let mut resolve = resolver(&stack, &repo);
         let mut value = |s: &str, what: &str| -> Result<ObjectId> {

@@ -68,6 +68,8 @@ pub enum Ending {
     Abort,
     /// End of input outside an explicit transaction: committed silently.
     Eof,
+    /// End of input inside `start` (or after `prepare`): aborted silently, as git does.
+    EofAbort,
 }
 
 /// One event of the input, in order.
@@ -227,7 +229,7 @@ impl StreamParser {
         match self.state {
             State::Open => Ok(Some(Event::End(Ending::Eof))),
             State::Closed => Ok(None),
-            _ => Err(die("ongoing transaction has not been committed or aborted")),
+            State::Started | State::Prepared => Ok(Some(Event::End(Ending::EofAbort))),
         }
     }
 }
@@ -890,7 +892,6 @@ mod tests {
                 "start\ncommit\ncommit\n".to_string(),
                 "transaction is closed",
             ),
-            ("start\n".to_string(), "has not been committed"),
             (
                 "update \"refs/heads/a\n".to_string(),
                 "badly quoted argument",

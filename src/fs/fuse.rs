@@ -7,16 +7,19 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use fuser::{
-    Errno, FileAttr, FileHandle, FileType, Filesystem, FopenFlags, Generation, INodeNo,
-    KernelConfig, LockOwner, OpenFlags, ReplyAttr, ReplyData, ReplyDirectory, ReplyEmpty,
-    ReplyEntry, ReplyOpen, ReplyStatfs, Request,
+    BsdFileFlags, Errno, FileAttr, FileHandle, FileType, Filesystem, FopenFlags, Generation,
+    INodeNo, KernelConfig, LockOwner, OpenFlags, RenameFlags, ReplyAttr, ReplyCreate, ReplyData,
+    ReplyDirectory, ReplyEmpty, ReplyEntry, ReplyOpen, ReplyStatfs, ReplyWrite, Request, TimeOrNow,
+    WriteFlags,
 };
 
 use crate::fs::state::{Handle, Shared};
 use crate::fs::view::Kind;
 
-/// Entry TTL for directories and ref files: short, and invalidated by the watcher.
-pub const ENTRY_TTL: Duration = Duration::from_secs(1);
+/// Entry TTL for directories and ref files. A name that vanishes or changes kind is
+/// invalidated by the watcher; new names are never negatively cached; attributes (TTL 0)
+/// are fetched again on every access, so a long entry TTL serves nothing stale.
+pub const ENTRY_TTL: Duration = Duration::from_secs(10);
 /// Attribute TTL for files: zero, so a size is never stale (no truncated reads).
 pub const FILE_ATTR_TTL: Duration = Duration::ZERO;
 /// Attribute TTL for directories.
@@ -72,7 +75,21 @@ pub(crate) fn file_type(kind: Kind) -> FileType {
 fn ttls(kind: Kind) -> (Duration, Duration) {
     match kind {
         Kind::Dir => (DIR_ATTR_TTL, ENTRY_TTL),
+        // A lock file's name must not stay cached once it is gone (git retries a held
+        // lock for only 100 ms).
+        Kind::Scratch => (FILE_ATTR_TTL, Duration::ZERO),
         _ => (FILE_ATTR_TTL, ENTRY_TTL),
+    }
+}
+
+fn flags_of(f: OpenFlags) -> i32 {
+    f.0
+}
+
+fn reply_empty(r: Result<(), i32>, reply: ReplyEmpty) {
+    match r {
+        Ok(()) => reply.ok(),
+        Err(e) => reply.error(errno(e)),
     }
 }
 
@@ -84,17 +101,13 @@ impl Filesystem for RefFs {
     }
 
     fn destroy(&mut self) {
-        self.shared.shutdown();
+        // Unmounting: write every pending batch before the session ends.
+        let _ = self.shared.flush_all();
     }
 
     fn lookup(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
         match self.shared.lookup(parent.0, name.as_bytes()) {
-            Ok(a) => {
-                let kind = if a.kind == FileType::Directory {
-                    Kind::Dir
-                } else {
-                    Kind::Ref
-                };
+            Ok((a, kind)) => {
                 let (attr_ttl, entry_ttl) = ttls(kind);
                 reply.entry_with_ttls(&attr_ttl, &entry_ttl, &a, Generation(0));
             }
@@ -120,14 +133,18 @@ impl Filesystem for RefFs {
         }
     }
 
-    fn open(&self, _req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
-        match self.shared.open(ino.0) {
+    fn open(&self, _req: &Request, ino: INodeNo, open_flags: OpenFlags, reply: ReplyOpen) {
+        match self.shared.open(ino.0, open_flags.0) {
             Ok((fh, direct)) => {
-                let flags = if direct {
+                let mut flags = if direct {
                     FopenFlags::FOPEN_DIRECT_IO
                 } else {
                     FopenFlags::empty()
                 };
+                // Nothing to commit when a reader closes: skip the FLUSH round trip.
+                if flags_of(open_flags) & libc::O_ACCMODE == libc::O_RDONLY {
+                    flags |= FopenFlags::FOPEN_NOFLUSH;
+                }
                 reply.opened(FileHandle(fh), flags);
             }
             Err(e) => reply.error(errno(e)),
@@ -175,11 +192,160 @@ impl Filesystem for RefFs {
         &self,
         _req: &Request,
         _ino: INodeNo,
-        _fh: FileHandle,
+        fh: FileHandle,
         _lock_owner: LockOwner,
         reply: ReplyEmpty,
     ) {
-        reply.ok();
+        reply_empty(self.shared.flush(fh.0), reply);
+    }
+
+    fn fsync(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        fh: FileHandle,
+        _datasync: bool,
+        reply: ReplyEmpty,
+    ) {
+        reply_empty(self.shared.fsync(fh.0), reply);
+    }
+
+    fn fsyncdir(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        _fh: FileHandle,
+        _datasync: bool,
+        reply: ReplyEmpty,
+    ) {
+        reply_empty(self.shared.flush_all(), reply);
+    }
+
+    fn create(
+        &self,
+        _req: &Request,
+        parent: INodeNo,
+        name: &OsStr,
+        _mode: u32,
+        _umask: u32,
+        flags: i32,
+        reply: ReplyCreate,
+    ) {
+        match self.shared.create(parent.0, name.as_bytes(), flags) {
+            Ok((a, fh)) => {
+                let ttl = if a.kind == FileType::Directory {
+                    DIR_ATTR_TTL
+                } else {
+                    Duration::ZERO
+                };
+                reply.created(
+                    &ttl,
+                    &a,
+                    Generation(0),
+                    FileHandle(fh),
+                    FopenFlags::FOPEN_DIRECT_IO,
+                );
+            }
+            Err(e) => reply.error(errno(e)),
+        }
+    }
+
+    fn write(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        fh: FileHandle,
+        offset: u64,
+        data: &[u8],
+        _write_flags: WriteFlags,
+        flags: OpenFlags,
+        _lock_owner: Option<LockOwner>,
+        reply: ReplyWrite,
+    ) {
+        match self.shared.write(fh.0, offset, data, flags.0) {
+            Ok(n) => reply.written(n),
+            Err(e) => reply.error(errno(e)),
+        }
+    }
+
+    fn setattr(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        _mode: Option<u32>,
+        _uid: Option<u32>,
+        _gid: Option<u32>,
+        size: Option<u64>,
+        _atime: Option<TimeOrNow>,
+        _mtime: Option<TimeOrNow>,
+        _ctime: Option<SystemTime>,
+        fh: Option<FileHandle>,
+        _crtime: Option<SystemTime>,
+        _chgtime: Option<SystemTime>,
+        _bkuptime: Option<SystemTime>,
+        _flags: Option<BsdFileFlags>,
+        reply: ReplyAttr,
+    ) {
+        // Modes and times are accepted and not stored (core.sharedRepository chmods).
+        if let Some(size) = size {
+            if let Err(e) = self.shared.truncate(ino.0, fh.map(|f| f.0), size) {
+                return reply.error(errno(e));
+            }
+        }
+        match self.shared.getattr(ino.0) {
+            Ok(a) => {
+                let ttl = if a.kind == FileType::Directory {
+                    DIR_ATTR_TTL
+                } else {
+                    FILE_ATTR_TTL
+                };
+                reply.attr(&ttl, &a);
+            }
+            Err(e) => reply.error(errno(e)),
+        }
+    }
+
+    fn unlink(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        reply_empty(self.shared.unlink(parent.0, name.as_bytes()), reply);
+    }
+
+    fn mkdir(
+        &self,
+        _req: &Request,
+        parent: INodeNo,
+        name: &OsStr,
+        _mode: u32,
+        _umask: u32,
+        reply: ReplyEntry,
+    ) {
+        match self.shared.mkdir(parent.0, name.as_bytes()) {
+            Ok(a) => reply.entry_with_ttls(&DIR_ATTR_TTL, &ENTRY_TTL, &a, Generation(0)),
+            Err(e) => reply.error(errno(e)),
+        }
+    }
+
+    fn rmdir(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        reply_empty(self.shared.rmdir(parent.0, name.as_bytes()), reply);
+    }
+
+    fn rename(
+        &self,
+        _req: &Request,
+        parent: INodeNo,
+        name: &OsStr,
+        newparent: INodeNo,
+        newname: &OsStr,
+        flags: RenameFlags,
+        reply: ReplyEmpty,
+    ) {
+        if !flags.is_empty() {
+            return reply.error(Errno::EINVAL);
+        }
+        reply_empty(
+            self.shared
+                .rename(parent.0, name.as_bytes(), newparent.0, newname.as_bytes()),
+            reply,
+        );
     }
 
     fn opendir(&self, _req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
@@ -206,17 +372,18 @@ impl Filesystem for RefFs {
                         0 => reply.add(INodeNo(ino.0), 1, FileType::Directory, "."),
                         1 => reply.add(INodeNo(parent), 2, FileType::Directory, ".."),
                         n => {
-                            let Some(e) = usize::try_from(n - 2).ok().and_then(|k| entries.get(k))
+                            let Some((name, kind)) =
+                                usize::try_from(n - 2).ok().and_then(|k| entries.get(k))
                             else {
                                 break;
                             };
-                            let child = crate::fs::view::join(path, &e.name);
-                            let cino = crate::fs::inode::ino_of(&child, e.kind);
+                            let child = crate::fs::view::join(path, name);
+                            let cino = crate::fs::inode::ino_of(&child, kind);
                             reply.add(
                                 INodeNo(cino),
                                 n + 1,
-                                file_type(e.kind),
-                                OsStr::from_bytes(&e.name),
+                                file_type(kind),
+                                OsStr::from_bytes(name),
                             )
                         }
                     };

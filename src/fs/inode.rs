@@ -24,6 +24,9 @@ struct Node {
 #[derive(Debug, Default)]
 pub struct Inodes {
     nodes: HashMap<u64, Node>,
+    /// Nodes living under a name they got by a rename (their number is the hash of an
+    /// older path): (parent, name) -> inode. Small: only renamed, still known nodes.
+    renamed: HashMap<(u64, Box<[u8]>), u64>,
 }
 
 /// FNV-1a over the path and the kind, never 0 or 1.
@@ -76,12 +79,55 @@ impl Inodes {
         }
     }
 
+    /// Follows a rename the kernel made: the node known as `parent/name` (path `from`,
+    /// `kind`) is now `newparent/newname` of `new_kind`.
+    #[allow(clippy::too_many_arguments)]
+    pub fn moved(
+        &mut self,
+        parent: u64,
+        name: &[u8],
+        from: &[u8],
+        kind: Kind,
+        newparent: u64,
+        newname: &[u8],
+        new_kind: Kind,
+    ) {
+        let mut found = None;
+        if let Some(&ino) = self.renamed.get(&(parent, Box::from(name))) {
+            found = Some(ino);
+        } else {
+            let mut ino = ino_of(from, kind);
+            for _ in 0..64 {
+                match self.nodes.get(&ino) {
+                    Some(n) if n.parent == parent && *n.name == *name && n.kind == kind => {
+                        found = Some(ino);
+                        break;
+                    }
+                    Some(_) => ino = ino.wrapping_add(1).max(2),
+                    None => break,
+                }
+            }
+        }
+        let Some(ino) = found else { return };
+        self.renamed.remove(&(parent, Box::from(name)));
+        if let Some(n) = self.nodes.get_mut(&ino) {
+            n.parent = newparent;
+            n.name = newname.into();
+            n.kind = new_kind;
+            self.renamed.insert((newparent, Box::from(newname)), ino);
+        }
+    }
+
     /// Drops `n` kernel references to `ino`.
     pub fn forget(&mut self, ino: u64, n: u64) {
         if let Some(node) = self.nodes.get_mut(&ino) {
             node.nlookup = node.nlookup.saturating_sub(n);
             if node.nlookup == 0 {
-                self.nodes.remove(&ino);
+                if let Some(n) = self.nodes.remove(&ino) {
+                    if self.renamed.get(&(n.parent, n.name.clone())) == Some(&ino) {
+                        self.renamed.remove(&(n.parent, n.name));
+                    }
+                }
             }
         }
     }
@@ -159,6 +205,28 @@ mod tests {
         assert!(t.path(main, &mut p).is_some());
         t.forget(main, 1);
         assert!(t.path(main, &mut p).is_none());
+        // A node moved twice by renames is still found.
+        let lock = t.remember(heads, b"x.lock", b"refs/heads/x.lock", Kind::Scratch);
+        t.moved(
+            heads,
+            b"x.lock",
+            b"refs/heads/x.lock",
+            Kind::Scratch,
+            refs,
+            b"tmp",
+            Kind::Scratch,
+        );
+        t.moved(
+            refs,
+            b"tmp",
+            b"refs/tmp",
+            Kind::Scratch,
+            heads,
+            b"y",
+            Kind::Ref,
+        );
+        assert_eq!(t.path(lock, &mut p), Some(Kind::Ref));
+        assert_eq!(p, b"refs/heads/y");
         // The number comes back the same.
         assert_eq!(
             t.remember(heads, b"main", b"refs/heads/main", Kind::Ref),

@@ -11,7 +11,9 @@ pub mod inode;
 pub mod source;
 pub mod stack_source;
 pub mod view;
+pub mod write;
 
+mod batch;
 mod fuse;
 mod state;
 mod watch;
@@ -93,8 +95,12 @@ fn unescape_mountinfo(s: &[u8]) -> Vec<u8> {
     out
 }
 
-fn fail(what: String) -> Error {
-    Error::Api(what)
+/// An error that is only a message (mount preconditions, lifecycle).
+pub fn fail(what: String) -> Error {
+    Error::Io {
+        path: None,
+        source: std::io::Error::other(what),
+    }
 }
 
 /// Checks the mount's preconditions and says why one fails.
@@ -145,15 +151,29 @@ fn block_signals() -> libc::sigset_t {
 /// Mounts `src` (whose tables live in `reftable_dir`) on `mountpoint` and serves until
 /// unmounted (by `reftablefs unmount`, `fusermount3 -u`, SIGINT or SIGTERM). Pending
 /// writes are flushed before it returns.
+///
+/// `reader` serves requests; `writer` (another source over the same stack, `None` for a
+/// read-only mount) is used by the batcher only, so writing never blocks readers.
 pub fn mount(
-    src: Box<dyn source::RefSource>,
+    reader: Box<dyn source::RefSource>,
+    writer: Option<Box<dyn source::RefSource>>,
+    log: write::LogSettings,
     reftable_dir: &Path,
     mountpoint: &Path,
     opts: &MountOptions,
 ) -> Result<()> {
     check_mountpoint(mountpoint)?;
     let sigset = block_signals();
-    let shared = Shared::new(src);
+    let writer = if opts.read_only { None } else { writer };
+    let shared = Shared::new(
+        reader,
+        writer,
+        log,
+        state::BatchSettings {
+            window: opts.batch_window,
+            max: opts.batch_max.max(1),
+        },
+    );
     let fs = fuse::RefFs {
         shared: shared.clone(),
     };
@@ -161,7 +181,6 @@ pub fn mount(
     config.mount_options = vec![
         MountOption::FSName("reftablefs".into()),
         MountOption::Subtype("reftable".into()),
-        MountOption::DefaultPermissions,
         MountOption::NoDev,
         MountOption::NoSuid,
         if opts.read_only {
@@ -177,6 +196,7 @@ pub fn mount(
     let mut unmounter = session.unmount_callable();
     let watcher = watch::spawn(shared.clone(), reftable_dir, notifier)
         .map_err(|e| Error::io(reftable_dir, e))?;
+    let batcher = batch::spawn(shared.clone()).map_err(|e| Error::io(mountpoint, e))?;
     let mp: PathBuf = mountpoint.to_path_buf();
     // The signal thread: on SIGINT/SIGTERM, unmount; the session loop then ends.
     std::thread::Builder::new()
@@ -198,8 +218,16 @@ pub fn mount(
         })
         .map_err(|e| Error::io(mountpoint, e))?;
     let result = session.run();
+    // Unmounted: write what is still pending, then stop the helpers.
+    let flushed = shared.flush_all();
     shared.shutdown();
+    let _ = batcher.join();
     let _ = watcher.join();
+    if flushed.is_err() {
+        return Err(fail(
+            "some pending ref updates could not be written (see the log lines above)".into(),
+        ));
+    }
     result.map_err(|e| {
         fail(format!(
             "FUSE session on {} ended with an error: {e}",

@@ -10,18 +10,22 @@ use std::collections::BTreeMap;
 use crate::format::{HashKind, LogRecord, RefRecord, RefValue};
 use crate::{Error, Result};
 
-/// One ref change of a batch, with the log record that goes with it (if any).
-#[derive(Clone, Debug, PartialEq, Eq)]
+/// One ref change of a batch, with the log records that go with it.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct BatchEdit {
     /// Full refname (`HEAD`, `refs/heads/x`).
     pub name: Vec<u8>,
-    /// The new value; `RefValue::Deletion` deletes the ref.
-    pub new: RefValue,
-    /// The value the mount believed the ref had when the edit was accepted (`None`: absent).
-    /// Checked under the stack lock at commit time.
+    /// The new value (`RefValue::Deletion` deletes the ref and its reflog); `None` for a
+    /// log-only edit.
+    pub new: Option<RefValue>,
+    /// The value the mount believed the ref had when the edit was accepted (`None`:
+    /// absent). Checked under the stack lock at commit time (only when `new` is set).
     pub expected_old: Option<RefValue>,
-    /// Log records to write with this edit (old/new ids, identity, time, message).
+    /// Log records to add. With `replace_logs` unset, at most one, whose update index is
+    /// assigned by the commit; with it set, each carries its own update index.
     pub logs: Vec<LogRecord>,
+    /// Delete every existing log record of `name` first (reflog rewrite or deletion).
+    pub replace_logs: bool,
 }
 
 /// What a commit of a batch did.
@@ -32,6 +36,17 @@ pub struct CommitOutcome {
     /// Edits whose expected old value no longer matched (a concurrent writer won): their
     /// names, with the value found. These were *not* written.
     pub conflicts: Vec<(Vec<u8>, Option<RefValue>)>,
+}
+
+/// What a [`RefSource::scan_refs`] visitor wants next.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Step {
+    /// The next live ref.
+    Next,
+    /// Reseek to the key the visitor left in the key buffer.
+    Seek,
+    /// Stop scanning.
+    Stop,
 }
 
 /// The primitives the mount needs from the ref storage.
@@ -46,6 +61,31 @@ pub trait RefSource: Send {
     /// Finds the first live (non-tombstone) ref whose name is `>= key`, through the cached
     /// reseekable iterator, and copies it into `out`. `false` at the end.
     fn first_ref_at_or_after(&mut self, key: &[u8], out: &mut RefRecord) -> Result<bool>;
+    /// Visits live refs in order from `start`: after each one the visitor says whether to
+    /// go on with the next, reseek (to the key it left in the buffer), or stop. One
+    /// iterator for the whole scan (the cached one for a stack).
+    fn scan_refs(
+        &mut self,
+        start: &[u8],
+        visit: &mut dyn FnMut(&RefRecord, &mut Vec<u8>) -> Step,
+    ) -> Result<()> {
+        let mut key = start.to_vec();
+        let mut rec = RefRecord::default();
+        loop {
+            if !self.first_ref_at_or_after(&key, &mut rec)? {
+                return Ok(());
+            }
+            match visit(&rec, &mut key) {
+                Step::Stop => return Ok(()),
+                Step::Seek => {}
+                Step::Next => {
+                    key.clear();
+                    key.extend_from_slice(&rec.name);
+                    key.push(crate::fs::view::NEXT_NAME);
+                }
+            }
+        }
+    }
     /// Finds the first refname `>= key` that has a reflog (a live log record, the
     /// existence marker included) and copies it into `out`. `false` at the end.
     fn first_log_at_or_after(&mut self, key: &[u8], out: &mut Vec<u8>) -> Result<bool>;
@@ -55,6 +95,28 @@ pub trait RefSource: Send {
     /// holds under the stack lock; edits whose expectation fails are reported in
     /// [`CommitOutcome::conflicts`] and not written, the others are.
     fn commit(&mut self, edits: &[BatchEdit]) -> Result<CommitOutcome>;
+    /// Whether a commit that updates the ref HEAD points to also writes HEAD's reflog
+    /// entry by itself (git's reftable backend does): then the mount drops the HEAD line
+    /// a files-backend git appends after such an update, instead of writing it twice.
+    fn logs_head_with_referent(&self) -> bool {
+        false
+    }
+    /// Whether the last reload that changed something brought tables another writer made
+    /// (then names the kernel caches may be stale); `false` when every new table is the
+    /// mount's own (its changes went through the kernel already).
+    fn last_change_external(&self) -> bool {
+        true
+    }
+    /// Whether deferred maintenance (compaction) is due, and how urgently: `Some(true)` when
+    /// it should run now (too many tables), `Some(false)` when it can wait for an idle
+    /// moment, `None` when nothing is due.
+    fn maintenance_due(&self) -> Option<bool> {
+        None
+    }
+    /// Runs deferred maintenance (geometric compaction). Best effort.
+    fn maintain(&mut self) -> Result<()> {
+        Ok(())
+    }
     /// Number of fsync calls made so far (for the batching benchmark), if known.
     fn fsync_count(&self) -> u64 {
         0
@@ -102,9 +164,22 @@ impl MemSource {
 
     /// Adds a log record directly.
     pub fn add_log(&mut self, rec: LogRecord) {
+        self.next_update_index = self.next_update_index.max(rec.update_index + 1);
         self.logs
             .insert((rec.refname.clone(), !rec.update_index), rec);
         self.generation += 1;
+    }
+
+    fn drop_logs(&mut self, name: &[u8]) {
+        let stale: Vec<_> = self
+            .logs
+            .range((name.to_vec(), 0)..)
+            .take_while(|((n, _), _)| n == name)
+            .map(|(k, _)| k.clone())
+            .collect();
+        for k in stale {
+            self.logs.remove(&k);
+        }
     }
 
     fn check(&self) -> Result<()> {
@@ -173,32 +248,32 @@ impl RefSource for MemSource {
         let mut outcome = CommitOutcome::default();
         let ui = self.next_update_index;
         for e in edits {
-            let current = self.refs.get(&e.name).cloned();
-            if current != e.expected_old {
-                outcome.conflicts.push((e.name.clone(), current));
-                continue;
-            }
-            match &e.new {
-                RefValue::Deletion => {
-                    self.refs.remove(&e.name);
-                    let stale: Vec<_> = self
-                        .logs
-                        .range((e.name.clone(), 0)..)
-                        .take_while(|((n, _), _)| *n == e.name)
-                        .map(|(k, _)| k.clone())
-                        .collect();
-                    for k in stale {
-                        self.logs.remove(&k);
+            if let Some(new) = &e.new {
+                let current = self.refs.get(&e.name).cloned();
+                if current != e.expected_old {
+                    outcome.conflicts.push((e.name.clone(), current));
+                    continue;
+                }
+                match new {
+                    RefValue::Deletion => {
+                        self.refs.remove(&e.name);
+                        self.drop_logs(&e.name);
+                    }
+                    v => {
+                        self.refs.insert(e.name.clone(), v.clone());
                     }
                 }
-                v => {
-                    self.refs.insert(e.name.clone(), v.clone());
-                }
+            }
+            if e.replace_logs {
+                self.drop_logs(&e.name);
             }
             for l in &e.logs {
                 let mut l = l.clone();
-                l.update_index = ui;
-                self.logs.insert((l.refname.clone(), !ui), l);
+                if !e.replace_logs {
+                    l.update_index = ui;
+                }
+                l.refname.clone_from(&e.name);
+                self.logs.insert((e.name.clone(), !l.update_index), l);
             }
             outcome.applied += 1;
         }
@@ -206,7 +281,6 @@ impl RefSource for MemSource {
             self.next_update_index += 1;
             self.commits += 1;
             self.generation += 1;
-            self.seen_generation = self.generation;
         }
         Ok(outcome)
     }

@@ -1,26 +1,41 @@
-//! The mount's shared state: the ref source behind one mutex, the inode table, the
-//! per-directory listing caches and the open handles. Request handlers call into it; the
-//! watcher thread calls [`Shared::refresh`] and sends kernel invalidations itself.
+//! The mount's shared state: the reader source behind one mutex, the inode table, the
+//! per-directory listing caches, the open handles and the write overlay. Request handlers
+//! call into it; the watcher thread calls [`Shared::refresh`] and sends kernel
+//! invalidations itself; the batcher thread (`batch.rs`) writes sealed batches through the
+//! separate writer source.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::num::NonZeroUsize;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
-use std::time::{Duration, SystemTime};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::time::{Duration, Instant, SystemTime};
 
 use fuser::FileAttr;
 use lru::LruCache;
 
-use crate::format::{LogRecord, RefRecord};
+use crate::format::{HashKind, RefValue};
 use crate::fs::fuse::attr;
 use crate::fs::inode::{Inodes, ROOT};
-use crate::fs::source::{read_ref, RefSource};
-use crate::fs::view::{self, Entry, Kind, Scratch};
+use crate::fs::source::RefSource;
+use crate::fs::view::{self, Kind, Listing, Scratch};
+use crate::fs::write::{ref_name_of, LogSettings, Refusal, WriteState};
 
-/// How many directory listings are cached (each sorted once, dropped on reload).
-const DIR_CACHE_DIRS: usize = 256;
-/// Listings longer than this are not kept in the cache (open handles still hold theirs).
-const DIR_CACHE_MAX_ENTRIES: usize = 100_000;
+/// How many directory listings are cached at most (each sorted once, dropped on reload).
+const DIR_CACHE_DIRS: usize = 4096;
+/// The cache holds at most this many entries in all (about 14 bytes each); the least
+/// recently used listings go first. Open handles keep their own listing.
+const DIR_CACHE_MAX_ENTRIES: usize = 1 << 20;
+
+/// What an open-for-writing handle writes to.
+#[derive(Debug, Clone)]
+pub enum Target {
+    /// A scratch file (content in the overlay's `files`).
+    Scratch,
+    /// A ref written in place (`echo <hex> > refs/heads/x`): committed at flush.
+    Ref { name: Vec<u8>, placeholder: bool },
+    /// A reflog opened for appending: every write is parsed into log records.
+    Log { name: Vec<u8> },
+}
 
 /// An open file or directory.
 pub enum Handle {
@@ -30,7 +45,14 @@ pub enum Handle {
     /// An open directory: the listing as of `opendir`.
     Dir {
         path: Vec<u8>,
-        entries: Arc<Vec<Entry>>,
+        entries: Arc<Listing>,
+    },
+    /// A file opened for writing.
+    Write {
+        path: Vec<u8>,
+        target: Target,
+        data: Vec<u8>,
+        dirty: bool,
     },
 }
 
@@ -39,26 +61,53 @@ pub struct Inner {
     pub(crate) src: Box<dyn RefSource>,
     scratch: Scratch,
     pub(crate) inodes: Inodes,
-    dirs: LruCache<Vec<u8>, Arc<Vec<Entry>>>,
+    dirs: LruCache<Vec<u8>, Arc<Listing>>,
+    /// Entries in `dirs`, for the budget.
+    dirs_entries: usize,
     /// The generation the caches were built for.
     generation: u64,
     handles: HashMap<u64, Handle>,
     next_fh: u64,
-    rec: RefRecord,
-    logs: Vec<LogRecord>,
     buf: Vec<u8>,
     /// Bumped whenever what the mount shows may have changed (used as files' mtime).
     pub(crate) changed_at: SystemTime,
     /// Set by a reload that changed the view, taken by the watcher (kernel invalidation).
     needs_invalidation: bool,
+    /// The write overlay.
+    pub(crate) w: WriteState,
+    /// Highest batch sequence number written (or failed) so far.
+    pub(crate) durable_seq: u64,
+    /// Batches that failed, with the reason (for fsync callers).
+    pub(crate) failed: BTreeMap<u64, String>,
+    /// A flush (fsync, unmount) asks the batcher not to wait for the window.
+    pub(crate) flush_requested: bool,
+    /// When the open batch got its first edit.
+    pub(crate) open_since: Option<(u64, Instant)>,
+    /// Why the last reload failed (a corrupt or missing table): requests fail with EIO
+    /// until a reload succeeds again.
+    broken: Option<String>,
+}
+
+/// Batching settings.
+#[derive(Clone, Copy, Debug)]
+pub struct BatchSettings {
+    pub window: Duration,
+    pub max: usize,
 }
 
 /// State shared by the request handlers and the helper threads.
 pub struct Shared {
     inner: Mutex<Inner>,
+    /// Signalled when edits are staged, batches sealed or written.
+    pub(crate) cv: Condvar,
+    /// The writer source (its own stack object), used by the batcher only; `None` for a
+    /// read-only mount.
+    pub(crate) writer: Mutex<Option<Box<dyn RefSource>>>,
+    pub(crate) batch: BatchSettings,
     uid: u32,
     gid: u32,
     stopping: AtomicBool,
+    batcher_gone: AtomicBool,
 }
 
 /// Logs one error line: what failed, on which path, and why.
@@ -66,35 +115,63 @@ pub fn log_error(op: &str, path: &[u8], err: &dyn std::fmt::Display) {
     eprintln!("reftablefs: {op} {}: {err}", String::from_utf8_lossy(path));
 }
 
+fn refuse(op: &str, path: &[u8], r: Refusal) -> i32 {
+    log_error(op, path, &r.reason);
+    r.errno
+}
+
+fn is_scratch_kind(k: Kind) -> bool {
+    k == Kind::Scratch
+}
+
 impl Shared {
-    /// Wraps a ref source.
-    pub fn new(src: Box<dyn RefSource>) -> Arc<Shared> {
+    /// Wraps a reader source and (unless read-only) a writer source on the same stack.
+    pub fn new(
+        src: Box<dyn RefSource>,
+        writer: Option<Box<dyn RefSource>>,
+        log: LogSettings,
+        batch: BatchSettings,
+    ) -> Arc<Shared> {
         // SAFETY: getuid/getgid cannot fail and have no preconditions.
         let (uid, gid) = unsafe { (libc::getuid(), libc::getgid()) };
         let generation = src.generation();
+        let hash: HashKind = src.hash_kind();
+        let source_logs_head = src.logs_head_with_referent();
         Arc::new(Shared {
             inner: Mutex::new(Inner {
                 src,
                 scratch: Scratch::default(),
                 inodes: Inodes::new(),
                 dirs: LruCache::new(NonZeroUsize::new(DIR_CACHE_DIRS).unwrap_or(NonZeroUsize::MIN)),
+                dirs_entries: 0,
                 generation,
                 handles: HashMap::new(),
                 next_fh: 1,
-                rec: RefRecord::default(),
-                logs: Vec::new(),
                 buf: Vec::new(),
                 changed_at: SystemTime::now(),
                 needs_invalidation: false,
+                w: {
+                    let mut w = WriteState::new(hash, log);
+                    w.source_logs_head = source_logs_head;
+                    w
+                },
+                durable_seq: 0,
+                failed: BTreeMap::new(),
+                flush_requested: false,
+                open_since: None,
+                broken: None,
             }),
+            cv: Condvar::new(),
+            writer: Mutex::new(writer),
+            batch,
             uid,
             gid,
             stopping: AtomicBool::new(false),
+            batcher_gone: AtomicBool::new(false),
         })
     }
 
-    /// Locks the state (a poisoned lock is taken over: the state stays consistent because
-    /// every mutation is a single step).
+    /// Locks the state (a poisoned lock is taken over: every mutation is one step).
     pub(crate) fn lock(&self) -> MutexGuard<'_, Inner> {
         self.inner.lock().unwrap_or_else(|p| p.into_inner())
     }
@@ -104,16 +181,24 @@ impl Shared {
         self.stopping.load(Ordering::SeqCst)
     }
 
-    /// Marks the mount as shutting down (helper threads exit).
+    /// Marks the mount as shutting down (helper threads exit once drained).
     pub fn shutdown(&self) {
         self.stopping.store(true, Ordering::SeqCst);
+        self.cv.notify_all();
     }
 
-    /// Reloads the source if the stack changed; drops caches when it did. Returns the new
-    /// generation if it changed.
+    pub(crate) fn set_batcher_gone(&self) {
+        self.batcher_gone.store(true, Ordering::SeqCst);
+        self.cv.notify_all();
+    }
+
+    fn read_only(&self) -> bool {
+        self.writer.lock().map(|w| w.is_none()).unwrap_or(true)
+    }
+
+    /// Reloads the source if the stack changed; drops caches when it did.
     pub fn refresh(&self) -> Result<Option<u64>, i32> {
-        let mut g = self.lock();
-        g.refresh()
+        self.lock().refresh()
     }
 
     /// Whether a reload changed the view since the last call (for the watcher).
@@ -121,9 +206,13 @@ impl Shared {
         std::mem::take(&mut self.lock().needs_invalidation)
     }
 
-    pub(crate) fn lookup(&self, parent: u64, name: &[u8]) -> Result<FileAttr, i32> {
+    fn attr_of(&self, g: &Inner, ino: u64, kind: Kind, size: u64) -> FileAttr {
+        attr(ino, kind, size, g.changed_at, self.uid, self.gid)
+    }
+
+    pub(crate) fn lookup(&self, parent: u64, name: &[u8]) -> Result<(FileAttr, Kind), i32> {
         let mut g = self.lock();
-        g.refresh_logged();
+        g.fresh()?;
         let mut dir = Vec::new();
         if g.inodes.path(parent, &mut dir).ok_or(libc::ENOENT)? != Kind::Dir {
             return Err(libc::ENOTDIR);
@@ -135,7 +224,7 @@ impl Shared {
         let kind = g.classify(&path)?.ok_or(libc::ENOENT)?;
         let size = g.size_of(&path, kind)?;
         let ino = g.inodes.remember(parent, name, &path, kind);
-        Ok(attr(ino, kind, size, g.changed_at, self.uid, self.gid))
+        Ok((self.attr_of(&g, ino, kind, size), kind))
     }
 
     pub(crate) fn forget(&self, ino: u64, n: u64) {
@@ -144,10 +233,10 @@ impl Shared {
 
     pub(crate) fn getattr(&self, ino: u64) -> Result<FileAttr, i32> {
         let mut g = self.lock();
-        g.refresh_logged();
+        g.fresh()?;
         let (path, kind) = g.path_of(ino)?;
         let size = g.size_of(&path, kind)?;
-        Ok(attr(ino, kind, size, g.changed_at, self.uid, self.gid))
+        Ok(self.attr_of(&g, ino, kind, size))
     }
 
     pub(crate) fn parent_of(&self, ino: u64) -> u64 {
@@ -157,24 +246,197 @@ impl Shared {
             .map_or(ROOT, |(p, _)| p)
     }
 
-    /// Opens a file for reading: renders its content once. Returns the handle and whether
-    /// to bypass the page cache (ref and log files; `packed-refs` stays mmap-able).
-    pub(crate) fn open(&self, ino: u64) -> Result<(u64, bool), i32> {
+    /// Opens a file. Returns the handle and whether to bypass the page cache (everything
+    /// but `packed-refs`, which git may mmap).
+    pub(crate) fn open(&self, ino: u64, flags: i32) -> Result<(u64, bool), i32> {
+        let writing = flags & libc::O_ACCMODE != libc::O_RDONLY;
+        if writing && self.read_only() {
+            return Err(libc::EROFS);
+        }
         let mut g = self.lock();
-        g.refresh_logged();
+        g.fresh()?;
         let (path, kind) = g.path_of(ino)?;
         if kind == Kind::Dir {
             return Err(libc::EISDIR);
         }
-        let mut data = Vec::new();
-        g.render(&path, kind, &mut data)?;
-        let fh = g.add_handle(Handle::File { data });
-        Ok((fh, kind != Kind::PackedRefs))
+        if !writing {
+            let mut data = Vec::new();
+            g.render(&path, kind, &mut data)?;
+            let fh = g.add_handle(Handle::File { data });
+            return Ok((fh, kind != Kind::PackedRefs));
+        }
+        g.still(&path, kind)?;
+        let fh = g.open_for_write(&path, kind, flags)?;
+        Ok((fh, true))
+    }
+
+    /// `create`: a new file (`x.lock` with O_EXCL is atomic: EEXIST when it exists, also
+    /// between threads, since the check and the insert happen under one lock).
+    pub(crate) fn create(
+        &self,
+        parent: u64,
+        name: &[u8],
+        flags: i32,
+    ) -> Result<(FileAttr, u64), i32> {
+        if self.read_only() {
+            return Err(libc::EROFS);
+        }
+        let mut g = self.lock();
+        g.fresh()?;
+        let mut dir = Vec::new();
+        if g.inodes.path(parent, &mut dir).ok_or(libc::ENOENT)? != Kind::Dir {
+            return Err(libc::ENOTDIR);
+        }
+        if !view::is_component(name) {
+            return Err(libc::EINVAL);
+        }
+        let path = view::join(&dir, name);
+        if let Some(kind) = g.classify(&path)? {
+            if flags & libc::O_EXCL != 0 {
+                return Err(libc::EEXIST);
+            }
+            if kind == Kind::Dir {
+                return Err(libc::EISDIR);
+            }
+            let fh = g.open_for_write(&path, kind, flags)?;
+            let size = g.size_of(&path, kind)?;
+            let ino = g.inodes.remember(parent, name, &path, kind);
+            return Ok((self.attr_of(&g, ino, kind, size), fh));
+        }
+        // A new file. Reflogs and refs written in place get a handle that commits on
+        // flush; anything else (locks, packed-refs.new, temporary names) is scratch.
+        let target = match view::area(&path) {
+            view::Area::Logs(Some(n)) if !is_lockish(n) && crate::fs::write::valid_ref_name(n) => {
+                g.w.note_new_log(n);
+                Target::Log { name: n.to_vec() }
+            }
+            view::Area::Refs(n)
+                if !is_lockish(n)
+                    && ref_name_of(n).is_some()
+                    && crate::fs::write::valid_ref_name(n) =>
+            {
+                Target::Ref {
+                    name: n.to_vec(),
+                    placeholder: true,
+                }
+            }
+            view::Area::PackedRefs => return Err(libc::EPERM),
+            _ => Target::Scratch,
+        };
+        let kind = match target {
+            Target::Log { .. } => Kind::Log,
+            _ => {
+                g.w.files.insert(path.clone(), Vec::new());
+                Kind::Scratch
+            }
+        };
+        let fh = g.add_handle(Handle::Write {
+            path: path.clone(),
+            target,
+            data: Vec::new(),
+            dirty: false,
+        });
+        let ino = g.inodes.remember(parent, name, &path, kind);
+        Ok((self.attr_of(&g, ino, kind, 0), fh))
+    }
+
+    pub(crate) fn write(&self, fh: u64, offset: u64, data: &[u8], flags: i32) -> Result<u32, i32> {
+        let mut g = self.lock();
+        let g = &mut *g;
+        let Some(Handle::Write {
+            path,
+            target,
+            data: buf,
+            dirty,
+        }) = g.handles.get_mut(&fh)
+        else {
+            return Err(libc::EBADF);
+        };
+        let n = u32::try_from(data.len()).map_err(|_| libc::EFBIG)?;
+        match target {
+            Target::Log { name } => {
+                let name = name.clone();
+                let path = path.clone();
+                g.w.append_log(&name, data)
+                    .map_err(|r| refuse("append", &path, r))?;
+                g.after_staging(&self.cv, self.batch.max);
+                return Ok(n);
+            }
+            Target::Scratch => {
+                let Some(content) = g.w.files.get_mut(path.as_slice()) else {
+                    return Err(libc::ENOENT);
+                };
+                splice(content, offset, data, flags & libc::O_APPEND != 0)?;
+            }
+            Target::Ref { .. } => {
+                splice(buf, offset, data, flags & libc::O_APPEND != 0)?;
+                *dirty = true;
+            }
+        }
+        Ok(n)
+    }
+
+    /// `flush` (every close): a ref written in place is committed here, so that close()
+    /// reports a refusal.
+    pub(crate) fn flush(&self, fh: u64) -> Result<(), i32> {
+        let mut g = self.lock();
+        g.commit_direct(fh, &self.cv, self.batch.max)
+    }
+
+    pub(crate) fn fsync(&self, fh: u64) -> Result<(), i32> {
+        {
+            let mut g = self.lock();
+            g.commit_direct(fh, &self.cv, self.batch.max)?;
+        }
+        self.flush_all()
+    }
+
+    pub(crate) fn truncate(&self, ino: u64, fh: Option<u64>, size: u64) -> Result<(), i32> {
+        if self.read_only() {
+            return Err(libc::EROFS);
+        }
+        let mut g = self.lock();
+        let g = &mut *g;
+        let size = usize::try_from(size).map_err(|_| libc::EFBIG)?;
+        if let Some(Handle::Write {
+            path,
+            target,
+            data,
+            dirty,
+        }) = fh.and_then(|f| g.handles.get_mut(&f))
+        {
+            match target {
+                Target::Scratch => {
+                    if let Some(c) = g.w.files.get_mut(path.as_slice()) {
+                        c.resize(size, 0);
+                    }
+                }
+                Target::Ref { .. } => {
+                    data.resize(size, 0);
+                    *dirty = true;
+                }
+                Target::Log { .. } if size == 0 => {}
+                Target::Log { .. } => return Err(libc::EINVAL),
+            }
+            return Ok(());
+        }
+        let (path, kind) = g.path_of(ino)?;
+        match kind {
+            Kind::Scratch => {
+                if let Some(c) = g.w.files.get_mut(&path) {
+                    c.resize(size, 0);
+                }
+                Ok(())
+            }
+            Kind::Dir => Err(libc::EISDIR),
+            // Truncating a ref without writing it would leave an invalid ref: refused.
+            _ => Err(libc::EPERM),
+        }
     }
 
     pub(crate) fn opendir(&self, ino: u64) -> Result<u64, i32> {
         let mut g = self.lock();
-        g.refresh_logged();
+        g.fresh()?;
         let (path, kind) = g.path_of(ino)?;
         if kind != Kind::Dir {
             return Err(libc::ENOTDIR);
@@ -189,12 +451,164 @@ impl Shared {
     }
 
     pub(crate) fn release(&self, fh: u64) {
-        self.lock().handles.remove(&fh);
+        let mut g = self.lock();
+        if let Some(Handle::Write {
+            path,
+            target: Target::Ref {
+                placeholder: true, ..
+            },
+            ..
+        }) = g.handles.remove(&fh)
+        {
+            // A ref created in place but never validly written (e.g. `touch`) vanishes.
+            g.w.files.remove(&path);
+        }
+    }
+
+    pub(crate) fn unlink(&self, parent: u64, name: &[u8]) -> Result<(), i32> {
+        if self.read_only() {
+            return Err(libc::EROFS);
+        }
+        let mut g = self.lock();
+        g.fresh()?;
+        let path = g.child_path(parent, name)?;
+        let kind = g.classify(&path)?.ok_or(libc::ENOENT)?;
+        let Inner { w, src, .. } = &mut *g;
+        let r = match kind {
+            Kind::Scratch => {
+                w.files.remove(&path);
+                Ok(())
+            }
+            Kind::Ref => w.unlink_ref(src.as_mut(), &path),
+            Kind::Log => {
+                let n = path.get(5..).unwrap_or_default().to_vec();
+                w.replace_log(&n, Vec::new());
+                Ok(())
+            }
+            Kind::Dir => return Err(libc::EISDIR),
+            Kind::PackedRefs => return Err(libc::EPERM),
+        };
+        r.map_err(|r| refuse("unlink", &path, r))?;
+        g.after_staging(&self.cv, self.batch.max);
+        Ok(())
+    }
+
+    pub(crate) fn mkdir(&self, parent: u64, name: &[u8]) -> Result<FileAttr, i32> {
+        if self.read_only() {
+            return Err(libc::EROFS);
+        }
+        let mut g = self.lock();
+        g.fresh()?;
+        let path = g.child_path(parent, name)?;
+        if g.classify(&path)?.is_some() {
+            return Err(libc::EEXIST);
+        }
+        if path.starts_with(b"refs/") {
+            crate::refname::check_refname_format(
+                &path,
+                crate::refname::RefnameFlags {
+                    allow_onelevel: true,
+                    refspec_pattern: false,
+                },
+            )
+            .map_err(|e| {
+                refuse(
+                    "mkdir",
+                    &path,
+                    Refusal {
+                        errno: libc::EINVAL,
+                        reason: e.to_string(),
+                    },
+                )
+            })?;
+        }
+        g.w.vdirs.insert(path.clone());
+        let ino = g.inodes.remember(parent, name, &path, Kind::Dir);
+        Ok(self.attr_of(&g, ino, Kind::Dir, 4096))
+    }
+
+    pub(crate) fn rmdir(&self, parent: u64, name: &[u8]) -> Result<(), i32> {
+        if self.read_only() {
+            return Err(libc::EROFS);
+        }
+        let mut g = self.lock();
+        g.fresh()?;
+        let path = g.child_path(parent, name)?;
+        match g.classify(&path)? {
+            None => return Err(libc::ENOENT),
+            Some(Kind::Dir) => {}
+            Some(_) => return Err(libc::ENOTDIR),
+        }
+        if path == b"refs" || path == b"logs" {
+            return Err(libc::EBUSY);
+        }
+        let listing = g.listing(&path)?;
+        if !listing.is_empty() {
+            return Err(libc::ENOTEMPTY);
+        }
+        g.w.vdirs.remove(&path);
+        Ok(())
+    }
+
+    /// `rename`: the commit point of the files protocol (`x.lock` → `x`, `packed-refs.new`
+    /// → `packed-refs`, reflog rewrites and moves).
+    pub(crate) fn rename(
+        &self,
+        parent: u64,
+        name: &[u8],
+        newparent: u64,
+        newname: &[u8],
+    ) -> Result<(), i32> {
+        if self.read_only() {
+            return Err(libc::EROFS);
+        }
+        let mut g = self.lock();
+        g.fresh()?;
+        let from = g.child_path(parent, name)?;
+        let to = g.child_path(newparent, newname)?;
+        let kind = g.classify(&from)?.ok_or(libc::ENOENT)?;
+        let to_kind = g.classify(&to)?;
+        if to_kind == Some(Kind::Dir) && kind != Kind::Dir {
+            return Err(libc::EISDIR);
+        }
+        let r = g.do_rename(&from, kind, &to, to_kind);
+        if let Err(e) = r {
+            return Err(refuse("rename", &from, e));
+        }
+        // The kernel moved its dentry (and inode) to the new name: follow it.
+        let new_kind = g.classify(&to).ok().flatten().unwrap_or(kind);
+        g.inodes
+            .moved(parent, name, &from, kind, newparent, newname, new_kind);
+        g.after_staging(&self.cv, self.batch.max);
+        Ok(())
+    }
+
+    /// Seals the open batch and waits until everything staged so far is written
+    /// (group commit: every waiter shares the next batch). EIO if a batch failed.
+    pub fn flush_all(&self) -> Result<(), i32> {
+        let mut g = self.lock();
+        let target = g.w.seal_all();
+        let first_unwritten = g.durable_seq + 1;
+        g.flush_requested = true;
+        self.cv.notify_all();
+        while g.durable_seq < target && !self.batcher_gone.load(Ordering::SeqCst) {
+            g = self
+                .cv
+                .wait_timeout(g, Duration::from_millis(100))
+                .map(|r| r.0)
+                .unwrap_or_else(|p| p.into_inner().0);
+        }
+        if g.durable_seq < target {
+            return Err(libc::EIO);
+        }
+        if first_unwritten <= target && g.failed.range(first_unwritten..=target).next().is_some() {
+            return Err(libc::EIO);
+        }
+        Ok(())
     }
 
     /// Paths of known inodes whose kind changed or that vanished since they were looked
-    /// up, as (parent inode, name) pairs for `inval_entry`. Scans at most `limit` inodes
-    /// (beyond that the entry TTL bounds staleness).
+    /// up, as (parent inode, name) pairs for `inval_entry`. Scans at most `limit` inodes.
     pub fn stale_entries(&self, limit: usize) -> Vec<(u64, Vec<u8>)> {
         let mut g = self.lock();
         let known: Vec<(u64, Kind)> = g.inodes.known().take(limit).collect();
@@ -215,29 +629,77 @@ impl Shared {
     }
 }
 
+/// `x.lock` / `x.new` names are never refs or reflogs themselves.
+fn is_lockish(name: &[u8]) -> bool {
+    name.ends_with(b".lock") || name.ends_with(b".new")
+}
+
+/// Writes `data` into `buf` at `offset` (or at the end for O_APPEND).
+fn splice(buf: &mut Vec<u8>, offset: u64, data: &[u8], append: bool) -> Result<(), i32> {
+    let at = if append {
+        buf.len()
+    } else {
+        usize::try_from(offset).map_err(|_| libc::EFBIG)?
+    };
+    if at > (64 << 20) {
+        return Err(libc::EFBIG);
+    }
+    let end = at + data.len();
+    if buf.len() < end {
+        buf.resize(end, 0);
+    }
+    if let Some(dst) = buf.get_mut(at..end) {
+        dst.copy_from_slice(data);
+    }
+    Ok(())
+}
+
 impl Inner {
-    fn refresh(&mut self) -> Result<Option<u64>, i32> {
-        match self.src.reload() {
-            Ok(_) => {}
-            Err(e) => {
-                log_error("reload", b"tables.list", &e);
-                return Err(e.errno());
+    pub(crate) fn refresh(&mut self) -> Result<Option<u64>, i32> {
+        if let Err(e) = self.src.reload() {
+            let msg = e.to_string();
+            if self.broken.as_deref() != Some(msg.as_str()) {
+                log_error("reload", b"tables.list", &msg);
+                self.broken = Some(msg);
             }
+            return Err(libc::EIO);
+        }
+        if self.broken.take().is_some() {
+            eprintln!("reftablefs: reload tables.list: the stack is readable again");
+            self.dirs.clear();
+            self.dirs_entries = 0;
+            self.needs_invalidation = true;
         }
         let gen = self.src.generation();
         if gen != self.generation {
             self.generation = gen;
             self.dirs.clear();
+            self.dirs_entries = 0;
             self.changed_at = SystemTime::now();
-            self.needs_invalidation = true;
+            if self.src.last_change_external() {
+                self.needs_invalidation = true;
+            }
+            let Inner { w, src, .. } = self;
+            w.revalidate_packed(src.as_mut());
             return Ok(Some(gen));
         }
         Ok(None)
     }
 
-    fn refresh_logged(&mut self) {
-        // A failed reload keeps serving the last good view; the error was logged.
-        let _ = self.refresh();
+    /// Reloads before serving a request: EIO while the stack cannot be read (the reason
+    /// was logged once), so nothing stale or half-read is served.
+    fn fresh(&mut self) -> Result<(), i32> {
+        self.refresh().map(|_| ())
+    }
+
+    /// After an edit was staged: the view changed (mtimes), seal a full batch, wake the
+    /// batcher.
+    pub(crate) fn after_staging(&mut self, cv: &Condvar, max: usize) {
+        self.changed_at = SystemTime::now();
+        if self.w.open.len() >= max {
+            self.w.seal_all();
+        }
+        cv.notify_all();
     }
 
     fn add_handle(&mut self, h: Handle) -> u64 {
@@ -253,12 +715,24 @@ impl Inner {
         Ok((path, kind))
     }
 
-    /// Classifies `path`, logging source errors (EIO).
+    fn child_path(&self, parent: u64, name: &[u8]) -> Result<Vec<u8>, i32> {
+        let mut dir = Vec::new();
+        if self.inodes.path(parent, &mut dir).ok_or(libc::ENOENT)? != Kind::Dir {
+            return Err(libc::ENOTDIR);
+        }
+        if !view::is_component(name) {
+            return Err(libc::EINVAL);
+        }
+        Ok(view::join(&dir, name))
+    }
+
+    /// Classifies `path` through the overlay, logging source errors (EIO).
     fn classify(&mut self, path: &[u8]) -> Result<Option<Kind>, i32> {
-        view::classify(self.src.as_mut(), &mut self.scratch, path).map_err(|e| {
-            log_error("lookup", path, &e);
-            e.errno()
-        })
+        let Inner {
+            w, src, scratch, ..
+        } = self;
+        w.classify(src.as_mut(), scratch, path)
+            .map_err(|r| refuse("lookup", path, r))
     }
 
     /// Checks that `path` is still what the kernel thinks it is.
@@ -283,59 +757,229 @@ impl Inner {
     /// Renders a file's content.
     fn render(&mut self, path: &[u8], kind: Kind, out: &mut Vec<u8>) -> Result<(), i32> {
         out.clear();
-        let hash = self.src.hash_kind();
+        let Inner { w, src, .. } = self;
         match kind {
             Kind::Dir => Err(libc::EISDIR),
             Kind::PackedRefs => {
-                out.extend_from_slice(view::PACKED_REFS_HEADER);
+                w.render_packed(out);
+                Ok(())
+            }
+            Kind::Scratch => {
+                out.extend_from_slice(w.files.get(path).ok_or(libc::ENOENT)?);
                 Ok(())
             }
             Kind::Ref => {
-                let found = read_ref(self.src.as_mut(), path, &mut self.rec).map_err(|e| {
-                    log_error("read", path, &e);
-                    e.errno()
-                })?;
-                if !found {
-                    return Err(libc::ENOENT);
-                }
-                view::render_ref(&self.rec.value, out);
+                let v = w
+                    .effective(src.as_mut(), path)
+                    .map_err(|r| refuse("read", path, r))?;
+                view::render_ref(&v.ok_or(libc::ENOENT)?, out);
                 Ok(())
             }
             Kind::Log => {
                 let name = path.strip_prefix(b"logs/").unwrap_or(path);
-                self.still(path, kind)?;
-                let mut logs = std::mem::take(&mut self.logs);
-                let r = self.src.read_log(name, &mut logs);
-                if let Err(e) = &r {
-                    log_error("read", path, e);
-                }
-                view::render_log(&logs, hash, out);
-                logs.clear();
-                self.logs = logs;
-                r.map_err(|e| e.errno())
+                w.render_log(src.as_mut(), name, out)
+                    .map_err(|r| refuse("read", path, r))
             }
         }
     }
 
-    /// The listing of a directory, from the cache or built now (and cached).
-    fn listing(&mut self, path: &[u8]) -> Result<Arc<Vec<Entry>>, i32> {
-        if let Some(e) = self.dirs.get(path) {
-            return Ok(e.clone());
-        }
+    /// The listing of a directory: the stack part from the cache (or built now, by
+    /// reseeking, and cached), then the write overlay.
+    fn listing(&mut self, path: &[u8]) -> Result<Arc<Listing>, i32> {
         self.still(path, Kind::Dir)?;
-        let mut out = Vec::new();
-        view::list_dir(self.src.as_mut(), &mut self.scratch, path, &mut out).map_err(|e| {
-            log_error("readdir", path, &e);
-            e.errno()
-        })?;
-        out.shrink_to_fit();
-        let arc = Arc::new(out);
-        if arc.len() <= DIR_CACHE_MAX_ENTRIES {
-            self.dirs.put(path.to_vec(), arc.clone());
+        let stack = match self.dirs.get(path) {
+            Some(e) => e.clone(),
+            None => {
+                let mut out = Vec::new();
+                view::list_dir(self.src.as_mut(), &mut self.scratch, path, &mut out).map_err(
+                    |e| {
+                        log_error("readdir", path, &e);
+                        e.errno()
+                    },
+                )?;
+                let arc = Arc::new(Listing::from_entries(&out));
+                if arc.len() <= DIR_CACHE_MAX_ENTRIES {
+                    while self.dirs_entries + arc.len() > DIR_CACHE_MAX_ENTRIES {
+                        match self.dirs.pop_lru() {
+                            Some((_, old)) => self.dirs_entries -= old.len(),
+                            None => break,
+                        }
+                    }
+                    if let Some((_, old)) = self.dirs.push(path.to_vec(), arc.clone()) {
+                        self.dirs_entries -= old.len();
+                    }
+                    self.dirs_entries += arc.len();
+                }
+                arc
+            }
+        };
+        if self.w.is_idle() {
+            return Ok(stack);
         }
-        Ok(arc)
+        let mut out = Vec::new();
+        let Inner {
+            w, src, scratch, ..
+        } = self;
+        w.overlay_listing(src.as_mut(), scratch, path, &stack.to_entries(), &mut out)
+            .map_err(|r| refuse("readdir", path, r))?;
+        Ok(Arc::new(Listing::from_entries(&out)))
+    }
+
+    fn open_for_write(&mut self, path: &[u8], kind: Kind, flags: i32) -> Result<u64, i32> {
+        let trunc = flags & libc::O_TRUNC != 0;
+        let target = match kind {
+            Kind::Scratch => {
+                if trunc {
+                    if let Some(c) = self.w.files.get_mut(path) {
+                        c.clear();
+                    }
+                }
+                Target::Scratch
+            }
+            Kind::Ref => Target::Ref {
+                name: path.to_vec(),
+                placeholder: false,
+            },
+            Kind::Log => Target::Log {
+                name: path.get(5..).unwrap_or_default().to_vec(),
+            },
+            Kind::PackedRefs => return Err(libc::EPERM),
+            Kind::Dir => return Err(libc::EISDIR),
+        };
+        let mut data = Vec::new();
+        if let (Target::Ref { .. }, false) = (&target, trunc) {
+            self.render(path, kind, &mut data)?;
+        }
+        Ok(self.add_handle(Handle::Write {
+            path: path.to_vec(),
+            target,
+            data,
+            dirty: trunc,
+        }))
+    }
+
+    /// Commits a ref written in place (on flush or fsync), if its handle is dirty.
+    fn commit_direct(&mut self, fh: u64, cv: &Condvar, max: usize) -> Result<(), i32> {
+        let Some(Handle::Write {
+            path,
+            target: Target::Ref { name, placeholder },
+            data,
+            dirty,
+        }) = self.handles.get_mut(&fh)
+        else {
+            return Ok(());
+        };
+        if !*dirty {
+            return Ok(());
+        }
+        *dirty = false;
+        let (path, name, data, placeholder) =
+            (path.clone(), name.clone(), data.clone(), *placeholder);
+        let Inner { w, src, .. } = self;
+        let staged = w
+            .parse_ref_content(&data)
+            .and_then(|v| {
+                if placeholder {
+                    w.files.remove(&path);
+                }
+                let r = w.commit_ref(src.as_mut(), &name, v);
+                if r.is_err() && placeholder {
+                    w.files.insert(path.clone(), Vec::new());
+                }
+                r
+            })
+            .map_err(|r| refuse("write", &path, r));
+        if staged.is_ok() {
+            if let Some(Handle::Write {
+                target: Target::Ref { placeholder, .. },
+                ..
+            }) = self.handles.get_mut(&fh)
+            {
+                *placeholder = false;
+            }
+            self.after_staging(cv, max);
+        }
+        staged
+    }
+
+    fn do_rename(
+        &mut self,
+        from: &[u8],
+        kind: Kind,
+        to: &[u8],
+        to_kind: Option<Kind>,
+    ) -> Result<(), Refusal> {
+        let Inner { w, src, .. } = self;
+        let src = src.as_mut();
+        let to_log = match view::area(to) {
+            view::Area::Logs(Some(n)) if crate::fs::write::valid_ref_name(n) && !is_lockish(n) => {
+                Some(n)
+            }
+            _ => None,
+        };
+        let to_ref = match view::area(to) {
+            view::Area::Refs(n) if !is_lockish(n) => ref_name_of(n),
+            _ => None,
+        };
+        let bad = |why: &str| Refusal {
+            errno: libc::EINVAL,
+            reason: why.to_string(),
+        };
+        match kind {
+            Kind::Scratch => {
+                let content = w.files.get(from).cloned().unwrap_or_default();
+                if to == b"packed-refs" {
+                    w.commit_packed_refs(src, &content)?;
+                } else if let Some(n) = to_log {
+                    let entries = w.parse_log_text(&content)?;
+                    w.replace_log(n, entries);
+                } else if let Some(n) = to_ref {
+                    let v = w.parse_ref_content(&content)?;
+                    w.commit_ref(src, n, v)?;
+                } else if to_kind.is_none_or(is_scratch_kind) {
+                    w.files.insert(to.to_vec(), content);
+                } else {
+                    return Err(bad("cannot replace this file with a scratch file"));
+                }
+                w.files.remove(from);
+                Ok(())
+            }
+            Kind::Log => {
+                let name = from.get(5..).unwrap_or_default().to_vec();
+                let mut text = Vec::new();
+                w.render_log(src, &name, &mut text)?;
+                if let Some(n) = to_log {
+                    let entries = w.parse_log_text(&text)?;
+                    w.replace_log(&name, Vec::new());
+                    w.replace_log(n, entries);
+                } else if to_kind.is_none_or(is_scratch_kind)
+                    && !matches!(view::area(to), view::Area::Refs(_))
+                {
+                    w.files.insert(to.to_vec(), text);
+                    w.replace_log(&name, Vec::new());
+                } else {
+                    return Err(bad(
+                        "a reflog can only move to another reflog or a temporary name",
+                    ));
+                }
+                Ok(())
+            }
+            Kind::Ref => {
+                let Some(n) = to_ref else {
+                    return Err(bad("a ref can only be renamed to another ref name"));
+                };
+                let v = w.effective(src, from)?.unwrap_or(RefValue::Deletion);
+                w.commit_ref(src, n, v)?;
+                w.commit_ref(src, from, RefValue::Deletion)
+            }
+            Kind::Dir => Err(Refusal {
+                errno: libc::EXDEV,
+                reason: "directories are not renamed".into(),
+            }),
+            Kind::PackedRefs => Err(Refusal {
+                errno: libc::EPERM,
+                reason: "packed-refs is replaced, not moved".into(),
+            }),
+        }
     }
 }
-
-/// How long the watcher waits between checks when inotify is unavailable.
-pub const POLL_INTERVAL: Duration = Duration::from_millis(50);

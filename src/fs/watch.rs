@@ -11,7 +11,10 @@ use std::thread::JoinHandle;
 
 use fuser::{INodeNo, Notifier};
 
-use crate::fs::state::{log_error, Shared, POLL_INTERVAL};
+use crate::fs::state::{log_error, Shared};
+
+/// How long the watcher waits between checks when inotify is unavailable.
+const POLL_INTERVAL: std::time::Duration = std::time::Duration::from_millis(50);
 
 /// At most this many known inodes are re-checked per change; beyond it the entry TTL
 /// bounds staleness.
