@@ -48,10 +48,10 @@ test: fmt-check clippy unit-test examples lib-nofuse mount-test
 mount-test:
 	@if [ -e /dev/fuse ] && command -v fusermount3 >/dev/null 2>&1; then \
 		$(CARGO) build --bin reftablefs && \
-		status=0; \
-		REFTABLEFS_MOUNT_TESTS=1 timeout -k 10 $(MOUNT_TEST_TIMEOUT) \
+		status=0; run_id=$$$$; \
+		RTFS_RUN_ID=$$run_id REFTABLEFS_MOUNT_TESTS=1 timeout -k 10 $(MOUNT_TEST_TIMEOUT) \
 			$(CARGO) test --test mount -- $(MOUNT_TEST_ARGS) || status=$$?; \
-		bash mount-tests/cleanup.sh; \
+		bash mount-tests/cleanup.sh "rtfs-mt-$$run_id-"; \
 		exit $$status; \
 	else \
 		echo "SKIP mount tests: /dev/fuse or fusermount3 missing (install fuse3; CI has both)"; \

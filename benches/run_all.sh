@@ -5,7 +5,7 @@ cd "$(dirname "$0")/.."
 
 # The std-only benchmark programs ([[bench]] harness = false) of the other layers.
 if grep -q '^\[\[bench\]\]' Cargo.toml; then
-    cargo bench
+    cargo bench --benches
 else
     echo "(no [[bench]] programs declared in Cargo.toml yet)"
 fi

@@ -1,11 +1,15 @@
 #!/usr/bin/env bash
-# Detaches any mount a killed mount-test run (or demo/bench) could have left behind:
-# FUSE mountpoints under the temp dir whose name carries one of our prefixes.
+# Detaches mounts a killed run left behind: FUSE mountpoints under the temp dir whose
+# path starts with the given prefix (one run's own prefix, e.g. rtfs-mt-<run id>-, so a
+# concurrent run on the same machine is never touched).
+#
+#   bash mount-tests/cleanup.sh PREFIX
 set -u
+prefix="${1:?usage: cleanup.sh PREFIX (e.g. rtfs-mt-1234-)}"
 tmp="${TMPDIR:-/tmp}"
 awk '{print $5}' /proc/self/mountinfo | while read -r mnt; do
     case "$mnt" in
-        "$tmp"/rtfs-mt-*|"$tmp"/reftablefs-demo.*|"$tmp"/reftablefs-bench.*)
+        "$tmp/$prefix"*)
             echo "cleanup: detaching leftover mount $mnt"
             fusermount3 -uz "$mnt" 2>/dev/null || umount -l "$mnt" 2>/dev/null || true
             ;;

@@ -64,16 +64,32 @@ pub fn note(msg: &str) {
     let _ = writeln!(err, "    {msg}");
 }
 
+/// What the running test is doing now (reported when it times out).
+static STAGE: Mutex<String> = Mutex::new(String::new());
+
+/// Records the running test's current step, for the timeout report.
+pub fn stage(what: &str) {
+    if let Ok(mut s) = STAGE.lock() {
+        what.clone_into(&mut s);
+    }
+}
+
+fn current_stage() -> String {
+    STAGE.lock().map(|s| s.clone()).unwrap_or_default()
+}
+
 /// Mounts registered by the running test, so the watchdog can kill them: (pid, mountpoint).
 static LIVE_MOUNTS: Mutex<Vec<(u32, PathBuf)>> = Mutex::new(Vec::new());
 
-fn register(pid: u32, mnt: &Path) {
+/// Registers a mount process for the watchdog (kill + detach on timeout).
+pub fn register(pid: u32, mnt: &Path) {
     if let Ok(mut live) = LIVE_MOUNTS.lock() {
         live.push((pid, mnt.to_path_buf()));
     }
 }
 
-fn unregister(pid: u32) {
+/// Forgets a mount process once it is gone.
+pub fn unregister(pid: u32) {
     if let Ok(mut live) = LIVE_MOUNTS.lock() {
         live.retain(|(p, _)| *p != pid);
     }
@@ -243,14 +259,16 @@ fn indent(s: &str) -> String {
 
 /// Runs one test in its own thread under a watchdog.
 fn run_one(test: &Test) -> Result<(), String> {
+    stage("start");
     let (tx, rx) = mpsc::channel::<Result<(), String>>();
     let body = test.run;
     let spawned = std::thread::Builder::new()
         .name(test.name.into())
         .spawn(move || {
             let outcome = std::panic::catch_unwind(move || -> Result<(), String> {
+                let prefix = format!("rtfs-mt-{}-", run_id());
                 let dir = tempfile::Builder::new()
-                    .prefix("rtfs-mt-")
+                    .prefix(&prefix)
                     .tempdir()
                     .map_err(|e| format!("cannot create a temporary directory: {e}"))?;
                 let ctx = Ctx { dir };
@@ -280,11 +298,12 @@ fn run_one(test: &Test) -> Result<(), String> {
     match rx.recv_timeout(budget) {
         Ok(result) => result,
         Err(_) => {
+            let at = current_stage();
             kill_all_mounts();
             // Give the thread a moment to notice ENOTCONN and clean up its directory.
             let late = rx.recv_timeout(Duration::from_secs(15));
             Err(format!(
-                "TIMEOUT after {}s: killed its mounts (thread then {})",
+                "TIMEOUT after {}s during: {at}\nkilled its mounts (thread then {})",
                 test.timeout_secs,
                 if late.is_ok() {
                     "finished"
@@ -294,6 +313,12 @@ fn run_one(test: &Test) -> Result<(), String> {
             ))
         }
     }
+}
+
+/// Names this run's temporary directories (`rtfs-mt-<id>-…`), so `cleanup.sh` after a
+/// killed run detaches only this run's mounts, never those of a concurrent run.
+fn run_id() -> String {
+    std::env::var("RTFS_RUN_ID").unwrap_or_else(|_| std::process::id().to_string())
 }
 
 static MOUNT_SEQ: AtomicU64 = AtomicU64::new(0);
@@ -311,6 +336,11 @@ impl Mount {
     /// Starts `reftablefs mount [extra] GITDIR MNT` (creating MNT) and waits until MNT is
     /// in /proc/self/mountinfo (10 s at most). Stderr and stdout go to a log file.
     pub fn start(gitdir: &Path, mnt: &Path, extra: &[&str]) -> TestResult<Mount> {
+        stage(&format!(
+            "reftablefs mount {} {}",
+            extra.join(" "),
+            mnt.display()
+        ));
         fs::create_dir_all(mnt)?;
         let seq = MOUNT_SEQ.fetch_add(1, Ordering::Relaxed);
         let log = mnt.with_file_name(format!(
@@ -388,6 +418,7 @@ impl Mount {
 
     /// `reftablefs unmount MNT`, then waits (10 s) for the mount process to exit 0.
     pub fn unmount(mut self) -> TestResult {
+        stage(&format!("reftablefs unmount {}", self.mnt.display()));
         let out = Command::new(BIN).arg("unmount").arg(&self.mnt).output()?;
         ensure!(
             out.status.success(),
@@ -481,6 +512,11 @@ const EPOCH: u64 = 1_700_000_000;
 impl Repo {
     /// `git init --ref-format=<format> -b main <dir>` (format: "reftable" or "files").
     pub fn init(dir: &Path, format: &str) -> TestResult<Repo> {
+        Repo::init_with(dir, format, &[])
+    }
+
+    /// `git init --ref-format=<format> -b main [extra…] <dir>`.
+    pub fn init_with(dir: &Path, format: &str, extra: &[&str]) -> TestResult<Repo> {
         let home = dir.with_file_name(format!(
             "{}.home",
             dir.file_name()
@@ -498,6 +534,7 @@ impl Repo {
             .command(parent)
             .args(["init", "-q", "-b", "main"])
             .arg(format!("--ref-format={format}"))
+            .args(extra)
             .arg(dir)
             .output()?;
         check(&out, "git init")?;
@@ -536,6 +573,7 @@ impl Repo {
 
     /// Runs git; fails the test unless it exits 0. Returns stdout.
     pub fn git(&self, args: &[&str]) -> TestResult<String> {
+        stage(&format!("git {}", args.join(" ")));
         let out = self.cmd(args).output()?;
         check(&out, &format!("git {}", args.join(" ")))?;
         Ok(String::from_utf8_lossy(&out.stdout).into_owned())
@@ -596,6 +634,7 @@ pub fn check(out: &Output, what: &str) -> TestResult {
 
 /// Runs a plain command (ls, cat, find, stat, …) in `cwd` with a 60 s bound; returns stdout.
 pub fn run_cmd(cwd: &Path, prog: &str, args: &[&str]) -> TestResult<String> {
+    stage(&format!("{prog} {} (in {})", args.join(" "), cwd.display()));
     let out = Command::new("timeout")
         .arg("60")
         .arg(prog)
@@ -642,6 +681,7 @@ pub type Tree = BTreeMap<String, Vec<u8>>;
 /// reported by readdir agrees with stat.
 pub fn read_tree(root: &Path, rel: &str, tree: &mut Tree) -> TestResult {
     let dir = root.join(rel);
+    stage(&format!("walking {}", dir.display()));
     for entry in fs::read_dir(&dir).map_err(|e| format!("readdir {}: {e}", dir.display()))? {
         let entry = entry?;
         let name = entry.file_name().to_string_lossy().into_owned();

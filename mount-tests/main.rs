@@ -7,6 +7,7 @@
 #[macro_use]
 mod harness;
 mod expected;
+mod lifecycle;
 mod read_path;
 mod write_path;
 
@@ -114,6 +115,36 @@ const TESTS: &[Test] = &[
         needs_mount: true,
         timeout_secs: 180,
         run: write_path::files_backend_git_through_mount,
+    },
+    Test {
+        name: "lifecycle::mount_failures_say_why",
+        needs_mount: true,
+        timeout_secs: 120,
+        run: lifecycle::mount_failures_say_why,
+    },
+    Test {
+        name: "lifecycle::daemon_then_unmount",
+        needs_mount: true,
+        timeout_secs: 120,
+        run: lifecycle::daemon_then_unmount,
+    },
+    Test {
+        name: "lifecycle::sigint_flushes_and_unmounts",
+        needs_mount: true,
+        timeout_secs: 120,
+        run: lifecycle::sigint_flushes_and_unmounts,
+    },
+    Test {
+        name: "lifecycle::sha256_repository",
+        needs_mount: true,
+        timeout_secs: 120,
+        run: lifecycle::sha256_repository,
+    },
+    Test {
+        name: "write_path::conflict_with_git_first_committer_wins",
+        needs_mount: true,
+        timeout_secs: 120,
+        run: write_path::conflict_with_git_first_committer_wins,
     },
 ];
 

@@ -332,6 +332,12 @@ fn files_backend_write_protocol() {
     assert!(!heads.contains(&"feature".to_string()), "{heads:?}");
     // fsync of the root waits for the batch: everything is in the store now.
     std::fs::File::open(&mp).unwrap().sync_all().unwrap();
+    // Again with nothing pending (this once panicked on an empty sequence range).
+    std::fs::File::open(mp.join("HEAD"))
+        .unwrap()
+        .sync_all()
+        .unwrap();
+    std::fs::File::open(&mp).unwrap().sync_all().unwrap();
     {
         let g = mem.lock().unwrap();
         assert_eq!(

@@ -72,7 +72,7 @@ pub fn run(mut args: Args) -> Result<ExitCode> {
 /// `GITDIR/reftable`, after checking that GITDIR is a repository using reftable.
 pub fn reftable_dir(gitdir: &Path) -> Result<PathBuf> {
     let not_reftable = |why: &str| {
-        Error::Api(format!(
+        fs::fail(format!(
             "{} is not a reftable repository: {why}",
             gitdir.display()
         ))
@@ -156,7 +156,7 @@ pub fn run_unmount(mut args: Args) -> Result<ExitCode> {
         .arg(&mountpoint)
         .status();
     if !matches!(status, Ok(s) if s.success()) && !fs::lazy_unmount(&mountpoint) {
-        return Err(Error::Api(format!(
+        return Err(fs::fail(format!(
             "cannot unmount {}: {}",
             mountpoint.display(),
             std::io::Error::last_os_error()

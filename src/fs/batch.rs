@@ -12,6 +12,59 @@ use std::time::{Duration, Instant};
 use crate::fs::state::{log_error, Shared};
 use crate::fs::write::Batch;
 
+/// How long the batcher must be idle before it compacts the stack.
+const IDLE_BEFORE_COMPACTION: Duration = Duration::from_secs(5);
+
+/// Runs deferred compaction when due (`urgent_only`: only when tables pile up).
+fn maintain(shared: &Shared, urgent_only: bool) {
+    let mut w = shared.writer.lock().unwrap_or_else(|p| p.into_inner());
+    let Some(src) = w.as_mut() else { return };
+    match src.maintenance_due() {
+        Some(urgent) if urgent || !urgent_only => {
+            if let Err(e) = src.maintain() {
+                log_error("compact", b"tables.list", &e);
+            }
+        }
+        _ => {}
+    }
+}
+
+/// How long a batch keeps retrying while another writer holds `tables.list.lock`.
+const LOCK_RETRY_FOR: Duration = Duration::from_secs(60);
+
+/// Commits a batch; a held stack lock (git committing at the same moment) is transient,
+/// so the batch is retried with a growing pause instead of being given up.
+fn commit_with_retry(
+    shared: &Shared,
+    batch: &Batch,
+) -> crate::Result<crate::fs::source::CommitOutcome> {
+    let start = Instant::now();
+    let mut pause = Duration::from_millis(5);
+    loop {
+        let result = {
+            let mut w = shared.writer.lock().unwrap_or_else(|p| p.into_inner());
+            match w.as_mut() {
+                Some(src) => src.commit(&batch.edits),
+                None => Err(crate::Error::Api("read-only mount".into())),
+            }
+        };
+        match result {
+            Err(crate::Error::Lock(path)) if start.elapsed() < LOCK_RETRY_FOR => {
+                if start.elapsed() > Duration::from_secs(1) && pause >= Duration::from_millis(500) {
+                    log_error(
+                        "commit",
+                        path.as_os_str().as_encoded_bytes(),
+                        &"held by another writer; retrying",
+                    );
+                }
+                std::thread::sleep(pause);
+                pause = (pause * 2).min(Duration::from_millis(500));
+            }
+            other => return other,
+        }
+    }
+}
+
 /// Starts the batcher thread.
 pub fn spawn(shared: Arc<Shared>) -> std::io::Result<JoinHandle<()>> {
     std::thread::Builder::new()
@@ -62,23 +115,23 @@ fn next_batch(shared: &Shared) -> Option<Batch> {
         if stopping {
             return None;
         }
-        g = shared
+        let (g2, timeout) = shared
             .cv
-            .wait_timeout(g, Duration::from_millis(200))
-            .map(|r| r.0)
-            .unwrap_or_else(|p| p.into_inner().0);
+            .wait_timeout(g, IDLE_BEFORE_COMPACTION)
+            .unwrap_or_else(|p| p.into_inner());
+        g = g2;
+        if timeout.timed_out() && g.w.open.is_empty() && g.w.sealed.is_empty() {
+            // Idle: compact now, outside the state lock.
+            drop(g);
+            maintain(shared, false);
+            g = shared.lock();
+        }
     }
 }
 
 fn run(shared: &Shared) {
     while let Some(batch) = next_batch(shared) {
-        let result = {
-            let mut w = shared.writer.lock().unwrap_or_else(|p| p.into_inner());
-            match w.as_mut() {
-                Some(src) => src.commit(&batch.edits),
-                None => Err(crate::Error::Api("read-only mount".into())),
-            }
-        };
+        let result = commit_with_retry(shared, &batch);
         let mut g = shared.lock();
         // The reader must see the new table before the pending entries go away.
         let _ = g.refresh();
@@ -126,5 +179,8 @@ fn run(shared: &Shared) {
         let _ = g.refresh();
         drop(g);
         shared.cv.notify_all();
+        maintain(shared, true);
     }
+    // Unmounting: leave the stack compacted.
+    maintain(shared, false);
 }

@@ -16,8 +16,10 @@ use fuser::{
 use crate::fs::state::{Handle, Shared};
 use crate::fs::view::Kind;
 
-/// Entry TTL for directories and ref files: short, and invalidated by the watcher.
-pub const ENTRY_TTL: Duration = Duration::from_secs(1);
+/// Entry TTL for directories and ref files. A name that vanishes or changes kind is
+/// invalidated by the watcher; new names are never negatively cached; attributes (TTL 0)
+/// are fetched again on every access, so a long entry TTL serves nothing stale.
+pub const ENTRY_TTL: Duration = Duration::from_secs(10);
 /// Attribute TTL for files: zero, so a size is never stale (no truncated reads).
 pub const FILE_ATTR_TTL: Duration = Duration::ZERO;
 /// Attribute TTL for directories.
@@ -80,6 +82,10 @@ fn ttls(kind: Kind) -> (Duration, Duration) {
     }
 }
 
+fn flags_of(f: OpenFlags) -> i32 {
+    f.0
+}
+
 fn reply_empty(r: Result<(), i32>, reply: ReplyEmpty) {
     match r {
         Ok(()) => reply.ok(),
@@ -127,14 +133,18 @@ impl Filesystem for RefFs {
         }
     }
 
-    fn open(&self, _req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
-        match self.shared.open(ino.0, flags.0) {
+    fn open(&self, _req: &Request, ino: INodeNo, open_flags: OpenFlags, reply: ReplyOpen) {
+        match self.shared.open(ino.0, open_flags.0) {
             Ok((fh, direct)) => {
-                let flags = if direct {
+                let mut flags = if direct {
                     FopenFlags::FOPEN_DIRECT_IO
                 } else {
                     FopenFlags::empty()
                 };
+                // Nothing to commit when a reader closes: skip the FLUSH round trip.
+                if flags_of(open_flags) & libc::O_ACCMODE == libc::O_RDONLY {
+                    flags |= FopenFlags::FOPEN_NOFLUSH;
+                }
                 reply.opened(FileHandle(fh), flags);
             }
             Err(e) => reply.error(errno(e)),
@@ -362,17 +372,18 @@ impl Filesystem for RefFs {
                         0 => reply.add(INodeNo(ino.0), 1, FileType::Directory, "."),
                         1 => reply.add(INodeNo(parent), 2, FileType::Directory, ".."),
                         n => {
-                            let Some(e) = usize::try_from(n - 2).ok().and_then(|k| entries.get(k))
+                            let Some((name, kind)) =
+                                usize::try_from(n - 2).ok().and_then(|k| entries.get(k))
                             else {
                                 break;
                             };
-                            let child = crate::fs::view::join(path, &e.name);
-                            let cino = crate::fs::inode::ino_of(&child, e.kind);
+                            let child = crate::fs::view::join(path, name);
+                            let cino = crate::fs::inode::ino_of(&child, kind);
                             reply.add(
                                 INodeNo(cino),
                                 n + 1,
-                                file_type(e.kind),
-                                OsStr::from_bytes(&e.name),
+                                file_type(kind),
+                                OsStr::from_bytes(name),
                             )
                         }
                     };

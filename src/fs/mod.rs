@@ -95,8 +95,12 @@ fn unescape_mountinfo(s: &[u8]) -> Vec<u8> {
     out
 }
 
-fn fail(what: String) -> Error {
-    Error::Api(what)
+/// An error that is only a message (mount preconditions, lifecycle).
+pub fn fail(what: String) -> Error {
+    Error::Io {
+        path: None,
+        source: std::io::Error::other(what),
+    }
 }
 
 /// Checks the mount's preconditions and says why one fails.
@@ -177,7 +181,6 @@ pub fn mount(
     config.mount_options = vec![
         MountOption::FSName("reftablefs".into()),
         MountOption::Subtype("reftable".into()),
-        MountOption::DefaultPermissions,
         MountOption::NoDev,
         MountOption::NoSuid,
         if opts.read_only {

@@ -38,6 +38,17 @@ pub struct CommitOutcome {
     pub conflicts: Vec<(Vec<u8>, Option<RefValue>)>,
 }
 
+/// What a [`RefSource::scan_refs`] visitor wants next.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Step {
+    /// The next live ref.
+    Next,
+    /// Reseek to the key the visitor left in the key buffer.
+    Seek,
+    /// Stop scanning.
+    Stop,
+}
+
 /// The primitives the mount needs from the ref storage.
 pub trait RefSource: Send {
     /// The repository's object hash.
@@ -50,6 +61,31 @@ pub trait RefSource: Send {
     /// Finds the first live (non-tombstone) ref whose name is `>= key`, through the cached
     /// reseekable iterator, and copies it into `out`. `false` at the end.
     fn first_ref_at_or_after(&mut self, key: &[u8], out: &mut RefRecord) -> Result<bool>;
+    /// Visits live refs in order from `start`: after each one the visitor says whether to
+    /// go on with the next, reseek (to the key it left in the buffer), or stop. One
+    /// iterator for the whole scan (the cached one for a stack).
+    fn scan_refs(
+        &mut self,
+        start: &[u8],
+        visit: &mut dyn FnMut(&RefRecord, &mut Vec<u8>) -> Step,
+    ) -> Result<()> {
+        let mut key = start.to_vec();
+        let mut rec = RefRecord::default();
+        loop {
+            if !self.first_ref_at_or_after(&key, &mut rec)? {
+                return Ok(());
+            }
+            match visit(&rec, &mut key) {
+                Step::Stop => return Ok(()),
+                Step::Seek => {}
+                Step::Next => {
+                    key.clear();
+                    key.extend_from_slice(&rec.name);
+                    key.push(crate::fs::view::NEXT_NAME);
+                }
+            }
+        }
+    }
     /// Finds the first refname `>= key` that has a reflog (a live log record, the
     /// existence marker included) and copies it into `out`. `false` at the end.
     fn first_log_at_or_after(&mut self, key: &[u8], out: &mut Vec<u8>) -> Result<bool>;
@@ -64,6 +100,22 @@ pub trait RefSource: Send {
     /// a files-backend git appends after such an update, instead of writing it twice.
     fn logs_head_with_referent(&self) -> bool {
         false
+    }
+    /// Whether the last reload that changed something brought tables another writer made
+    /// (then names the kernel caches may be stale); `false` when every new table is the
+    /// mount's own (its changes went through the kernel already).
+    fn last_change_external(&self) -> bool {
+        true
+    }
+    /// Whether deferred maintenance (compaction) is due, and how urgently: `Some(true)` when
+    /// it should run now (too many tables), `Some(false)` when it can wait for an idle
+    /// moment, `None` when nothing is due.
+    fn maintenance_due(&self) -> Option<bool> {
+        None
+    }
+    /// Runs deferred maintenance (geometric compaction). Best effort.
+    fn maintain(&mut self) -> Result<()> {
+        Ok(())
     }
     /// Number of fsync calls made so far (for the batching benchmark), if known.
     fn fsync_count(&self) -> u64 {

@@ -5,9 +5,10 @@
 
 use std::collections::HashSet;
 use std::path::Path;
+use std::sync::{Arc, Mutex};
 
 use crate::format::{HashKind, LogRecord, RefRecord, RefValue};
-use crate::fs::source::{BatchEdit, CommitOutcome, RefSource};
+use crate::fs::source::{BatchEdit, CommitOutcome, RefSource, Step};
 use crate::fs::write::LogSettings;
 use crate::fs::MountOptions;
 use crate::merged::MergedLogIter;
@@ -25,21 +26,41 @@ pub struct Opened {
     pub log: LogSettings,
 }
 
+/// Names of the tables the mount itself wrote (batches and compactions), shared by the
+/// writer (which records them) and the reader (which tells its own changes from another
+/// writer's: only the latter need a kernel invalidation pass).
+pub type OwnTables = Arc<Mutex<HashSet<String>>>;
+
 /// A stack as a [`RefSource`].
 pub struct StackSource {
     stack: Stack,
     log_it: Option<(u64, MergedLogIter)>,
     log: LogSettings,
+    own: OwnTables,
+    external: bool,
 }
 
 impl StackSource {
     /// Wraps an open stack.
-    pub fn new(stack: Stack, log: LogSettings) -> StackSource {
+    pub fn new(stack: Stack, log: LogSettings, own: OwnTables) -> StackSource {
         StackSource {
             stack,
             log_it: None,
             log,
+            own,
+            external: true,
         }
+    }
+
+    fn record_own(&self, before: &[String]) {
+        let mut own = self.own.lock().unwrap_or_else(|p| p.into_inner());
+        for n in self.stack.table_names() {
+            if !before.contains(n) {
+                own.insert(n.clone());
+            }
+        }
+        // Forget names that are gone (compacted away) to stay small.
+        own.retain(|n| self.stack.table_names().contains(n));
     }
 
     /// The underlying stack.
@@ -92,7 +113,11 @@ impl StackSource {
                 }
             }
         }
-        tx.commit().map(|_| ())
+        let committed = tx.commit()?;
+        if let Some(t) = committed.table {
+            self.own.lock().unwrap_or_else(|p| p.into_inner()).insert(t);
+        }
+        Ok(())
     }
 }
 
@@ -135,7 +160,21 @@ impl RefSource for StackSource {
     }
 
     fn reload(&mut self) -> Result<bool> {
-        self.stack.reload()
+        let before = self.stack.table_names().to_vec();
+        let changed = self.stack.reload()?;
+        if changed {
+            let own = self.own.lock().unwrap_or_else(|p| p.into_inner());
+            self.external = self
+                .stack
+                .table_names()
+                .iter()
+                .any(|n| !before.contains(n) && !own.contains(n));
+        }
+        Ok(changed)
+    }
+
+    fn last_change_external(&self) -> bool {
+        self.external
     }
 
     fn generation(&self) -> u64 {
@@ -153,6 +192,28 @@ impl RefSource for StackSource {
                 return Ok(true);
             }
             Ok(false)
+        })
+    }
+
+    fn scan_refs(
+        &mut self,
+        start: &[u8],
+        visit: &mut dyn FnMut(&RefRecord, &mut Vec<u8>) -> Step,
+    ) -> Result<()> {
+        let mut key = start.to_vec();
+        self.stack.with_cached_iter(|it| {
+            it.seek(&key)?;
+            loop {
+                let Some(r) = it.next()? else { return Ok(()) };
+                if r.is_deletion() {
+                    continue;
+                }
+                match visit(r, &mut key) {
+                    Step::Next => {}
+                    Step::Stop => return Ok(()),
+                    Step::Seek => it.seek(&key)?,
+                }
+            }
         })
     }
 
@@ -229,7 +290,26 @@ impl RefSource for StackSource {
     fn logs_head_with_referent(&self) -> bool {
         true
     }
+
+    fn maintenance_due(&self) -> Option<bool> {
+        if !self.stack.compaction_required() {
+            return None;
+        }
+        Some(self.stack.table_names().len() >= URGENT_COMPACTION_TABLES)
+    }
+
+    fn maintain(&mut self) -> Result<()> {
+        self.stack.reload()?;
+        let before = self.stack.table_names().to_vec();
+        let r = self.stack.auto_compact().map(|_| ());
+        self.record_own(&before);
+        r
+    }
 }
+
+/// With this many tables the batcher compacts right after a batch instead of waiting for
+/// an idle moment.
+const URGENT_COMPACTION_TABLES: usize = 16;
 
 /// Stack options from the repository's settings.
 fn stack_options(repo: &Repo, fsync: bool) -> StackOptions {
@@ -245,7 +325,9 @@ fn stack_options(repo: &Repo, fsync: bool) -> StackOptions {
         },
         lock_timeout: s.lock_timeout,
         fsync,
-        auto_compact: true,
+        // The mount compacts from its batcher when idle (or when tables pile up), so that a
+        // batch costs one fsync round and nothing more.
+        auto_compact: false,
         compaction_factor: s.geometric_factor,
         default_permissions: Some(s.default_permissions),
     }
@@ -263,13 +345,16 @@ pub fn open(gitdir: &Path, opts: &MountOptions) -> Result<Opened> {
         email: id.email,
     };
     let sopts = stack_options(&repo, opts.fsync);
-    let reader = StackSource::new(Stack::open(&dir, sopts.clone())?, log.clone());
+    let own: OwnTables = Arc::default();
+    let reader = StackSource::new(Stack::open(&dir, sopts.clone())?, log.clone(), own.clone());
+    // (`auto_compact` only matters for the writer; the reader never commits.)
     let writer: Option<Box<dyn RefSource>> = if opts.read_only {
         None
     } else {
         Some(Box::new(StackSource::new(
             Stack::open(&dir, sopts)?,
             log.clone(),
+            own,
         )))
     };
     Ok(Opened {

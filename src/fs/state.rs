@@ -17,13 +17,14 @@ use crate::format::{HashKind, RefValue};
 use crate::fs::fuse::attr;
 use crate::fs::inode::{Inodes, ROOT};
 use crate::fs::source::RefSource;
-use crate::fs::view::{self, Entry, Kind, Scratch};
+use crate::fs::view::{self, Kind, Listing, Scratch};
 use crate::fs::write::{ref_name_of, LogSettings, Refusal, WriteState};
 
-/// How many directory listings are cached (each sorted once, dropped on reload).
-const DIR_CACHE_DIRS: usize = 256;
-/// Listings longer than this are not kept in the cache (open handles still hold theirs).
-const DIR_CACHE_MAX_ENTRIES: usize = 100_000;
+/// How many directory listings are cached at most (each sorted once, dropped on reload).
+const DIR_CACHE_DIRS: usize = 4096;
+/// The cache holds at most this many entries in all (about 14 bytes each); the least
+/// recently used listings go first. Open handles keep their own listing.
+const DIR_CACHE_MAX_ENTRIES: usize = 1 << 20;
 
 /// What an open-for-writing handle writes to.
 #[derive(Debug, Clone)]
@@ -44,7 +45,7 @@ pub enum Handle {
     /// An open directory: the listing as of `opendir`.
     Dir {
         path: Vec<u8>,
-        entries: Arc<Vec<Entry>>,
+        entries: Arc<Listing>,
     },
     /// A file opened for writing.
     Write {
@@ -60,7 +61,9 @@ pub struct Inner {
     pub(crate) src: Box<dyn RefSource>,
     scratch: Scratch,
     pub(crate) inodes: Inodes,
-    dirs: LruCache<Vec<u8>, Arc<Vec<Entry>>>,
+    dirs: LruCache<Vec<u8>, Arc<Listing>>,
+    /// Entries in `dirs`, for the budget.
+    dirs_entries: usize,
     /// The generation the caches were built for.
     generation: u64,
     handles: HashMap<u64, Handle>,
@@ -140,6 +143,7 @@ impl Shared {
                 scratch: Scratch::default(),
                 inodes: Inodes::new(),
                 dirs: LruCache::new(NonZeroUsize::new(DIR_CACHE_DIRS).unwrap_or(NonZeroUsize::MIN)),
+                dirs_entries: 0,
                 generation,
                 handles: HashMap::new(),
                 next_fh: 1,
@@ -597,7 +601,7 @@ impl Shared {
         if g.durable_seq < target {
             return Err(libc::EIO);
         }
-        if g.failed.range(first_unwritten..=target).next().is_some() {
+        if first_unwritten <= target && g.failed.range(first_unwritten..=target).next().is_some() {
             return Err(libc::EIO);
         }
         Ok(())
@@ -663,14 +667,18 @@ impl Inner {
         if self.broken.take().is_some() {
             eprintln!("reftablefs: reload tables.list: the stack is readable again");
             self.dirs.clear();
+            self.dirs_entries = 0;
             self.needs_invalidation = true;
         }
         let gen = self.src.generation();
         if gen != self.generation {
             self.generation = gen;
             self.dirs.clear();
+            self.dirs_entries = 0;
             self.changed_at = SystemTime::now();
-            self.needs_invalidation = true;
+            if self.src.last_change_external() {
+                self.needs_invalidation = true;
+            }
             let Inner { w, src, .. } = self;
             w.revalidate_packed(src.as_mut());
             return Ok(Some(gen));
@@ -777,7 +785,7 @@ impl Inner {
 
     /// The listing of a directory: the stack part from the cache (or built now, by
     /// reseeking, and cached), then the write overlay.
-    fn listing(&mut self, path: &[u8]) -> Result<Arc<Vec<Entry>>, i32> {
+    fn listing(&mut self, path: &[u8]) -> Result<Arc<Listing>, i32> {
         self.still(path, Kind::Dir)?;
         let stack = match self.dirs.get(path) {
             Some(e) => e.clone(),
@@ -789,10 +797,18 @@ impl Inner {
                         e.errno()
                     },
                 )?;
-                out.shrink_to_fit();
-                let arc = Arc::new(out);
+                let arc = Arc::new(Listing::from_entries(&out));
                 if arc.len() <= DIR_CACHE_MAX_ENTRIES {
-                    self.dirs.put(path.to_vec(), arc.clone());
+                    while self.dirs_entries + arc.len() > DIR_CACHE_MAX_ENTRIES {
+                        match self.dirs.pop_lru() {
+                            Some((_, old)) => self.dirs_entries -= old.len(),
+                            None => break,
+                        }
+                    }
+                    if let Some((_, old)) = self.dirs.push(path.to_vec(), arc.clone()) {
+                        self.dirs_entries -= old.len();
+                    }
+                    self.dirs_entries += arc.len();
                 }
                 arc
             }
@@ -804,9 +820,9 @@ impl Inner {
         let Inner {
             w, src, scratch, ..
         } = self;
-        w.overlay_listing(src.as_mut(), scratch, path, &stack, &mut out)
+        w.overlay_listing(src.as_mut(), scratch, path, &stack.to_entries(), &mut out)
             .map_err(|r| refuse("readdir", path, r))?;
-        Ok(Arc::new(out))
+        Ok(Arc::new(Listing::from_entries(&out)))
     }
 
     fn open_for_write(&mut self, path: &[u8], kind: Kind, flags: i32) -> Result<u64, i32> {

@@ -6,7 +6,7 @@
 //! `HEAD`, `refs/heads/main`, `logs/refs/heads/main`, `packed-refs`.
 
 use crate::format::{HashKind, LogRecord, RefRecord, RefValue};
-use crate::fs::source::RefSource;
+use crate::fs::source::{RefSource, Step};
 use crate::Result;
 
 /// Header of the `packed-refs` file the mount serves.
@@ -132,6 +132,66 @@ pub struct Entry {
     pub kind: Kind,
 }
 
+/// A directory listing in compact form (one name buffer, end offsets, kinds): about 14
+/// bytes per entry instead of a heap allocation each, so listings of huge directories can
+/// be cached cheaply.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct Listing {
+    names: Vec<u8>,
+    ends: Vec<u32>,
+    kinds: Vec<Kind>,
+}
+
+impl Listing {
+    /// Packs a sorted listing.
+    pub fn from_entries(entries: &[Entry]) -> Listing {
+        let total: usize = entries.iter().map(|e| e.name.len()).sum();
+        let mut l = Listing {
+            names: Vec::with_capacity(total),
+            ends: Vec::with_capacity(entries.len()),
+            kinds: Vec::with_capacity(entries.len()),
+        };
+        for e in entries {
+            l.names.extend_from_slice(&e.name);
+            l.ends
+                .push(u32::try_from(l.names.len()).unwrap_or(u32::MAX));
+            l.kinds.push(e.kind);
+        }
+        l
+    }
+
+    /// Number of entries.
+    pub fn len(&self) -> usize {
+        self.ends.len()
+    }
+
+    /// Whether the directory is empty.
+    pub fn is_empty(&self) -> bool {
+        self.ends.is_empty()
+    }
+
+    /// The `i`-th entry.
+    pub fn get(&self, i: usize) -> Option<(&[u8], Kind)> {
+        let end = *self.ends.get(i)? as usize;
+        let start = match i.checked_sub(1) {
+            Some(p) => *self.ends.get(p)? as usize,
+            None => 0,
+        };
+        Some((self.names.get(start..end)?, *self.kinds.get(i)?))
+    }
+
+    /// The entries in order, unpacked.
+    pub fn to_entries(&self) -> Vec<Entry> {
+        (0..self.len())
+            .filter_map(|i| self.get(i))
+            .map(|(name, kind)| Entry {
+                name: name.into(),
+                kind,
+            })
+            .collect()
+    }
+}
+
 /// The key just past every name that starts with `prefix + child + "/"`: `prefix + child +
 /// "0"` (`'0'` is `'/' + 1`).
 fn past_subtree(key: &mut Vec<u8>, prefix: &[u8], child: &[u8]) {
@@ -145,17 +205,14 @@ fn past_subtree(key: &mut Vec<u8>, prefix: &[u8], child: &[u8]) {
 /// reseeking past every subtree: the cost is one seek per child, not one step per ref.
 pub fn list_refs(
     src: &mut dyn RefSource,
-    s: &mut Scratch,
+    _s: &mut Scratch,
     prefix: &[u8],
     out: &mut Vec<Entry>,
 ) -> Result<()> {
-    s.key.clear();
-    s.key.extend_from_slice(prefix);
-    loop {
-        if !src.first_ref_at_or_after(&s.key, &mut s.rec)? || !s.rec.name.starts_with(prefix) {
-            break;
-        }
-        let rest = s.rec.name.get(prefix.len()..).unwrap_or_default();
+    src.scan_refs(prefix, &mut |rec, key| {
+        let Some(rest) = rec.name.strip_prefix(prefix) else {
+            return Step::Stop;
+        };
         match rest.iter().position(|&b| b == b'/') {
             Some(i) => {
                 let child = rest.get(..i).unwrap_or_default();
@@ -165,8 +222,9 @@ pub fn list_refs(
                         kind: Kind::Dir,
                     });
                 }
-                let child = child.to_vec();
-                past_subtree(&mut s.key, prefix, &child);
+                // Skip the whole subtree with one reseek.
+                past_subtree(key, prefix, child);
+                Step::Seek
             }
             None => {
                 if !rest.is_empty() {
@@ -175,13 +233,10 @@ pub fn list_refs(
                         kind: Kind::Ref,
                     });
                 }
-                // The next key after this name.
-                s.key.clear();
-                s.key.extend_from_slice(&s.rec.name);
-                s.key.push(NEXT_NAME);
+                Step::Next
             }
         }
-    }
+    })?;
     finish_listing(out);
     Ok(())
 }
@@ -533,6 +588,30 @@ mod tests {
         );
         list_dir(&mut m, &mut s, b"logs/refs/heads/a", &mut out).unwrap();
         assert_eq!(names(&out), vec![("x".into(), Kind::Log)]);
+    }
+
+    #[test]
+    fn compact_listing_round_trips() {
+        let entries = vec![
+            Entry {
+                name: b"a".as_slice().into(),
+                kind: Kind::Dir,
+            },
+            Entry {
+                name: b"main".as_slice().into(),
+                kind: Kind::Ref,
+            },
+            Entry {
+                name: b"x.lock".as_slice().into(),
+                kind: Kind::Scratch,
+            },
+        ];
+        let l = Listing::from_entries(&entries);
+        assert_eq!(l.len(), 3);
+        assert_eq!(l.get(1), Some((&b"main"[..], Kind::Ref)));
+        assert_eq!(l.get(3), None);
+        assert_eq!(l.to_entries(), entries);
+        assert!(Listing::from_entries(&[]).is_empty());
     }
 
     #[test]

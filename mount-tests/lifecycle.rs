@@ -1,0 +1,284 @@
+//! The mount's lifecycle and repository variants: failed mounts say why, `--daemon`
+//! returns once ready and `reftablefs unmount` ends it, SIGINT flushes pending updates and
+//! unmounts cleanly, and a SHA-256 repository is served with 64-hex ids.
+
+use crate::expected::{build_scenario, expected_tree};
+use crate::harness::{
+    ensure_same_tree, expect_errno, force_unmount, is_mounted, read_tree, register, signal,
+    unregister, wait_for, Ctx, Mount, Repo, TestResult, Tree, BIN,
+};
+use std::fs::{self, OpenOptions};
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+/// Runs `reftablefs mount ARGS` expecting it to fail within 20 s; returns its stderr.
+fn mount_must_fail(args: &[&Path], what: &str) -> TestResult<String> {
+    let out = Command::new("timeout")
+        .arg("20")
+        .arg(BIN)
+        .arg("mount")
+        .args(args)
+        .stdin(Stdio::null())
+        .output()?;
+    let err = String::from_utf8_lossy(&out.stderr).into_owned();
+    ensure!(
+        !out.status.success() && out.status.code() != Some(124),
+        "{what}: mount should fail at once, got {} with stderr {err:?}",
+        out.status
+    );
+    ensure!(!err.trim().is_empty(), "{what}: failed without saying why");
+    Ok(err)
+}
+
+/// A failed mount says why: not a reftable repository, no such git dir, missing
+/// mountpoint, mountpoint busy (and the existing mount keeps serving).
+pub fn mount_failures_say_why(ctx: &Ctx) -> TestResult {
+    let files = Repo::init(&ctx.path("files"), "files")?;
+    files.commit("x")?;
+    let mnt = ctx.path("mnt");
+    fs::create_dir_all(&mnt)?;
+    let err = mount_must_fail(&[&files.gitdir, &mnt], "files-format repository")?;
+    ensure!(
+        err.contains("reftable"),
+        "files-format repo: message does not mention reftable: {err:?}"
+    );
+    ensure!(!is_mounted(&mnt), "a failed mount left a mountpoint");
+
+    let missing = ctx.path("no-such-repo/.git");
+    let err = mount_must_fail(&[&missing, &mnt], "missing git dir")?;
+    ensure!(
+        err.contains("no-such-repo"),
+        "missing git dir: message does not name it: {err:?}"
+    );
+
+    let repo = Repo::init(&ctx.path("repo"), "reftable")?;
+    repo.commit("x")?;
+    let err = mount_must_fail(
+        &[&repo.gitdir, &ctx.path("no-such-dir")],
+        "missing mountpoint",
+    )?;
+    ensure!(
+        err.contains("no-such-dir"),
+        "missing mountpoint: message does not name it: {err:?}"
+    );
+
+    let m = Mount::start(&repo.gitdir, &mnt, &[])?;
+    let err = mount_must_fail(&[&repo.gitdir, &mnt], "busy mountpoint")?;
+    ensure!(
+        err.contains("busy") || err.contains("already"),
+        "busy mountpoint: message does not say so: {err:?}"
+    );
+    ensure!(
+        fs::read_to_string(m.path("HEAD"))? == "ref: refs/heads/main\n",
+        "the first mount stopped serving after a refused second mount"
+    );
+    m.unmount()
+}
+
+/// Kills and detaches a daemonised mount on every exit path.
+struct Daemon {
+    pid: u32,
+    mnt: PathBuf,
+}
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        signal(self.pid, "KILL");
+        force_unmount(&self.mnt);
+        unregister(self.pid);
+    }
+}
+
+fn pid_alive(pid: u32) -> bool {
+    Path::new(&format!("/proc/{pid}")).exists()
+        && fs::read_to_string(format!("/proc/{pid}/stat"))
+            .map(|s| !s.contains(") Z "))
+            .unwrap_or(false)
+}
+
+/// `--daemon` returns once the mount is ready; `reftablefs unmount` ends the daemon.
+pub fn daemon_then_unmount(ctx: &Ctx) -> TestResult {
+    let repo = Repo::init(&ctx.path("repo"), "reftable")?;
+    let head = repo.commit("x")?;
+    let mnt = ctx.path("mnt");
+    fs::create_dir_all(&mnt)?;
+    // stderr goes to a file: the daemon inherits it, so a pipe would never reach EOF.
+    let log = ctx.path("daemon.log");
+    let status = Command::new("timeout")
+        .arg("40")
+        .arg(BIN)
+        .args(["mount", "--daemon"])
+        .arg(&repo.gitdir)
+        .arg(&mnt)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(fs::File::create(&log)?)
+        .status()?;
+    let err = fs::read_to_string(&log).unwrap_or_default();
+    // Find the daemon: the process serving MNT (its command line names the mountpoint).
+    let pid = fs::read_dir("/proc")?
+        .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok())
+        .find(|pid| {
+            fs::read(format!("/proc/{pid}/cmdline"))
+                .map(|c| {
+                    let c = String::from_utf8_lossy(&c);
+                    c.contains("mount") && c.contains(&*mnt.to_string_lossy())
+                })
+                .unwrap_or(false)
+        });
+    let guard = pid.map(|pid| {
+        register(pid, &mnt);
+        Daemon {
+            pid,
+            mnt: mnt.clone(),
+        }
+    });
+    ensure!(status.success(), "mount --daemon failed ({status}): {err}");
+    ensure!(
+        is_mounted(&mnt),
+        "mount --daemon returned before the mount was ready"
+    );
+    ensure!(
+        fs::read_to_string(mnt.join("refs/heads/main"))? == format!("{head}\n"),
+        "daemon mount does not serve refs/heads/main"
+    );
+    let Some(guard) = guard else {
+        bail!("no daemon process found for {}", mnt.display())
+    };
+    let out = Command::new("timeout")
+        .arg("20")
+        .arg(BIN)
+        .arg("unmount")
+        .arg(&mnt)
+        .output()?;
+    crate::harness::check(&out, "reftablefs unmount")?;
+    wait_for(Duration::from_secs(10), || {
+        if is_mounted(&mnt) || pid_alive(guard.pid) {
+            Err("still mounted or running".into())
+        } else {
+            Ok(())
+        }
+    })
+    .map_err(|_| {
+        format!(
+            "daemon {} still running or mounted 10 s after unmount",
+            guard.pid
+        )
+    })?;
+    Ok(())
+}
+
+/// SIGINT with an update still pending in a long batch window: the mount flushes it,
+/// unmounts and exits 0; git then sees the update and its reflog entry.
+pub fn sigint_flushes_and_unmounts(ctx: &Ctx) -> TestResult {
+    let repo = Repo::init(&ctx.path("repo"), "reftable")?;
+    let first = repo.commit("first")?;
+    repo.commit("second")?;
+    let tables = repo.tables_list()?;
+    let m = Mount::start(
+        &repo.gitdir,
+        &ctx.path("mnt"),
+        &["--batch-window", "60000", "--batch-max", "100000"],
+    )?;
+    let lock = m.path("refs/heads/pending.lock");
+    let mut f = OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create_new(true)
+        .open(&lock)?;
+    f.write_all(format!("{first}\n").as_bytes())?;
+    drop(f);
+    fs::rename(&lock, m.path("refs/heads/pending"))?;
+    ensure!(
+        fs::read_to_string(m.path("refs/heads/pending"))? == format!("{first}\n"),
+        "pending update not visible through the mount"
+    );
+    std::thread::sleep(Duration::from_millis(200));
+    ensure!(
+        repo.tables_list()? == tables,
+        "the 60 s batch window was not honoured (written at once)"
+    );
+    let pid = m.pid().ok_or("no mount pid")?;
+    signal(pid, "INT");
+    // Mount::terminate sends SIGTERM; here SIGINT was sent already: wait for the exit.
+    wait_for(Duration::from_secs(10), || {
+        if pid_alive(pid) || is_mounted(&m.mnt) {
+            Err("running".into())
+        } else {
+            Ok(())
+        }
+    })
+    .map_err(|_| format!("mount still running 10 s after SIGINT; log:\n{}", m.log()))?;
+    m.terminate()?; // reaps the child and checks exit status 0
+    ensure!(
+        repo.rev_parse("refs/heads/pending")? == first,
+        "the pending update was lost at SIGINT"
+    );
+    let log = repo.git(&["reflog", "show", "--format=%H", "refs/heads/pending"])?;
+    ensure!(
+        log.lines().count() == 1,
+        "expected one reflog entry for the flushed update: {log}"
+    );
+    Ok(())
+}
+
+/// A SHA-256 repository: the tree matches git's, 64-hex ids are accepted, 40-hex refused.
+pub fn sha256_repository(ctx: &Ctx) -> TestResult {
+    let repo = Repo::init_with(&ctx.path("repo"), "reftable", &["--object-format=sha256"])?;
+    build_scenario(&repo)?;
+    let expected = expected_tree(&repo)?;
+    ensure!(
+        expected
+            .get("refs/heads/main")
+            .is_some_and(|v| v.len() == 65),
+        "not a SHA-256 repository"
+    );
+    let m = Mount::start(&repo.gitdir, &ctx.path("mnt"), &[])?;
+    let mut actual = Tree::new();
+    read_tree(&m.mnt, "", &mut actual)?;
+    actual.remove("packed-refs");
+    ensure_same_tree(&expected, &actual, "SHA-256 mount vs git")?;
+    let tables = repo.tables_list()?;
+    let lock = m.path("refs/heads/short.lock");
+    let mut f = OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create_new(true)
+        .open(&lock)?;
+    f.write_all(format!("{}\n", "a".repeat(40)).as_bytes())?;
+    drop(f);
+    expect_errno(
+        fs::rename(&lock, m.path("refs/heads/short")),
+        &[libc::EINVAL],
+        "40-hex id in a SHA-256 repo",
+    )?;
+    let _ = fs::remove_file(&lock);
+    let c = repo.rev_parse("HEAD~1")?;
+    let lock = m.path("refs/heads/long.lock");
+    let mut f = OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create_new(true)
+        .open(&lock)?;
+    f.write_all(format!("{c}\n").as_bytes())?;
+    drop(f);
+    fs::rename(&lock, m.path("refs/heads/long"))?;
+    m.unmount()?;
+    ensure!(
+        repo.tables_list()? != tables,
+        "the valid SHA-256 update was not written"
+    );
+    ensure!(
+        repo.rev_parse("refs/heads/long")? == c,
+        "refs/heads/long wrong after unmount"
+    );
+    ensure!(
+        repo.git_output(&["rev-parse", "-q", "--verify", "refs/heads/short"])?
+            .stdout
+            .is_empty(),
+        "the refused 40-hex update was written"
+    );
+    Ok(())
+}
