@@ -28,10 +28,10 @@ export GIT_AUTHOR_NAME="Demo Author" GIT_AUTHOR_EMAIL="author@example.com"
 export GIT_COMMITTER_NAME="Demo Committer" GIT_COMMITTER_EMAIL="committer@example.com"
 export GIT_CONFIG_NOSYSTEM=1 HOME="$work"
 tick=1700000000
-commit() { # commit MESSAGE
+commit() { # commit MESSAGE (the clock also dates the reflog entries that follow)
     tick=$((tick + 60))
-    GIT_AUTHOR_DATE="$tick +0100" GIT_COMMITTER_DATE="$tick +0100" \
-        git -C "$work/repo" commit -q --allow-empty -m "$1"
+    export GIT_AUTHOR_DATE="$tick +0100" GIT_COMMITTER_DATE="$tick +0100"
+    git -C "$work/repo" commit -q --allow-empty -m "$1"
 }
 
 echo "== git $(git --version | cut -d' ' -f3) makes a reftable repository in $work/repo"

@@ -146,6 +146,12 @@ const TESTS: &[Test] = &[
         timeout_secs: 120,
         run: write_path::conflict_with_git_first_committer_wins,
     },
+    Test {
+        name: "write_path::orphaned_lock_stays_until_unlinked",
+        needs_mount: true,
+        timeout_secs: 120,
+        run: write_path::orphaned_lock_stays_until_unlinked,
+    },
 ];
 
 fn main() -> std::process::ExitCode {

@@ -1125,3 +1125,47 @@ pub fn conflict_with_git_first_committer_wins(ctx: &Ctx) -> TestResult {
     .map_err(|last| format!("the mount still shows its dropped value: {last}"))?;
     m.unmount()
 }
+
+/// Orphaned locks (docs/fuse.md): a lock left by a process that exited stays (git then
+/// gets EEXIST, as on disk) until it is unlinked by hand; nothing is written meanwhile.
+pub fn orphaned_lock_stays_until_unlinked(ctx: &Ctx) -> TestResult {
+    let (repo, m, model) = setup(ctx, &[])?;
+    let tables = repo.tables_list()?;
+    let lock_path = m.path("refs/heads/main.lock");
+    let status = Command::new("sh")
+        .arg("-c")
+        .arg("printf 'half-written' > \"$1\"")
+        .arg("sh")
+        .arg(&lock_path)
+        .status()?;
+    ensure!(status.success(), "a process could not create the lock file");
+    expect_errno(
+        lock(&lock_path),
+        &[libc::EEXIST],
+        "lock held by a dead process",
+    )?;
+    let out = repo
+        .cmd(&["update-ref", "refs/heads/main", "HEAD~1"])
+        .env("GIT_DIR", &m.mnt)
+        .env("GIT_OBJECT_DIRECTORY", repo.gitdir.join("objects"))
+        .output()?;
+    ensure!(
+        !out.status.success() && String::from_utf8_lossy(&out.stderr).contains("File exists"),
+        "files-backend git should be refused by the orphaned lock: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    at(fs::remove_file(&lock_path), "remove_file", line!())?;
+    drop(at(lock(&lock_path), "lock", line!())?);
+    at(fs::remove_file(&lock_path), "remove_file", line!())?;
+    ensure_same_tree(
+        &model,
+        &mount_tree(&m)?,
+        "mount view after the orphaned lock",
+    )?;
+    m.unmount()?;
+    ensure!(
+        repo.tables_list()? == tables,
+        "an orphaned lock caused a write"
+    );
+    Ok(())
+}
