@@ -11,9 +11,9 @@
 //! * all tables have the stack's hash and update-index ranges that increase
 //!   (`badReftableOrder`);
 //! * the merged view (newest wins): every live ref name passes `check-ref-format`
-//!   (`badRefName`), symref targets are valid names under `refs/` or root refs (`badReferentName`, as git fsck), no ref is both a
-//!   file and a directory (`refs/a` and `refs/a/b`: `badRefDFConflict`), symref targets
-//!   are under `refs/` or root refs (git's fsck), symref chains
+//!   (`badRefName`); symref targets are valid names under `refs/` or root refs
+//!   (`badReferentName`, as git's fsck); no ref is both a file and a directory
+//!   (`refs/a` and `refs/a/b`: `badRefDFConflict`); symref chains
 //!   resolve within git's depth (`badSymrefChain`, a warning; dangling is normal).
 
 use std::process::ExitCode;
