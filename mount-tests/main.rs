@@ -45,6 +45,12 @@ const TESTS: &[Test] = &[
         run: read_path::no_torn_reads,
     },
     Test {
+        name: "read_path::length_changes_never_truncate",
+        needs_mount: true,
+        timeout_secs: 180,
+        run: read_path::length_changes_never_truncate,
+    },
+    Test {
         name: "read_path::corrupt_table_eio_then_recovers",
         needs_mount: true,
         timeout_secs: 120,

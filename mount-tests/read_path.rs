@@ -485,6 +485,160 @@ pub fn no_torn_reads(ctx: &Ctx) -> TestResult {
     m.unmount()
 }
 
+/// Reads a whole file without asking for its size first (`open` + `read` until EOF, as
+/// `cat` and git do), so only the kernel's cached size and pages are in play.
+fn read_no_stat(path: &Path) -> std::io::Result<Vec<u8>> {
+    use std::io::Read;
+    let mut f = fs::File::open(path)?;
+    let mut out = Vec::new();
+    let mut buf = [0u8; 4096];
+    loop {
+        let n = f.read(&mut buf)?;
+        if n == 0 {
+            return Ok(out);
+        }
+        out.extend_from_slice(buf.get(..n).unwrap_or_default());
+    }
+}
+
+/// Ref files go through the kernel's page cache with cached attributes; a value whose
+/// length changes must still never be read truncated, torn or stale past the bound.
+/// `HEAD` flips between a short symref, a long symref and a detached id, and
+/// `refs/heads/flip` between a symref and an id, first through the mount (lock +
+/// rename), then by git directly, while readers loop with and without `stat`.
+pub fn length_changes_never_truncate(ctx: &Ctx) -> TestResult {
+    let repo = Repo::init(&ctx.path("repo"), "reftable")?;
+    let mut oids = Vec::new();
+    for i in 0..3 {
+        oids.push(repo.commit(&format!("c{i}"))?);
+    }
+    let long = "refs/heads/a-much/longer/branch/name/for/size/changes";
+    repo.git(&["branch", "a"])?;
+    repo.git(&["branch", long.trim_start_matches("refs/heads/")])?;
+    repo.git(&["symbolic-ref", "refs/heads/flip", "refs/heads/a"])?;
+    let m = Mount::start(&repo.gitdir, &ctx.path("mnt"), &[])?;
+    let values: Vec<String> = [
+        "ref: refs/heads/a\n".to_string(),
+        format!("ref: {long}\n"),
+        "ref: refs/heads/main\n".to_string(),
+    ]
+    .into_iter()
+    .chain(oids.iter().map(|o| format!("{o}\n")))
+    .collect();
+    let stop = Arc::new(AtomicBool::new(false));
+    let reads = Arc::new(AtomicU64::new(0));
+    let mut readers = Vec::new();
+    for rel in ["HEAD", "refs/heads/flip"] {
+        for with_stat in [false, true] {
+            let path = m.path(rel);
+            let (stop, reads, allowed) = (stop.clone(), reads.clone(), values.clone());
+            readers.push(std::thread::spawn(move || -> Result<(), String> {
+                while !stop.load(Ordering::Relaxed) {
+                    let v = if with_stat {
+                        fs::read(&path)
+                    } else {
+                        read_no_stat(&path)
+                    }
+                    .map_err(|e| format!("read {rel}: {e}"))?;
+                    let v = String::from_utf8_lossy(&v).into_owned();
+                    if !allowed.contains(&v) {
+                        return Err(format!(
+                            "{rel} (stat first: {with_stat}): torn, truncated or unexpected {v:?}"
+                        ));
+                    }
+                    reads.fetch_add(1, Ordering::Relaxed);
+                }
+                Ok(())
+            }));
+        }
+    }
+    let finish = |readers: Vec<std::thread::JoinHandle<Result<(), String>>>| -> TestResult {
+        stop.store(true, Ordering::Relaxed);
+        for r in readers {
+            r.join().map_err(|_| "reader panicked")??;
+        }
+        Ok(())
+    };
+    // Every written value is checked right away (the mount's own writes are visible to
+    // the next read at once; git's within the bound).
+    let expect = |rel: &str, want: &str, bound: Duration| -> TestResult {
+        wait_for(bound, || {
+            let v = read_no_stat(&m.path(rel)).map_err(|e| e.to_string())?;
+            let st = fs::metadata(m.path(rel)).map_err(|e| e.to_string())?;
+            if v != want.as_bytes() {
+                return Err(format!(
+                    "{rel}: {:?}, want {want:?}",
+                    String::from_utf8_lossy(&v)
+                ));
+            }
+            if st.len() != want.len() as u64 {
+                return Err(format!(
+                    "{rel}: stat size {}, want {}",
+                    st.len(),
+                    want.len()
+                ));
+            }
+            Ok(())
+        })
+        .map(|_| ())
+        .map_err(|e| format!("after writing {want:?}: {e}").into())
+    };
+    let started = Instant::now();
+    let through_mount = (|| -> TestResult {
+        for i in 0..150 {
+            for (rel, v) in [
+                ("HEAD", &values[i % values.len()]),
+                ("refs/heads/flip", &values[(i + 2) % values.len()]),
+            ] {
+                let lock = m.path(&format!("{rel}.lock"));
+                fs::OpenOptions::new()
+                    .write(true)
+                    .create_new(true)
+                    .open(&lock)
+                    .and_then(|mut f| std::io::Write::write_all(&mut f, v.as_bytes()))
+                    .map_err(|e| format!("write {rel}.lock: {e}"))?;
+                fs::rename(&lock, m.path(rel)).map_err(|e| format!("rename {rel}.lock: {e}"))?;
+                expect(rel, v, Duration::from_millis(50))?;
+            }
+        }
+        Ok(())
+    })();
+    if let Err(e) = through_mount {
+        let _ = finish(readers);
+        return Err(e);
+    }
+    let mid = reads.load(Ordering::Relaxed);
+    let by_git = (|| -> TestResult {
+        for i in 0..60 {
+            let (rel, v) = if i % 2 == 0 {
+                ("HEAD", &values[i % values.len()])
+            } else {
+                ("refs/heads/flip", &values[(i + 1) % values.len()])
+            };
+            match v.strip_prefix("ref: ") {
+                Some(target) => repo.git(&["symbolic-ref", rel, target.trim_end()])?,
+                None => repo.git(&["update-ref", "--no-deref", rel, v.trim_end()])?,
+            };
+            expect(rel, v, freshness_bound())?;
+        }
+        Ok(())
+    })();
+    finish(readers)?;
+    by_git?;
+    let n = reads.load(Ordering::Relaxed);
+    note(&format!(
+        "{n} reads ({mid} during 300 writes through the mount, {} during 60 by git) in {:.1}s",
+        n - mid,
+        started.elapsed().as_secs_f64()
+    ));
+    ensure!(
+        mid >= 100 && n - mid >= 100,
+        "readers made only {mid} + {} reads; the test proved nothing",
+        n - mid
+    );
+    m.unmount()
+}
+
 /// A corrupt table appearing under a live mount gives EIO (and a log line naming it), the
 /// mount does not crash, and it serves again once the stack is repaired.
 pub fn corrupt_table_eio_then_recovers(ctx: &Ctx) -> TestResult {

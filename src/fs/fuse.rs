@@ -13,14 +13,16 @@ use fuser::{
     WriteFlags,
 };
 
-use crate::fs::state::{Handle, Shared};
+use crate::fs::inode::OpenMode;
+use crate::fs::state::{Handle, Shared, REF_ATTR_TTL};
 use crate::fs::view::Kind;
 
 /// Entry TTL for directories and ref files. A name that vanishes or changes kind is
-/// invalidated by the watcher; new names are never negatively cached; attributes (TTL 0)
-/// are fetched again on every access, so a long entry TTL serves nothing stale.
+/// invalidated by the watcher; new names are never negatively cached; every open reaches
+/// the mount, which compares the content with what the kernel may have cached.
 pub const ENTRY_TTL: Duration = Duration::from_secs(10);
-/// Attribute TTL for files: zero, so a size is never stale (no truncated reads).
+/// Attribute TTL for files other than ref files of a stable size (those get
+/// [`REF_ATTR_TTL`]): zero, so a size is never stale (no truncated reads).
 pub const FILE_ATTR_TTL: Duration = Duration::ZERO;
 /// Attribute TTL for directories.
 pub const DIR_ATTR_TTL: Duration = Duration::from_secs(1);
@@ -72,13 +74,23 @@ pub(crate) fn file_type(kind: Kind) -> FileType {
     }
 }
 
-fn ttls(kind: Kind) -> (Duration, Duration) {
+/// (attribute TTL, entry TTL) for a node of `kind`; `cache`: the attributes of a ref
+/// file may be cached (its size is stable).
+fn ttls(kind: Kind, cache: bool) -> (Duration, Duration) {
     match kind {
         Kind::Dir => (DIR_ATTR_TTL, ENTRY_TTL),
         // A lock file's name must not stay cached once it is gone (git retries a held
         // lock for only 100 ms).
         Kind::Scratch => (FILE_ATTR_TTL, Duration::ZERO),
-        _ => (FILE_ATTR_TTL, ENTRY_TTL),
+        _ => (file_attr_ttl(cache), ENTRY_TTL),
+    }
+}
+
+fn file_attr_ttl(cache: bool) -> Duration {
+    if cache {
+        REF_ATTR_TTL
+    } else {
+        FILE_ATTR_TTL
     }
 }
 
@@ -97,6 +109,9 @@ impl Filesystem for RefFs {
     fn init(&mut self, _req: &Request, config: &mut KernelConfig) -> std::io::Result<()> {
         // Best effort: O_TRUNC arrives with open instead of a separate setattr.
         let _ = config.add_capabilities(fuser::InitFlags::FUSE_ATOMIC_O_TRUNC);
+        // Cached pages are dropped whenever fresh attributes show another mtime or size
+        // (a second line of defence behind the open-time content check).
+        let _ = config.add_capabilities(fuser::InitFlags::FUSE_AUTO_INVAL_DATA);
         Ok(())
     }
 
@@ -107,8 +122,8 @@ impl Filesystem for RefFs {
 
     fn lookup(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
         match self.shared.lookup(parent.0, name.as_bytes()) {
-            Ok((a, kind)) => {
-                let (attr_ttl, entry_ttl) = ttls(kind);
+            Ok((a, kind, cache)) => {
+                let (attr_ttl, entry_ttl) = ttls(kind, cache);
                 reply.entry_with_ttls(&attr_ttl, &entry_ttl, &a, Generation(0));
             }
             Err(e) => reply.error(errno(e)),
@@ -121,11 +136,11 @@ impl Filesystem for RefFs {
 
     fn getattr(&self, _req: &Request, ino: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {
         match self.shared.getattr(ino.0) {
-            Ok(a) => {
+            Ok((a, cache)) => {
                 let ttl = if a.kind == FileType::Directory {
                     DIR_ATTR_TTL
                 } else {
-                    FILE_ATTR_TTL
+                    file_attr_ttl(cache)
                 };
                 reply.attr(&ttl, &a);
             }
@@ -135,11 +150,12 @@ impl Filesystem for RefFs {
 
     fn open(&self, _req: &Request, ino: INodeNo, open_flags: OpenFlags, reply: ReplyOpen) {
         match self.shared.open(ino.0, open_flags.0) {
-            Ok((fh, direct)) => {
-                let mut flags = if direct {
-                    FopenFlags::FOPEN_DIRECT_IO
-                } else {
-                    FopenFlags::empty()
+            Ok((fh, mode)) => {
+                let mut flags = match mode {
+                    OpenMode::Direct => FopenFlags::FOPEN_DIRECT_IO,
+                    // Without KEEP_CACHE the kernel drops the inode's pages at this open.
+                    OpenMode::Refill => FopenFlags::empty(),
+                    OpenMode::Cached => FopenFlags::FOPEN_KEEP_CACHE,
                 };
                 // Nothing to commit when a reader closes: skip the FLUSH round trip.
                 if flags_of(open_flags) & libc::O_ACCMODE == libc::O_RDONLY {
@@ -154,7 +170,7 @@ impl Filesystem for RefFs {
     fn read(
         &self,
         _req: &Request,
-        _ino: INodeNo,
+        ino: INodeNo,
         fh: FileHandle,
         offset: u64,
         size: u32,
@@ -162,16 +178,11 @@ impl Filesystem for RefFs {
         _lock_owner: Option<LockOwner>,
         reply: ReplyData,
     ) {
-        self.shared.with_handle(fh.0, |h| match h {
-            Some(Handle::File { data, .. }) => {
-                let start = usize::try_from(offset)
-                    .unwrap_or(usize::MAX)
-                    .min(data.len());
-                let end = start.saturating_add(size as usize).min(data.len());
-                reply.data(data.get(start..end).unwrap_or_default());
-            }
-            _ => reply.error(Errno::EBADF),
-        });
+        self.shared
+            .read_file(ino.0, fh.0, offset, size, |r| match r {
+                Ok(data) => reply.data(data),
+                Err(e) => reply.error(errno(e)),
+            });
     }
 
     fn release(
@@ -293,11 +304,11 @@ impl Filesystem for RefFs {
             }
         }
         match self.shared.getattr(ino.0) {
-            Ok(a) => {
+            Ok((a, cache)) => {
                 let ttl = if a.kind == FileType::Directory {
                     DIR_ATTR_TTL
                 } else {
-                    FILE_ATTR_TTL
+                    file_attr_ttl(cache)
                 };
                 reply.attr(&ttl, &a);
             }

@@ -8,6 +8,19 @@ use std::collections::HashMap;
 
 use crate::fs::view::Kind;
 
+/// How a ref file is opened for reading (see `docs/fuse.md`, "Caching and freshness").
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OpenMode {
+    /// The kernel's cached pages (if any) hold exactly this content: keep them
+    /// (`FOPEN_KEEP_CACHE`).
+    Cached,
+    /// The kernel drops the inode's pages at this open and refills them from this handle.
+    Refill,
+    /// Bypass the page cache (`FOPEN_DIRECT_IO`): reads are not capped at the size the
+    /// kernel holds for the inode.
+    Direct,
+}
+
 /// The root directory's inode number (FUSE's fixed `1`).
 pub const ROOT: u64 = 1;
 
@@ -18,6 +31,13 @@ struct Node {
     name: Box<[u8]>,
     kind: Kind,
     nlookup: u64,
+    /// A ref file's inode has one size for its whole life (its number is a hash of path,
+    /// kind and size): the kernel's cached size can never be stale, so its content may go
+    /// through the page cache. `None`: size not fixed (not a ref file, a file renamed or
+    /// written through the kernel): attributes TTL 0, reads direct-IO.
+    size: Option<u64>,
+    /// Fingerprint of the content the kernel's pages of this inode may hold.
+    pages: Option<u64>,
 }
 
 /// The inode table.
@@ -31,11 +51,23 @@ pub struct Inodes {
 
 /// FNV-1a over the path and the kind, never 0 or 1.
 pub fn ino_of(path: &[u8], kind: Kind) -> u64 {
+    ino_of_sized(path, kind, None)
+}
+
+/// FNV-1a over the path, the kind and (for a ref file of fixed size) the size, never 0
+/// or 1.
+pub fn ino_of_sized(path: &[u8], kind: Kind, size: Option<u64>) -> u64 {
     if path.is_empty() {
         return ROOT;
     }
     let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-    for &b in path.iter().chain(std::iter::once(&(kind as u8))) {
+    let size_bytes = size.map(u64::to_le_bytes);
+    let tail = size_bytes.as_ref().map_or(&[][..], |b| &b[..]);
+    for &b in path
+        .iter()
+        .chain(std::iter::once(&(kind as u8)))
+        .chain(tail)
+    {
         h ^= u64::from(b);
         h = h.wrapping_mul(0x0000_0100_0000_01b3);
     }
@@ -49,12 +81,19 @@ impl Inodes {
     }
 
     /// Records one kernel lookup of `parent/name` (whose full path is `path`) and returns
-    /// its inode number.
-    pub fn remember(&mut self, parent: u64, name: &[u8], path: &[u8], kind: Kind) -> u64 {
+    /// its inode number. `size`: the fixed size of a ref file's inode (see [`Node`]).
+    pub fn remember(
+        &mut self,
+        parent: u64,
+        name: &[u8],
+        path: &[u8],
+        kind: Kind,
+        size: Option<u64>,
+    ) -> u64 {
         if path.is_empty() {
             return ROOT;
         }
-        let mut ino = ino_of(path, kind);
+        let mut ino = ino_of_sized(path, kind, size);
         loop {
             match self.nodes.get_mut(&ino) {
                 None => {
@@ -65,11 +104,18 @@ impl Inodes {
                             name: name.into(),
                             kind,
                             nlookup: 1,
+                            size,
+                            pages: None,
                         },
                     );
                     return ino;
                 }
-                Some(n) if n.parent == parent && *n.name == *name && n.kind == kind => {
+                Some(n)
+                    if n.parent == parent
+                        && *n.name == *name
+                        && n.kind == kind
+                        && n.size == size =>
+                {
                     n.nlookup += 1;
                     return ino;
                 }
@@ -108,13 +154,80 @@ impl Inodes {
                 }
             }
         }
+        if found.is_none() {
+            // A ref file's number also hashes its size: find it by name (renaming a ref
+            // file itself, not its lock, is rare).
+            found = self
+                .nodes
+                .iter()
+                .find(|(_, n)| n.parent == parent && *n.name == *name && n.kind == kind)
+                .map(|(&ino, _)| ino);
+        }
         let Some(ino) = found else { return };
         self.renamed.remove(&(parent, Box::from(name)));
         if let Some(n) = self.nodes.get_mut(&ino) {
             n.parent = newparent;
             n.name = newname.into();
             n.kind = new_kind;
+            // The kernel's size for it came from writes, not from us.
+            n.size = None;
+            n.pages = None;
             self.renamed.insert((newparent, Box::from(newname)), ino);
+        }
+    }
+
+    /// The fixed size of `ino` (a ref file looked up with its size), if any.
+    pub fn fixed_size(&self, ino: u64) -> Option<u64> {
+        self.nodes.get(&ino).and_then(|n| n.size)
+    }
+
+    /// An open for reading will serve content of `len` bytes with fingerprint `fp`:
+    /// page cache only when that is the inode's fixed size (kept when the kernel's pages
+    /// hold this very content), direct-IO otherwise (the name has moved on to another
+    /// inode; the watcher or the next lookup re-resolves it).
+    pub fn open_for_read(&mut self, ino: u64, len: u64, fp: u64) -> OpenMode {
+        let Some(n) = self.nodes.get_mut(&ino) else {
+            return OpenMode::Direct;
+        };
+        if n.size != Some(len) {
+            return OpenMode::Direct;
+        }
+        if n.pages == Some(fp) {
+            OpenMode::Cached
+        } else {
+            n.pages = Some(fp);
+            OpenMode::Refill
+        }
+    }
+
+    /// A read of a page-cached handle whose content has fingerprint `fp` is answered:
+    /// the kernel's pages now hold that content (a handle opened before a change may fill
+    /// them after a later open dropped them); the next open with other content then
+    /// drops them again.
+    pub fn pages_filled(&mut self, ino: u64, fp: u64) {
+        if let Some(n) = self.nodes.get_mut(&ino) {
+            n.pages = Some(fp);
+        }
+    }
+
+    /// What the kernel may hold for `ino`: (fixed size, fingerprint of its pages).
+    pub fn kernel_view(&self, ino: u64) -> Option<(Option<u64>, Option<u64>)> {
+        self.nodes.get(&ino).map(|n| (n.size, n.pages))
+    }
+
+    /// The kernel's size of `ino` no longer comes from us alone (writes or a truncate
+    /// through the kernel): attributes TTL 0 and direct-IO from now on.
+    pub fn suspect(&mut self, ino: u64) {
+        if let Some(n) = self.nodes.get_mut(&ino) {
+            n.size = None;
+            n.pages = None;
+        }
+    }
+
+    /// The kernel was told to drop the pages of `ino` (`inval_inode`).
+    pub fn invalidated(&mut self, ino: u64) {
+        if let Some(n) = self.nodes.get_mut(&ino) {
+            n.pages = None;
         }
     }
 
@@ -189,13 +302,13 @@ mod tests {
     #[test]
     fn stable_numbers_paths_and_forget() {
         let mut t = Inodes::new();
-        let refs = t.remember(ROOT, b"refs", b"refs", Kind::Dir);
-        let heads = t.remember(refs, b"heads", b"refs/heads", Kind::Dir);
-        let main = t.remember(heads, b"main", b"refs/heads/main", Kind::Ref);
+        let refs = t.remember(ROOT, b"refs", b"refs", Kind::Dir, None);
+        let heads = t.remember(refs, b"heads", b"refs/heads", Kind::Dir, None);
+        let main = t.remember(heads, b"main", b"refs/heads/main", Kind::Ref, None);
         assert_eq!(main, ino_of(b"refs/heads/main", Kind::Ref));
         assert_ne!(main, ino_of(b"refs/heads/main", Kind::Dir));
         assert_eq!(
-            t.remember(heads, b"main", b"refs/heads/main", Kind::Ref),
+            t.remember(heads, b"main", b"refs/heads/main", Kind::Ref, None),
             main
         );
         let mut p = Vec::new();
@@ -206,7 +319,7 @@ mod tests {
         t.forget(main, 1);
         assert!(t.path(main, &mut p).is_none());
         // A node moved twice by renames is still found.
-        let lock = t.remember(heads, b"x.lock", b"refs/heads/x.lock", Kind::Scratch);
+        let lock = t.remember(heads, b"x.lock", b"refs/heads/x.lock", Kind::Scratch, None);
         t.moved(
             heads,
             b"x.lock",
@@ -229,7 +342,7 @@ mod tests {
         assert_eq!(p, b"refs/heads/y");
         // The number comes back the same.
         assert_eq!(
-            t.remember(heads, b"main", b"refs/heads/main", Kind::Ref),
+            t.remember(heads, b"main", b"refs/heads/main", Kind::Ref, None),
             main
         );
         assert_eq!(t.path(ROOT, &mut p), Some(Kind::Dir));

@@ -15,7 +15,7 @@ use lru::LruCache;
 
 use crate::format::{HashKind, RefValue};
 use crate::fs::fuse::attr;
-use crate::fs::inode::{Inodes, ROOT};
+use crate::fs::inode::{Inodes, OpenMode, ROOT};
 use crate::fs::source::RefSource;
 use crate::fs::view::{self, Kind, Listing, Scratch};
 use crate::fs::write::{ref_name_of, LogSettings, Refusal, WriteState};
@@ -40,8 +40,9 @@ pub enum Target {
 /// An open file or directory.
 pub enum Handle {
     /// A file opened for reading: its content as of `open`, so a reader never sees a torn
-    /// value however the ref changes meanwhile.
-    File { data: Vec<u8> },
+    /// value however the ref changes meanwhile. `fp` is the content's fingerprint when
+    /// the handle fills the page cache of a ref file.
+    File { data: Vec<u8>, fp: Option<u64> },
     /// An open directory: the listing as of `opendir`.
     Dir {
         path: Vec<u8>,
@@ -210,7 +211,9 @@ impl Shared {
         attr(ino, kind, size, g.changed_at, self.uid, self.gid)
     }
 
-    pub(crate) fn lookup(&self, parent: u64, name: &[u8]) -> Result<(FileAttr, Kind), i32> {
+    /// Looks up `parent/name`: its attributes, kind and whether they may be cached with a
+    /// positive TTL (see [`Inner::cacheable`]).
+    pub(crate) fn lookup(&self, parent: u64, name: &[u8]) -> Result<(FileAttr, Kind, bool), i32> {
         let mut g = self.lock();
         g.fresh()?;
         let mut dir = Vec::new();
@@ -223,20 +226,31 @@ impl Shared {
         let path = view::join(&dir, name);
         let kind = g.classify(&path)?.ok_or(libc::ENOENT)?;
         let size = g.size_of(&path, kind)?;
-        let ino = g.inodes.remember(parent, name, &path, kind);
-        Ok((self.attr_of(&g, ino, kind, size), kind))
+        // A ref file small enough for one page gets an inode of its own size.
+        let fixed = (kind == Kind::Ref && size <= PAGE_CACHED_MAX as u64).then_some(size);
+        let ino = g.inodes.remember(parent, name, &path, kind, fixed);
+        Ok((self.attr_of(&g, ino, kind, size), kind, fixed.is_some()))
     }
 
     pub(crate) fn forget(&self, ino: u64, n: u64) {
         self.lock().inodes.forget(ino, n);
     }
 
-    pub(crate) fn getattr(&self, ino: u64) -> Result<FileAttr, i32> {
+    /// Attributes of `ino`, and whether they may be cached with a positive TTL.
+    pub(crate) fn getattr(&self, ino: u64) -> Result<(FileAttr, bool), i32> {
         let mut g = self.lock();
         g.fresh()?;
         let (path, kind) = g.path_of(ino)?;
         let size = g.size_of(&path, kind)?;
-        Ok(self.attr_of(&g, ino, kind, size))
+        match g.inodes.fixed_size(ino) {
+            // The inode keeps its size: page-cache readers opened before a change read
+            // their snapshot of exactly that size (never capped, never padded). The name
+            // has moved on to another inode (the watcher sends `inval_entry`; opens of
+            // this one are direct-IO meanwhile), so this is not cached.
+            Some(fixed) if fixed != size => Ok((self.attr_of(&g, ino, kind, fixed), false)),
+            Some(_) => Ok((self.attr_of(&g, ino, kind, size), true)),
+            None => Ok((self.attr_of(&g, ino, kind, size), false)),
+        }
     }
 
     pub(crate) fn parent_of(&self, ino: u64) -> u64 {
@@ -246,9 +260,11 @@ impl Shared {
             .map_or(ROOT, |(p, _)| p)
     }
 
-    /// Opens a file. Returns the handle and whether to bypass the page cache (everything
-    /// but `packed-refs`, which git may mmap).
-    pub(crate) fn open(&self, ino: u64, flags: i32) -> Result<(u64, bool), i32> {
+    /// Opens a file. Returns the handle and how the kernel may cache its content: ref
+    /// files of a stable size through the page cache (kept while their content is what
+    /// the kernel's pages hold), `packed-refs` through the page cache refilled at every
+    /// open (git may mmap it), everything else direct-IO.
+    pub(crate) fn open(&self, ino: u64, flags: i32) -> Result<(u64, OpenMode), i32> {
         let writing = flags & libc::O_ACCMODE != libc::O_RDONLY;
         if writing && self.read_only() {
             return Err(libc::EROFS);
@@ -262,12 +278,24 @@ impl Shared {
         if !writing {
             let mut data = Vec::new();
             g.render(&path, kind, &mut data)?;
-            let fh = g.add_handle(Handle::File { data });
-            return Ok((fh, kind != Kind::PackedRefs));
+            let (mode, fp) = match kind {
+                Kind::Ref if data.len() <= PAGE_CACHED_MAX => {
+                    let fp = fingerprint(&data);
+                    let size = data.len() as u64;
+                    let mode = g.inodes.open_for_read(ino, size, fp);
+                    (mode, (mode != OpenMode::Direct).then_some(fp))
+                }
+                Kind::PackedRefs => (OpenMode::Refill, None),
+                _ => (OpenMode::Direct, None),
+            };
+            let fh = g.add_handle(Handle::File { data, fp });
+            return Ok((fh, mode));
         }
         g.still(&path, kind)?;
         let fh = g.open_for_write(&path, kind, flags)?;
-        Ok((fh, true))
+        // Writes through the kernel move its idea of the size.
+        g.inodes.suspect(ino);
+        Ok((fh, OpenMode::Direct))
     }
 
     /// `create`: a new file (`x.lock` with O_EXCL is atomic: EEXIST when it exists, also
@@ -300,7 +328,7 @@ impl Shared {
             }
             let fh = g.open_for_write(&path, kind, flags)?;
             let size = g.size_of(&path, kind)?;
-            let ino = g.inodes.remember(parent, name, &path, kind);
+            let ino = g.inodes.remember(parent, name, &path, kind, None);
             return Ok((self.attr_of(&g, ino, kind, size), fh));
         }
         // A new file. Reflogs and refs written in place get a handle that commits on
@@ -336,7 +364,7 @@ impl Shared {
             data: Vec::new(),
             dirty: false,
         });
-        let ino = g.inodes.remember(parent, name, &path, kind);
+        let ino = g.inodes.remember(parent, name, &path, kind, None);
         Ok((self.attr_of(&g, ino, kind, 0), fh))
     }
 
@@ -397,6 +425,7 @@ impl Shared {
         }
         let mut g = self.lock();
         let g = &mut *g;
+        g.inodes.suspect(ino);
         let size = usize::try_from(size).map_err(|_| libc::EFBIG)?;
         if let Some(Handle::Write {
             path,
@@ -443,6 +472,35 @@ impl Shared {
         }
         let entries = g.listing(&path)?;
         Ok(g.add_handle(Handle::Dir { path, entries }))
+    }
+
+    /// Answers a read of an open file from its content as of `open`.
+    pub(crate) fn read_file<R>(
+        &self,
+        ino: u64,
+        fh: u64,
+        offset: u64,
+        size: u32,
+        f: impl FnOnce(Result<&[u8], i32>) -> R,
+    ) -> R {
+        let mut g = self.lock();
+        let fp = match g.handles.get(&fh) {
+            Some(Handle::File { fp, .. }) => *fp,
+            _ => return f(Err(libc::EBADF)),
+        };
+        if let Some(fp) = fp {
+            g.inodes.pages_filled(ino, fp);
+        }
+        match g.handles.get(&fh) {
+            Some(Handle::File { data, .. }) => {
+                let start = usize::try_from(offset)
+                    .unwrap_or(usize::MAX)
+                    .min(data.len());
+                let end = start.saturating_add(size as usize).min(data.len());
+                f(Ok(data.get(start..end).unwrap_or_default()))
+            }
+            _ => f(Err(libc::EBADF)),
+        }
     }
 
     pub(crate) fn with_handle<R>(&self, fh: u64, f: impl FnOnce(Option<&Handle>) -> R) -> R {
@@ -523,7 +581,7 @@ impl Shared {
             })?;
         }
         g.w.vdirs.insert(path.clone());
-        let ino = g.inodes.remember(parent, name, &path, Kind::Dir);
+        let ino = g.inodes.remember(parent, name, &path, Kind::Dir, None);
         Ok(self.attr_of(&g, ino, Kind::Dir, 4096))
     }
 
@@ -607,13 +665,16 @@ impl Shared {
         Ok(())
     }
 
-    /// Paths of known inodes whose kind changed or that vanished since they were looked
-    /// up, as (parent inode, name) pairs for `inval_entry`. Scans at most `limit` inodes.
-    pub fn stale_entries(&self, limit: usize) -> Vec<(u64, Vec<u8>)> {
+    /// What the kernel holds that went stale since it was looked up or read: (parent
+    /// inode, name) pairs of known names whose kind changed or that vanished (for
+    /// `inval_entry`), and known ref files whose content differs from what the kernel was
+    /// last given (for `inval_inode`: attributes and pages). Scans at most `limit` inodes.
+    pub fn stale(&self, limit: usize) -> Stale {
         let mut g = self.lock();
         let known: Vec<(u64, Kind)> = g.inodes.known().take(limit).collect();
-        let mut out = Vec::new();
+        let mut out = Stale::default();
         let mut path = Vec::new();
+        let mut buf = Vec::new();
         for (ino, kind) in known {
             if g.inodes.path(ino, &mut path).is_none() {
                 continue;
@@ -621,12 +682,57 @@ impl Shared {
             let now = g.classify(&path).ok().flatten();
             if now != Some(kind) {
                 if let Some((p, name)) = g.inodes.parent_and_name(ino) {
-                    out.push((p, name.to_vec()));
+                    out.entries.push((p, name.to_vec()));
                 }
+                continue;
+            }
+            if kind != Kind::Ref {
+                continue;
+            }
+            let Some((Some(size), pages)) = g.inodes.kernel_view(ino) else {
+                continue;
+            };
+            if g.render(&path, kind, &mut buf).is_err() {
+                continue;
+            }
+            if size != buf.len() as u64 {
+                // Another size is another inode: re-resolve the name.
+                if let Some((p, name)) = g.inodes.parent_and_name(ino) {
+                    out.entries.push((p, name.to_vec()));
+                }
+            } else if pages.is_some_and(|f| f != fingerprint(&buf)) {
+                g.inodes.invalidated(ino);
+                out.inodes.push(ino);
             }
         }
         out
     }
+}
+
+/// Kernel caches to invalidate (see [`Shared::stale`]).
+#[derive(Debug, Default)]
+pub struct Stale {
+    /// (parent inode, name) for `inval_entry`.
+    pub entries: Vec<(u64, Vec<u8>)>,
+    /// Inodes for `inval_inode` (attributes and all pages).
+    pub inodes: Vec<u64>,
+}
+
+/// Attribute and entry TTL of ref files of a fixed size (see `inode.rs`).
+pub const REF_ATTR_TTL: Duration = Duration::from_secs(10);
+
+/// Ref files up to this size (one page: one read request fills it at once) go through
+/// the page cache; longer ones (only a symref to a very long name) are direct-IO.
+const PAGE_CACHED_MAX: usize = 4096;
+
+/// A 64-bit FNV-1a fingerprint of a file's content.
+fn fingerprint(data: &[u8]) -> u64 {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for &b in data {
+        h ^= u64::from(b);
+        h = h.wrapping_mul(0x0000_0100_0000_01b3);
+    }
+    h
 }
 
 /// `x.lock` / `x.new` names are never refs or reflogs themselves.

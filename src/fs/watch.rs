@@ -125,15 +125,23 @@ fn run(shared: Arc<Shared>, ino: Option<Inotify>, notifier: Notifier) {
     }
 }
 
-/// Reloads and sends invalidations for names whose kind changed or that vanished.
+/// Reloads and sends invalidations for names whose kind changed or that vanished and
+/// for ref files whose content changed.
 pub fn invalidate(shared: &Shared, notifier: &Notifier) {
     let changed = shared.take_changed();
     let _ = shared.refresh();
     if !changed && !shared.take_changed() {
         return;
     }
-    for (parent, name) in shared.stale_entries(INVALIDATE_SCAN_LIMIT) {
+    let stale = shared.stale(INVALIDATE_SCAN_LIMIT);
+    for (parent, name) in stale.entries {
         // ENOENT from the kernel only means the entry was not cached.
         let _ = notifier.inval_entry(INodeNo(parent), OsStr::from_bytes(&name));
+    }
+    // Content changed under a cached name: drop the inode's attributes (its size) and
+    // pages, so `stat` shows the new size at once (readers are safe without this: every
+    // open compares the content with what the kernel holds).
+    for ino in stale.inodes {
+        let _ = notifier.inval_inode(INodeNo(ino), 0, 0);
     }
 }
