@@ -116,14 +116,19 @@ if want cat || want find; then
     fi
     if want cat; then
         echo "== cat of $n10k random refs"
+        # The first run through the mount is cold (no name, attribute or page of these
+        # files cached by the kernel: lookup + open + read + release each); the next
+        # three are warm (open + release each: the kernel always sends those).
+        t=$(now); (cd "$work/m100k" && timeout 600 xargs -a "$work/pick.txt" cat >/dev/null); cold_s=$(elapsed "$t")
         m=(); d=()
         for _ in 1 2 3; do
-            t=$(now); (cd "$work/m100k" && timeout 600 xargs -a "$work/pick.txt" cat >/dev/null); m+=("$(elapsed "$t")")
             t=$(now); (cd "$work/disk100k" && timeout 600 xargs -a "$work/pick.txt" cat >/dev/null); d+=("$(elapsed "$t")")
+            t=$(now); (cd "$work/m100k" && timeout 600 xargs -a "$work/pick.txt" cat >/dev/null); m+=("$(elapsed "$t")")
         done
         cmp <(cd "$work/m100k" && xargs -a "$work/pick.txt" cat) <(cd "$work/disk100k" && xargs -a "$work/pick.txt" cat) ||
             echo "  WARNING: mount and disk contents differ"
-        row "cat of $n10k random refs (median of 3)" "$(ms "$(median3 "${m[@]}")")" "$(ms "$(median3 "${d[@]}")") (disk)" "$(ratio "$(median3 "${m[@]}")" "$(median3 "${d[@]}")")" "≤ 1.5×"
+        row "cat of $n10k random refs, first run (cold)" "$(ms "$cold_s")" "$(ms "$(median3 "${d[@]}")") (disk)" "$(ratio "$cold_s" "$(median3 "${d[@]}")")" "≤ 1.5×"
+        row "cat of $n10k random refs, warm (median of 3)" "$(ms "$(median3 "${m[@]}")")" "$(ms "$(median3 "${d[@]}")") (disk)" "$(ratio "$(median3 "${m[@]}")" "$(median3 "${d[@]}")")" "≤ 1.5×"
     fi
     mount_stop "$work/m100k" "$pid100k"
     rm -rf "$work/r100k" "$work/disk100k"
