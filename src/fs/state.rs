@@ -87,6 +87,9 @@ pub struct Inner {
     /// Why the last reload failed (a corrupt or missing table): requests fail with EIO
     /// until a reload succeeds again.
     broken: Option<String>,
+    /// Names a request found resolved to an inode of a ref's old size: the watcher sends
+    /// `inval_entry` for them.
+    stale_names: Vec<(u64, Vec<u8>)>,
 }
 
 /// Batching settings.
@@ -109,6 +112,20 @@ pub struct Shared {
     gid: u32,
     stopping: AtomicBool,
     batcher_gone: AtomicBool,
+    /// An eventfd that wakes the watcher when a request handler found a stale kernel
+    /// entry (`-1` if none could be made: the watcher then finds it at its next tick).
+    wake_fd: libc::c_int,
+}
+
+impl Drop for Shared {
+    fn drop(&mut self) {
+        if self.wake_fd >= 0 {
+            // SAFETY: closing the descriptor we own, once.
+            unsafe {
+                libc::close(self.wake_fd);
+            }
+        }
+    }
 }
 
 /// Logs one error line: what failed, on which path, and why.
@@ -161,6 +178,7 @@ impl Shared {
                 flush_requested: false,
                 open_since: None,
                 broken: None,
+                stale_names: Vec::new(),
             }),
             cv: Condvar::new(),
             writer: Mutex::new(writer),
@@ -169,6 +187,8 @@ impl Shared {
             gid,
             stopping: AtomicBool::new(false),
             batcher_gone: AtomicBool::new(false),
+            // SAFETY: a plain syscall; the descriptor is owned by `Shared`.
+            wake_fd: unsafe { libc::eventfd(0, libc::EFD_NONBLOCK | libc::EFD_CLOEXEC) },
         })
     }
 
@@ -247,7 +267,10 @@ impl Shared {
             // their snapshot of exactly that size (never capped, never padded). The name
             // has moved on to another inode (the watcher sends `inval_entry`; opens of
             // this one are direct-IO meanwhile), so this is not cached.
-            Some(fixed) if fixed != size => Ok((self.attr_of(&g, ino, kind, fixed), false)),
+            Some(fixed) if fixed != size => {
+                self.name_is_stale(&mut g, ino);
+                Ok((self.attr_of(&g, ino, kind, fixed), false))
+            }
             Some(_) => Ok((self.attr_of(&g, ino, kind, size), true)),
             None => Ok((self.attr_of(&g, ino, kind, size), false)),
         }
@@ -283,6 +306,9 @@ impl Shared {
                     let fp = fingerprint(&data);
                     let size = data.len() as u64;
                     let mode = g.inodes.open_for_read(ino, size, fp);
+                    if g.inodes.fixed_size(ino).is_some_and(|f| f != size) {
+                        self.name_is_stale(&mut g, ino);
+                    }
                     (mode, (mode != OpenMode::Direct).then_some(fp))
                 }
                 Kind::PackedRefs => (OpenMode::Refill, None),
@@ -472,6 +498,41 @@ impl Shared {
         }
         let entries = g.listing(&path)?;
         Ok(g.add_handle(Handle::Dir { path, entries }))
+    }
+
+    /// `ino` is a ref file's inode of an old size that the kernel still reaches by name:
+    /// queue its name for `inval_entry` and wake the watcher (the sure way back to the
+    /// right inode, whatever race left the old entry in place).
+    fn name_is_stale(&self, g: &mut Inner, ino: u64) {
+        let Some((p, name)) = g.inodes.parent_and_name(ino) else {
+            return;
+        };
+        if g.stale_names.len() >= 4096
+            || g.stale_names
+                .iter()
+                .any(|(q, n)| *q == p && n.as_slice() == name)
+        {
+            return;
+        }
+        let entry = (p, name.to_vec());
+        g.stale_names.push(entry);
+        self.wake_watcher();
+    }
+
+    /// Wakes the watcher thread.
+    pub(crate) fn wake_watcher(&self) {
+        if self.wake_fd >= 0 {
+            let one: u64 = 1;
+            // SAFETY: writing 8 bytes from a local to our eventfd.
+            unsafe {
+                libc::write(self.wake_fd, (&one as *const u64).cast(), 8);
+            }
+        }
+    }
+
+    /// The watcher's wake-up descriptor (`-1` if none).
+    pub(crate) fn wake_fd(&self) -> libc::c_int {
+        self.wake_fd
     }
 
     /// Answers a read of an open file from its content as of `open`.
@@ -673,6 +734,7 @@ impl Shared {
         let mut g = self.lock();
         let known: Vec<(u64, Kind)> = g.inodes.known().take(limit).collect();
         let mut out = Stale::default();
+        self.take_stale_names(&mut g, &mut out);
         let mut path = Vec::new();
         let mut buf = Vec::new();
         for (ino, kind) in known {
@@ -705,6 +767,19 @@ impl Shared {
                 out.inodes.push(ino);
             }
         }
+        out
+    }
+}
+
+impl Shared {
+    fn take_stale_names(&self, g: &mut Inner, out: &mut Stale) {
+        out.entries.append(&mut g.stale_names);
+    }
+
+    /// Names queued by request handlers (see [`Shared::stale`]), without a scan.
+    pub fn stale_names(&self) -> Stale {
+        let mut out = Stale::default();
+        self.take_stale_names(&mut self.lock(), &mut out);
         out
     }
 }

@@ -50,15 +50,10 @@ impl Inotify {
         }
     }
 
-    /// Waits up to `timeout_ms` for events; drains them. `true` if any arrived.
-    fn wait(&self, timeout_ms: i32) -> bool {
-        let mut pfd = libc::pollfd {
-            fd: self.fd,
-            events: libc::POLLIN,
-            revents: 0,
-        };
-        // SAFETY: one valid pollfd.
-        let n = unsafe { libc::poll(&mut pfd, 1, timeout_ms) };
+    /// Waits up to `timeout_ms` for events (or a wake-up on `wake_fd`); drains them.
+    /// `true` if any arrived.
+    fn wait(&self, timeout_ms: i32, wake_fd: libc::c_int) -> bool {
+        let n = poll2(self.fd, wake_fd, timeout_ms);
         if n <= 0 {
             return false;
         }
@@ -83,6 +78,32 @@ impl Drop for Inotify {
             libc::close(self.fd);
         }
     }
+}
+
+/// Polls `fd` and (if `>= 0`) `wake_fd`; drains `wake_fd`. Returns poll's result.
+fn poll2(fd: libc::c_int, wake_fd: libc::c_int, timeout_ms: i32) -> libc::c_int {
+    let mut pfds = [
+        libc::pollfd {
+            fd,
+            events: libc::POLLIN,
+            revents: 0,
+        },
+        libc::pollfd {
+            fd: wake_fd,
+            events: libc::POLLIN,
+            revents: 0,
+        },
+    ];
+    // SAFETY: two valid pollfds (a negative fd is ignored by poll).
+    let n = unsafe { libc::poll(pfds.as_mut_ptr(), 2, timeout_ms) };
+    if wake_fd >= 0 && pfds[1].revents != 0 {
+        let mut v: u64 = 0;
+        // SAFETY: reading 8 bytes into a local from our eventfd.
+        unsafe {
+            libc::read(wake_fd, (&mut v as *mut u64).cast(), 8);
+        }
+    }
+    n
 }
 
 /// Starts the watcher thread for `reftable_dir`.
@@ -114,9 +135,11 @@ fn run(shared: Arc<Shared>, ino: Option<Inotify>, notifier: Notifier) {
             // Wake up now and then even without events, to notice shutdown (and changes
             // the request handlers already reloaded).
             Some(i) => {
-                i.wait(interval * 4);
+                i.wait(interval * 4, shared.wake_fd());
             }
-            None => std::thread::sleep(POLL_INTERVAL),
+            None => {
+                poll2(-1, shared.wake_fd(), interval);
+            }
         }
         if shared.stopping() {
             break;
@@ -130,10 +153,12 @@ fn run(shared: Arc<Shared>, ino: Option<Inotify>, notifier: Notifier) {
 pub fn invalidate(shared: &Shared, notifier: &Notifier) {
     let changed = shared.take_changed();
     let _ = shared.refresh();
-    if !changed && !shared.take_changed() {
-        return;
-    }
-    let stale = shared.stale(INVALIDATE_SCAN_LIMIT);
+    let stale = if !changed && !shared.take_changed() {
+        // Nothing reloaded: only names request handlers found stale.
+        shared.stale_names()
+    } else {
+        shared.stale(INVALIDATE_SCAN_LIMIT)
+    };
     for (parent, name) in stale.entries {
         // ENOENT from the kernel only means the entry was not cached.
         let _ = notifier.inval_entry(INodeNo(parent), OsStr::from_bytes(&name));
