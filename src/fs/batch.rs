@@ -171,6 +171,10 @@ fn run(shared: &Shared) {
                 g.w.batch_done(batch.seq, &names);
             }
         }
+        drop(g);
+        let names: Vec<&[u8]> = batch.edits.iter().map(|e| e.name.as_slice()).collect();
+        shared.queue_changed_dirs(&names);
+        let mut g = shared.lock();
         g.durable_seq = batch.seq;
         // Keep the failure record bounded.
         while g.failed.len() > 1024 {

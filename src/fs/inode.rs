@@ -176,6 +176,20 @@ impl Inodes {
         }
     }
 
+    /// The known directory node at `path`, if the kernel holds one: (inode, parent).
+    pub fn known_dir(&self, path: &[u8]) -> Option<(u64, u64)> {
+        let mut ino = ino_of(path, Kind::Dir);
+        let mut buf = Vec::new();
+        for _ in 0..64 {
+            let n = self.nodes.get(&ino)?;
+            if n.kind == Kind::Dir && self.path(ino, &mut buf).is_some() && buf == path {
+                return Some((ino, n.parent));
+            }
+            ino = ino.wrapping_add(1).max(2);
+        }
+        None
+    }
+
     /// The fixed size of `ino` (a ref file looked up with its size), if any.
     pub fn fixed_size(&self, ino: u64) -> Option<u64> {
         self.nodes.get(&ino).and_then(|n| n.size)

@@ -113,9 +113,16 @@ impl StackSource {
                 }
             }
         }
+        // The set of own tables stays locked from before the new `tables.list` appears
+        // until the new table's name is in it: a reader that reloads in between waits
+        // for it instead of taking the mount's own table for another writer's (which
+        // costs a kernel invalidation pass over every known inode — per batch, an
+        // O(known inodes) cost that grew with every ref written through the mount).
+        let own = self.own.clone();
+        let mut own = own.lock().unwrap_or_else(|p| p.into_inner());
         let committed = tx.commit()?;
         if let Some(t) = committed.table {
-            self.own.lock().unwrap_or_else(|p| p.into_inner()).insert(t);
+            own.insert(t);
         }
         Ok(())
     }

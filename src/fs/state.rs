@@ -222,6 +222,60 @@ impl Shared {
         self.lock().refresh()
     }
 
+    /// After the mount's own batch: directories the kernel holds on the paths of the
+    /// written refs (and their reflogs) that no longer exist or are no longer
+    /// directories (a deleted ref takes its emptied parents with it) are queued for
+    /// `inval_entry` — the kernel saw the unlink but not that. Costs a few seeks per
+    /// edit, not a pass over every known inode.
+    pub(crate) fn queue_changed_dirs(&self, names: &[&[u8]]) {
+        let mut g = self.lock();
+        let mut path = Vec::new();
+        let mut queued = false;
+        for name in names {
+            for base in [&b""[..], &b"logs/"[..]] {
+                path.clear();
+                path.extend_from_slice(base);
+                path.extend_from_slice(name);
+                let mut end = path.len();
+                while let Some(slash) = path
+                    .get(..end)
+                    .and_then(|p| p.iter().rposition(|&b| b == b'/'))
+                {
+                    end = slash;
+                    let Some(dir) = path.get(..end) else { break };
+                    if dir == b"refs" || dir == b"logs" || dir.is_empty() {
+                        break;
+                    }
+                    let Some((_, parent)) = g.inodes.known_dir(dir) else {
+                        continue;
+                    };
+                    let dir = dir.to_vec();
+                    if g.classify(&dir).ok().flatten() == Some(Kind::Dir) {
+                        // Still a directory: so are its parents.
+                        break;
+                    }
+                    let name = dir
+                        .rsplit(|&b| b == b'/')
+                        .next()
+                        .unwrap_or_default()
+                        .to_vec();
+                    if !g
+                        .stale_names
+                        .iter()
+                        .any(|(q, n)| *q == parent && *n == name)
+                    {
+                        g.stale_names.push((parent, name));
+                        queued = true;
+                    }
+                }
+            }
+        }
+        drop(g);
+        if queued {
+            self.wake_watcher();
+        }
+    }
+
     /// Whether a reload changed the view since the last call (for the watcher).
     pub fn take_changed(&self) -> bool {
         std::mem::take(&mut self.lock().needs_invalidation)
