@@ -1168,3 +1168,64 @@ fn prepare_holds_the_lock_until_commit() {
             .success()
     );
 }
+
+/// A stack that git's transactions would never write (written here table by table with
+/// the library's writer): `verify` names every problem as `git refs verify` would.
+#[test]
+fn verify_finds_bad_names_referents_and_df_conflicts() {
+    use reftablefs::table::{TableWriter, WriteOptions};
+    use reftablefs::{ObjectId, RefRecord, RefValue};
+    let tmp = tempfile::tempdir().unwrap();
+    let d = tmp.path();
+    rich_repo(d);
+    let id = ObjectId::from_hex(
+        git(d, &["rev-parse", "refs/heads/main"]).trim().as_bytes(),
+        reftablefs::HashKind::Sha1,
+    )
+    .unwrap();
+    let rt = d.join(".git/reftable");
+    let list = std::fs::read_to_string(rt.join("tables.list")).unwrap();
+    let last = list.lines().last().unwrap();
+    let max: u64 =
+        u64::from_str_radix(last.split('-').nth(1).unwrap().trim_start_matches("0x"), 16).unwrap();
+    let ui = max + 1;
+    let mut refs = vec![
+        RefRecord {
+            name: b"refs/heads/bad..name".to_vec(),
+            update_index: ui,
+            value: RefValue::Val1(id),
+        },
+        RefRecord {
+            name: b"refs/heads/main/sub".to_vec(),
+            update_index: ui,
+            value: RefValue::Val1(id),
+        },
+        RefRecord {
+            name: b"refs/heads/garbage-sym".to_vec(),
+            update_index: ui,
+            value: RefValue::Symref(b"garbage".to_vec()),
+        },
+    ];
+    refs.sort_by(|a, b| a.name.cmp(&b.name));
+    let mut w = TableWriter::new(WriteOptions::default());
+    w.begin(ui, ui).unwrap();
+    for r in &refs {
+        w.add_ref(r).unwrap();
+    }
+    let bytes = w.finish().unwrap().to_vec();
+    let name = format!("0x{ui:012x}-0x{ui:012x}-12345678.ref");
+    std::fs::write(rt.join(&name), bytes).unwrap();
+    std::fs::write(rt.join("tables.list"), format!("{list}{name}\n")).unwrap();
+
+    let o = ours(d, &["verify"]);
+    assert_eq!(o.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&o.stderr);
+    for want in [
+        "error: refs/heads/bad..name: badRefName: invalid refname format",
+        "error: refs/heads/garbage-sym: badReferentName: points to invalid refname 'garbage'",
+        "error: refs/heads/main/sub: badRefDFConflict: 'refs/heads/main' exists; cannot have 'refs/heads/main/sub'",
+    ] {
+        assert!(err.contains(want), "missing {want:?} in:\n{err}");
+    }
+    assert_eq!(err.lines().count(), 3, "{err}");
+}

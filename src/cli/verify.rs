@@ -11,8 +11,9 @@
 //! * all tables have the stack's hash and update-index ranges that increase
 //!   (`badReftableOrder`);
 //! * the merged view (newest wins): every live ref name passes `check-ref-format`
-//!   (`badRefName`), symref targets are valid names (`badReferentName`), no ref is both a
-//!   file and a directory (`refs/a` and `refs/a/b`: `badRefDFConflict`), symref chains
+//!   (`badRefName`); symref targets are valid names under `refs/` or root refs
+//!   (`badReferentName`, as git's fsck); no ref is both a file and a directory
+//!   (`refs/a` and `refs/a/b`: `badRefDFConflict`); symref chains
 //!   resolve within git's depth (`badSymrefChain`, a warning; dangling is normal).
 
 use std::process::ExitCode;
@@ -163,7 +164,10 @@ pub fn verify_stack(dir: &std::path::Path, hash: crate::HashKind) -> Result<Repo
         }
         ancestors.push(rec.name.clone());
         if let RefValue::Symref(target) = &rec.value {
-            if check_refname_format(target, flags).is_err() {
+            // git's fsck: a referent is a valid name under `refs/`, or a root ref.
+            let valid_referent = check_refname_format(target, flags).is_ok()
+                && (target.starts_with(b"refs/") || crate::files::is_root_ref(target));
+            if !valid_referent {
                 rep.errors.push(format!(
                     "{name}: badReferentName: points to invalid refname '{}'",
                     String::from_utf8_lossy(target)
