@@ -362,4 +362,64 @@ mod tests {
         assert_eq!(t.path(ROOT, &mut p), Some(Kind::Dir));
         assert!(p.is_empty());
     }
+
+    #[test]
+    fn ref_inodes_have_one_size_and_track_cached_pages() {
+        let mut t = Inodes::new();
+        let head18 = t.remember(ROOT, b"HEAD", b"HEAD", Kind::Ref, Some(18));
+        let head41 = t.remember(ROOT, b"HEAD", b"HEAD", Kind::Ref, Some(41));
+        // Another length is another inode; the same length the same one.
+        assert_ne!(head18, head41);
+        assert_eq!(
+            t.remember(ROOT, b"HEAD", b"HEAD", Kind::Ref, Some(18)),
+            head18
+        );
+        assert_eq!(t.fixed_size(head18), Some(18));
+        // Content of the inode's own size: pages are refilled once, then kept.
+        assert_eq!(t.open_for_read(head41, 41, 7), OpenMode::Refill);
+        assert_eq!(t.open_for_read(head41, 41, 7), OpenMode::Cached);
+        // Same size, other content: the kernel must drop its pages.
+        assert_eq!(t.open_for_read(head41, 41, 8), OpenMode::Refill);
+        // A handle opened before the change fills the pages with the old content: the
+        // next open with the new content drops them again.
+        t.pages_filled(head41, 7);
+        assert_eq!(t.open_for_read(head41, 41, 8), OpenMode::Refill);
+        // Content of another size through this inode: never the page cache.
+        assert_eq!(t.open_for_read(head41, 18, 9), OpenMode::Direct);
+        // Written through the kernel: its size is no longer ours.
+        t.suspect(head18);
+        assert_eq!(t.fixed_size(head18), None);
+        assert_eq!(t.open_for_read(head18, 18, 1), OpenMode::Direct);
+        // A later lookup of that size gets a fresh inode again.
+        let again = t.remember(ROOT, b"HEAD", b"HEAD", Kind::Ref, Some(18));
+        assert_ne!(again, head18);
+        assert_eq!(t.open_for_read(again, 18, 1), OpenMode::Refill);
+        // Unknown inodes are direct.
+        assert_eq!(t.open_for_read(12345, 18, 1), OpenMode::Direct);
+    }
+
+    #[test]
+    fn renamed_lock_loses_its_fixed_size_and_known_dirs_are_found() {
+        let mut t = Inodes::new();
+        let refs = t.remember(ROOT, b"refs", b"refs", Kind::Dir, None);
+        let heads = t.remember(refs, b"heads", b"refs/heads", Kind::Dir, None);
+        assert_eq!(t.known_dir(b"refs/heads"), Some((heads, refs)));
+        assert_eq!(t.known_dir(b"refs/tags"), None);
+        let x = t.remember(heads, b"x", b"refs/heads/x", Kind::Ref, Some(41));
+        // Renaming a ref file itself (not its lock) finds it despite the sized number.
+        t.moved(
+            heads,
+            b"x",
+            b"refs/heads/x",
+            Kind::Ref,
+            heads,
+            b"y",
+            Kind::Ref,
+        );
+        let mut p = Vec::new();
+        assert_eq!(t.path(x, &mut p), Some(Kind::Ref));
+        assert_eq!(p, b"refs/heads/y");
+        assert_eq!(t.fixed_size(x), None);
+        assert_eq!(t.open_for_read(x, 41, 1), OpenMode::Direct);
+    }
 }
