@@ -11,7 +11,11 @@
 //! * a ref that does not exist yet is checked for D/F conflicts against the stack and
 //!   the batch, with the stack's one cached iterator reseeked for every name;
 //! * a no-op update is skipped with its reflog entry; deleting a missing ref writes
-//!   nothing; deleting a ref writes a tombstone plus log tombstones for its whole reflog;
+//!   nothing; deleting a ref writes a tombstone plus log tombstones for its whole reflog,
+//!   except a symref, whose reflog gets an entry `old → 0` instead;
+//! * writing a symref logs (when the ref logs) the id it resolved to → the id its new
+//!   target resolves to now, and nothing when the target does not resolve; the HEAD
+//!   entry for a symref written on HEAD's referent logs `old → 0`;
 //! * reflog messages are normalised (whitespace runs → one space, trimmed), truncated to
 //!   `block_size / 2`, and end in one `\n`; callers may supply the complete log record
 //!   instead (the mount does, for reflog lines written by a files-backend git);
@@ -34,7 +38,8 @@ pub enum NewValue {
     Oid(ObjectId),
     /// An annotated tag and the object it peels to.
     Peeled { value: ObjectId, peeled: ObjectId },
-    /// A symbolic ref to the given target (never dereferenced).
+    /// A symbolic ref to the given target. As git: without `no_deref`, an edit of a ref
+    /// that is a symref now makes its referent the new symref (see [`RefEdit::symref`]).
     Symref(Vec<u8>),
     /// Delete the ref.
     Delete,
@@ -74,7 +79,8 @@ pub struct RefEdit {
     pub log: Option<LogRecord>,
     /// Write a reflog entry even if the ref would not get one (`REF_FORCE_CREATE_REFLOG`).
     pub force_create_reflog: bool,
-    /// Do not start a reflog for this ref (`REF_SKIP_CREATE_REFLOG`).
+    /// Write no reflog entry for this ref, even if its reflog exists
+    /// (`REF_SKIP_CREATE_REFLOG`).
     pub skip_create_reflog: bool,
     /// Skip ref-name checks (`REF_SKIP_REFNAME_VERIFICATION`).
     pub skip_refname_verification: bool,
@@ -274,6 +280,11 @@ struct Upd {
     edit: usize,
     log_only: bool,
     via_head: bool,
+    /// The log-only HEAD entry added for an update of HEAD's referent (git gives it the
+    /// edit's new id, which is null for a symref edit).
+    head_copy: bool,
+    /// The ref is a symref now (git's `REF_ISSYMREF` in `u->type`).
+    cur_symref: bool,
     /// Expectation applies (cleared on a symref split).
     check_old: bool,
     /// The id the ref (resolved) has now; null when missing or unresolvable.
@@ -337,9 +348,6 @@ impl<'a> Transaction<'a> {
                     e.new = Some(NewValue::Delete);
                 }
             }
-            if let Some(NewValue::Symref(_)) = &e.new {
-                e.no_deref = true;
-            }
             let ids: Vec<ObjectId> = match (&e.new, &e.expected) {
                 (Some(NewValue::Oid(a)), _) => vec![*a],
                 (Some(NewValue::Peeled { value, peeled }), _) => vec![*value, *peeled],
@@ -398,6 +406,20 @@ impl<'a> Transaction<'a> {
             }
         }
         Ok(null)
+    }
+
+    /// Resolves a symref target as git's `refs_resolve_ref_unsafe(.., RESOLVE_REF_READING)`:
+    /// `None` when it (or a ref it points to) does not exist.
+    fn resolve_target(stack: &mut Stack, name: &[u8]) -> Result<Option<ObjectId>> {
+        let mut cur = name.to_vec();
+        for _ in 0..6 {
+            match stack.read_ref(&cur)?.map(|r| r.value) {
+                Some(RefValue::Symref(t)) => cur = t,
+                Some(v) => return Ok(ref_value_id(&v)),
+                None => return Ok(None),
+            }
+        }
+        Ok(None)
     }
 
     /// D/F check of `name` (which does not exist) against the stack and the batch.
@@ -461,18 +483,26 @@ impl<'a> Transaction<'a> {
         })
     }
 
+    /// Whether an update of `name` gets a reflog entry: always with a caller-supplied
+    /// record; never with `skip_create_reflog` (as git, even if the reflog exists);
+    /// else `force_create_reflog`, `core.logAllRefUpdates` or an existing reflog.
     fn should_log(&self, name: &[u8], edit: &RefEdit) -> Result<bool> {
-        if edit.log.is_some() || edit.force_create_reflog {
+        if edit.log.is_some() {
+            return Ok(true);
+        }
+        if edit.skip_create_reflog {
+            return Ok(false);
+        }
+        if edit.force_create_reflog {
             return Ok(true);
         }
         let auto = match self.log_all {
             LogAllRefUpdates::Always => true,
             LogAllRefUpdates::True => {
-                !edit.skip_create_reflog
-                    && (name == b"HEAD"
-                        || name.starts_with(b"refs/heads/")
-                        || name.starts_with(b"refs/remotes/")
-                        || name.starts_with(b"refs/notes/"))
+                name == b"HEAD"
+                    || name.starts_with(b"refs/heads/")
+                    || name.starts_with(b"refs/remotes/")
+                    || name.starts_with(b"refs/notes/")
             }
             LogAllRefUpdates::False => false,
         };
@@ -499,6 +529,8 @@ impl<'a> Transaction<'a> {
                 edit: i,
                 log_only: false,
                 via_head: false,
+                head_copy: false,
+                cur_symref: false,
                 check_old: true,
                 cur_oid: null,
                 queued: false,
@@ -528,6 +560,8 @@ impl<'a> Transaction<'a> {
                         edit: updates[i].edit,
                         log_only: true,
                         via_head: false,
+                        head_copy: true,
+                        cur_symref: false,
                         check_old: false,
                         cur_oid: null,
                         queued: false,
@@ -560,6 +594,7 @@ impl<'a> Transaction<'a> {
                 continue;
             };
             let is_symref = matches!(cur, RefValue::Symref(_));
+            updates[i].cur_symref = is_symref;
             let mut cur_oid = ref_value_id(&cur).unwrap_or(null);
             if let RefValue::Symref(target) = &cur {
                 cur_oid = Self::resolve_oid(self.stack, target)?;
@@ -579,6 +614,8 @@ impl<'a> Transaction<'a> {
                         edit: updates[i].edit,
                         log_only: false,
                         via_head,
+                        head_copy: false,
+                        cur_symref: false,
                         check_old,
                         cur_oid: null,
                         queued: false,
@@ -652,14 +689,18 @@ impl<'a> Transaction<'a> {
             self.add_log_edit(le, ui, &mut logs)?;
         }
 
-        // Generated logs and tombstones.
+        // Generated logs and tombstones (git's `write_transaction_table`): deleting a
+        // ref that is not a symref deletes its reflog; any other update gets an entry when
+        // the ref logs, with the old id it resolved to and the new id (a symref's target
+        // resolved before this transaction; no entry when the target does not resolve).
+        let mut new_ids: Vec<ObjectId> = vec![null; updates.len()];
         for (idx, u) in updates.iter().enumerate() {
             if !u.queued {
                 continue;
             }
             let edit = &self.edits[u.edit];
             let deleting = matches!(edit.new, Some(NewValue::Delete));
-            if deleting && !u.log_only {
+            if deleting && !u.cur_symref {
                 let mut it = self.stack.log_iter();
                 crate::table::LogIter::seek(&mut it, &u.name, u64::MAX)?;
                 while let Some(l) = crate::table::LogIter::next(&mut it)? {
@@ -668,14 +709,18 @@ impl<'a> Transaction<'a> {
                     }
                     logs.push(LogSrc::Tombstone(idx, l.update_index));
                 }
-            } else if matches!(edit.new, Some(NewValue::Symref(_))) && !u.log_only {
-                if (edit.message.is_some() || edit.log.is_some())
-                    && self.should_log(&u.name, edit)?
-                {
+            } else if edit.new.is_some() && self.should_log(&u.name, edit)? {
+                let new_id = match &edit.new {
+                    Some(NewValue::Oid(id)) => Some(*id),
+                    Some(NewValue::Peeled { value, .. }) => Some(*value),
+                    Some(NewValue::Symref(_)) if u.head_copy => Some(null),
+                    Some(NewValue::Symref(t)) => Self::resolve_target(self.stack, t)?,
+                    _ => Some(null),
+                };
+                if let Some(id) = new_id {
+                    new_ids[idx] = id;
                     logs.push(LogSrc::Update(idx));
                 }
-            } else if self.should_log(&u.name, edit)? {
-                logs.push(LogSrc::Update(idx));
             }
         }
 
@@ -760,12 +805,7 @@ impl<'a> Transaction<'a> {
                             log.deleted = false;
                         } else {
                             log.old_id = u.cur_oid;
-                            log.new_id = match &edit.new {
-                                Some(NewValue::Oid(id)) => *id,
-                                Some(NewValue::Peeled { value, .. }) => *value,
-                                Some(NewValue::Symref(t)) => Self::resolve_oid(self.stack, t)?,
-                                _ => null,
-                            };
+                            log.new_id = new_ids.get(*i).copied().unwrap_or(null);
                             log.name.clear();
                             log.name.extend_from_slice(&self.identity.name);
                             log.email.clear();

@@ -630,32 +630,208 @@ fn global_options_find_the_repository_like_git() {
     assert_eq!(o.status.code(), Some(129));
 }
 
-#[test]
-#[ignore = "known difference in the stack's transaction: git 2.47 writes a reflog entry (0 -> target's id) when it creates a symref under refs/heads/; we write none"]
-fn symref_creation_table_matches_git() {
-    let tmp = tempfile::tempdir().unwrap();
-    let a = tmp.path().join("a");
-    std::fs::create_dir(&a).unwrap();
-    rich_repo(&a);
-    let b = tmp.path().join("b");
+/// Copies `a` (a git repository) to `b` with `cp -a`.
+fn copy_repo(a: &Path, b: &Path) {
     assert!(Command::new("cp")
         .args(["-a"])
-        .arg(&a)
-        .arg(&b)
+        .arg(a)
+        .arg(b)
         .status()
         .unwrap()
         .success());
-    let input = b"symref-update refs/heads/sym refs/heads/main\n";
-    assert!(run(BIN, &a, &["update-ref", "--stdin"], Some(input))
-        .status
-        .success());
-    assert!(run("git", &b, &["update-ref", "--stdin"], Some(input))
-        .status
-        .success());
-    let (ta, tb) = (tables(&a), tables(&b));
-    assert_eq!(
-        std::fs::read(ta.last().unwrap()).unwrap(),
-        std::fs::read(tb.last().unwrap()).unwrap()
+}
+
+/// The stack's table names without their random suffix, and every table's bytes.
+fn stack_bytes(dir: &Path) -> (Vec<String>, Vec<Vec<u8>>) {
+    let list = std::fs::read_to_string(dir.join(".git/reftable/tables.list")).unwrap();
+    let names = list
+        .lines()
+        .map(|l| l.get(..l.len().saturating_sub(13)).unwrap_or(l).to_owned())
+        .collect();
+    let bytes = tables(dir)
+        .iter()
+        .map(|t| std::fs::read(t).unwrap())
+        .collect();
+    (names, bytes)
+}
+
+/// One case of a symref write: ours (`reftablefs` args + stdin) and git's (args + stdin)
+/// on two copies of [`rich_repo`] must both succeed and leave byte-identical stacks.
+fn symref_case(
+    tmp: &Path,
+    base: &Path,
+    ours_args: &[&str],
+    git_args: &[&str],
+    input: &str,
+) -> (PathBuf, PathBuf) {
+    let n = std::fs::read_dir(tmp).unwrap().count();
+    let (a, b) = (tmp.join(format!("o{n}")), tmp.join(format!("g{n}")));
+    copy_repo(base, &a);
+    copy_repo(base, &b);
+    let stdin = |args: &[&str]| args.contains(&"--stdin").then_some(input.as_bytes());
+    let oa = run(BIN, &a, ours_args, stdin(ours_args));
+    let ob = run("git", &b, git_args, stdin(git_args));
+    let ctx = format!(
+        "ours {ours_args:?} / git {git_args:?} with {input:?}\nour stderr: {}\ngit stderr: {}",
+        String::from_utf8_lossy(&oa.stderr),
+        String::from_utf8_lossy(&ob.stderr)
+    );
+    assert!(oa.status.success() && ob.status.success(), "{ctx}");
+    let (sa, sb) = (stack_bytes(&a), stack_bytes(&b));
+    assert_eq!(sa.0, sb.0, "tables.list differs: {ctx}");
+    for (i, (x, y)) in sa.1.iter().zip(&sb.1).enumerate() {
+        assert!(x == y, "table {i} differs: {ctx}");
+    }
+    (a, b)
+}
+
+#[test]
+fn symref_creation_table_matches_git() {
+    let tmp = tempfile::tempdir().unwrap();
+    let base = tmp.path().join("base");
+    std::fs::create_dir(&base).unwrap();
+    rich_repo(&base);
+    let cases = tmp.path().join("cases");
+    std::fs::create_dir(&cases).unwrap();
+    let t = cases.as_path();
+    let stdin_nd = ["update-ref", "--no-deref", "--stdin"];
+    let stdin = ["update-ref", "--stdin"];
+    // Creation under refs/heads/: a reflog entry 0 -> the target's id (message "\n").
+    symref_case(
+        t,
+        &base,
+        &stdin,
+        &stdin,
+        "symref-update refs/heads/sym refs/heads/main\n",
+    );
+    // With a message, and through symref-create.
+    let with_msg = ["update-ref", "-m", "  made  a\tsymref ", "--stdin"];
+    symref_case(
+        t,
+        &base,
+        &with_msg,
+        &with_msg,
+        "symref-create refs/heads/sym refs/heads/main\n",
+    );
+    // A dangling target: no entry (git's TODO), the ref is still written.
+    symref_case(
+        t,
+        &base,
+        &stdin,
+        &stdin,
+        "symref-create refs/heads/sym refs/heads/nowhere\n",
+    );
+    // A target created in the same transaction is not resolvable yet: no entry.
+    symref_case(
+        t,
+        &base,
+        &stdin,
+        &stdin,
+        "symref-create refs/heads/sym refs/heads/new\ncreate refs/heads/new HEAD\n",
+    );
+    // Not logged (refs/tags/), unless --create-reflog.
+    symref_case(
+        t,
+        &base,
+        &stdin,
+        &stdin,
+        "symref-update refs/tags/st refs/heads/main\n",
+    );
+    let force = ["update-ref", "--create-reflog", "--stdin"];
+    symref_case(
+        t,
+        &base,
+        &force,
+        &force,
+        "symref-update refs/tags/st refs/heads/main\n",
+    );
+    // A regular ref turned into a symref: old id = its id.
+    symref_case(
+        t,
+        &base,
+        &stdin,
+        &stdin,
+        "symref-update refs/heads/main-2 refs/heads/topic\n",
+    );
+    // An existing symref re-pointed (no-deref): old = what it resolved to.
+    symref_case(
+        t,
+        &base,
+        &stdin_nd,
+        &stdin_nd,
+        "symref-update refs/remotes/origin/HEAD refs/heads/main-2 ref refs/remotes/origin/main\n",
+    );
+    // Without no-deref, git writes the new symref on the referent (and a log-only entry
+    // on the symref itself).
+    symref_case(
+        t,
+        &base,
+        &stdin,
+        &stdin,
+        "symref-update refs/remotes/origin/HEAD refs/heads/main-2\n",
+    );
+    // HEAD's referent made a symref: HEAD logs old -> 0.
+    symref_case(
+        t,
+        &base,
+        &stdin_nd,
+        &stdin_nd,
+        "symref-update refs/heads/topic refs/heads/main\n",
+    );
+    // HEAD re-pointed, as `git symbolic-ref HEAD` (ours through update-ref --no-deref).
+    symref_case(
+        t,
+        &base,
+        &stdin_nd,
+        &["symbolic-ref", "HEAD", "refs/heads/main"],
+        "symref-update HEAD refs/heads/main\n",
+    );
+    symref_case(
+        t,
+        &base,
+        &["update-ref", "--no-deref", "-m", "switch", "--stdin"],
+        &["symbolic-ref", "-m", "switch", "HEAD", "refs/heads/main"],
+        "symref-update HEAD refs/heads/main\n",
+    );
+    symref_case(
+        t,
+        &base,
+        &stdin_nd,
+        &["symbolic-ref", "refs/heads/s2", "refs/heads/main-2"],
+        "symref-update refs/heads/s2 refs/heads/main-2\n",
+    );
+    // Deleting a symref keeps its reflog and logs old -> 0 (no tombstones), in both
+    // spellings.
+    let (a, _) = symref_case(
+        t,
+        &base,
+        &stdin_nd,
+        &["symbolic-ref", "-d", "refs/remotes/origin/HEAD"],
+        "symref-delete refs/remotes/origin/HEAD\n",
+    );
+    assert!(run(
+        BIN,
+        &a,
+        &["reflog", "exists", "refs/remotes/origin/HEAD"],
+        None
+    )
+    .status
+    .success());
+    symref_case(
+        t,
+        &base,
+        &["update-ref", "--no-deref", "-d", "refs/remotes/origin/HEAD"],
+        &["update-ref", "--no-deref", "-d", "refs/remotes/origin/HEAD"],
+        "",
+    );
+    // Deleting through the symref deletes the referent (tombstones) and logs on the
+    // symref and on HEAD.
+    symref_case(
+        t,
+        &base,
+        &["update-ref", "-d", "HEAD"],
+        &["update-ref", "-d", "HEAD"],
+        "",
     );
 }
 

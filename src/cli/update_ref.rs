@@ -40,11 +40,13 @@ pub fn to_ref_edit(
     force_no_deref: bool,
     create_reflog: bool,
 ) -> RefEdit {
-    let (new, symref) = match e.new {
-        NewValue::Oid(id) => (Some(TxNew::Oid(id)), false),
-        NewValue::Symref(t) => (Some(TxNew::Symref(t)), true),
-        NewValue::Delete => (Some(TxNew::Delete), false),
-        NewValue::Verify => (None, false),
+    // As git: `symref-update` without `no-deref` on a ref that is a symref writes the
+    // new symref on its referent.
+    let new = match e.new {
+        NewValue::Oid(id) => Some(TxNew::Oid(id)),
+        NewValue::Symref(t) => Some(TxNew::Symref(t)),
+        NewValue::Delete => Some(TxNew::Delete),
+        NewValue::Verify => None,
     };
     let expected = match e.old {
         OldValue::Any => Expected::Any,
@@ -56,7 +58,7 @@ pub fn to_ref_edit(
         name: e.name,
         new,
         expected,
-        no_deref: e.no_deref || force_no_deref || symref,
+        no_deref: e.no_deref || force_no_deref,
         message: message.map(<[u8]>::to_vec),
         force_create_reflog: create_reflog,
         ..RefEdit::default()
@@ -82,7 +84,7 @@ fn commit(repo: &Repo, store: &mut RefStore, edits: Vec<Edit>, flags: &Flags) ->
                     let is_symref = wt
                         .read_ref(&e.name)?
                         .is_some_and(|r| matches!(r.value, crate::RefValue::Symref(_)));
-                    symref_deref |= is_symref && !matches!(e.new, NewValue::Symref(_));
+                    symref_deref |= is_symref;
                 }
             }
             if symref_deref {
@@ -133,7 +135,7 @@ fn resolver(
 
 fn run_stdin(repo: &Repo, z: bool, flags: &Flags) -> Result<ExitCode> {
     let mut stack = RefStore::open(repo)?;
-    let mut parser = StreamParser::new(z, repo.hash());
+    let mut parser = StreamParser::new(z, repo.hash()).with_no_deref(flags.no_deref);
     let stdin = std::io::stdin();
     let mut input = stdin.lock();
     let mut unit = Vec::new();
