@@ -308,6 +308,9 @@ enum LogSrc {
     Tombstone(usize, u64),
     /// A record from a [`LogEdit`], complete with refname and update index.
     Extra(LogRecord),
+    /// git's existence marker at this update index, written with a NULL message (empty,
+    /// not normalised to `"\n"`) as git's `create_reflog` and reflog expiry do.
+    Marker(Vec<u8>, u64),
 }
 
 impl<'a> Transaction<'a> {
@@ -734,6 +737,7 @@ impl<'a> Transaction<'a> {
                 LogSrc::Update(i) => (updates.get(*i).map_or(&[][..], |u| &u.name), ui),
                 LogSrc::Tombstone(i, u) => (updates.get(*i).map_or(&[][..], |u| &u.name), *u),
                 LogSrc::Extra(l) => (l.refname.as_slice(), l.update_index),
+                LogSrc::Marker(name, u) => (name.as_slice(), *u),
             }
         }
         logs.sort_by(|a, b| {
@@ -783,6 +787,20 @@ impl<'a> Transaction<'a> {
                 }
                 match src {
                     LogSrc::Extra(l) => w.add_log(l)?,
+                    LogSrc::Marker(name, u) => {
+                        log.refname.clear();
+                        log.refname.extend_from_slice(name);
+                        log.update_index = *u;
+                        log.deleted = false;
+                        log.old_id = null;
+                        log.new_id = null;
+                        log.name.clear();
+                        log.email.clear();
+                        log.time = 0;
+                        log.tz_offset = 0;
+                        log.message.clear();
+                        w.add_log_verbatim(&log)?;
+                    }
                     LogSrc::Tombstone(i, t) => {
                         log.refname.clear();
                         log.refname.extend_from_slice(&updates[*i].name);
@@ -866,14 +884,7 @@ impl<'a> Transaction<'a> {
             }
             LogEdit::Create { refname } => {
                 if !self.stack.reflog_exists(&refname)? {
-                    let null = self.stack.options().hash.null_id();
-                    logs.push(LogSrc::Extra(LogRecord {
-                        refname,
-                        update_index: ui,
-                        old_id: null,
-                        new_id: null,
-                        ..LogRecord::default()
-                    }));
+                    logs.push(LogSrc::Marker(refname, ui));
                 }
             }
             LogEdit::Delete { refname } => {
@@ -931,14 +942,7 @@ impl<'a> Transaction<'a> {
                 }
                 // As git's expiry: a reflog emptied by a rewrite still exists.
                 if entries_empty && !only_marker {
-                    let null = self.stack.options().hash.null_id();
-                    logs.push(LogSrc::Extra(LogRecord {
-                        refname: refname.clone(),
-                        update_index: ui,
-                        old_id: null,
-                        new_id: null,
-                        ..LogRecord::default()
-                    }));
+                    logs.push(LogSrc::Marker(refname.clone(), ui));
                 }
             }
         }
