@@ -515,6 +515,20 @@ impl<'a> Transaction<'a> {
     /// Validates every edit under the stack lock and writes one table (or nothing when
     /// every edit is a no-op). On error nothing is written.
     pub fn commit(mut self) -> Result<Committed> {
+        let prepared = self.plan()?;
+        prepared.commit(self.stack)
+    }
+
+    /// git's `ref_transaction_prepare`: takes the stack's lock and checks everything a
+    /// commit checks (names, duplicates, expected values, D/F conflicts) against the
+    /// stack as it is under the lock. The returned [`PreparedTransaction`] holds the lock
+    /// until it is committed or dropped (= aborted); its commit can then only fail on
+    /// I/O. The stack is not borrowed meanwhile (it is only read until the commit).
+    pub fn prepare(mut self) -> Result<PreparedTransaction> {
+        self.plan()
+    }
+
+    fn plan(&mut self) -> Result<PreparedTransaction> {
         self.validate()?;
         let lock = self.stack.lock_list()?;
         if !self.stack.is_up_to_date()? {
@@ -631,14 +645,22 @@ impl<'a> Transaction<'a> {
             if updates[i].check_old {
                 match &edit.expected {
                     Expected::Any | Expected::MustExist => {}
+                    // As git: a symref (no_deref) is compared by the id it resolves to,
+                    // so a dangling symref passes "must not exist".
+                    Expected::MustNotExist if cur_oid.is_null() => {}
                     Expected::MustNotExist => {
                         return Err(tx_err(format!(
                             "cannot lock ref '{}': reference already exists",
                             lossy(&edit.name)
                         )));
                     }
+                    Expected::Oid(x) if cur_oid.is_null() && *x != cur_oid => {
+                        return Err(tx_err(format!(
+                            "cannot lock ref '{}': reference is missing but expected {x}",
+                            lossy(&edit.name),
+                        )));
+                    }
                     Expected::Oid(x) => {
-                        // As git: a symref (no_deref) is compared by the id it resolves to.
                         if cur_oid != *x {
                             return Err(tx_err(format!(
                                 "cannot lock ref '{}': is at {} but expected {}",
@@ -652,7 +674,7 @@ impl<'a> Transaction<'a> {
                         RefValue::Symref(actual) if actual == t => {}
                         RefValue::Symref(actual) => {
                             return Err(tx_err(format!(
-                                "cannot lock ref '{}': is at {} but expected {}",
+                                "verifying symref target: '{}': is at {} but expected {}",
                                 lossy(&edit.name),
                                 lossy(actual),
                                 lossy(t)
@@ -757,9 +779,88 @@ impl<'a> Transaction<'a> {
             .map(|s| key_of(&updates, ui, s).1)
             .fold(ui, |m, u| if u > m { u } else { m });
 
-        let block_size = self.stack.options().write.block_size;
+        Ok(PreparedTransaction {
+            dir: self.stack.dir().to_path_buf(),
+            lock,
+            edits: std::mem::take(&mut self.edits),
+            identity: std::mem::take(&mut self.identity),
+            updates,
+            logs,
+            keep,
+            order,
+            new_ids,
+            ui,
+            max_ui,
+            null,
+        })
+    }
+}
+
+/// A transaction checked under the stack's lock ([`Transaction::prepare`]); dropping it
+/// aborts (the lock is released, nothing is written).
+pub struct PreparedTransaction {
+    dir: std::path::PathBuf,
+    lock: crate::lockfile::LockFile,
+    edits: Vec<RefEdit>,
+    identity: Identity,
+    updates: Vec<Upd>,
+    logs: Vec<LogSrc>,
+    keep: Vec<bool>,
+    order: Vec<usize>,
+    new_ids: Vec<ObjectId>,
+    ui: u64,
+    max_ui: u64,
+    null: ObjectId,
+}
+
+impl std::fmt::Debug for PreparedTransaction {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PreparedTransaction")
+            .field("dir", &self.dir)
+            .field("update_index", &self.ui)
+            .field("edits", &self.edits.len())
+            .finish()
+    }
+}
+
+impl PreparedTransaction {
+    /// The update index the table will get.
+    pub fn update_index(&self) -> u64 {
+        self.ui
+    }
+
+    /// The directory of the stack it was prepared on.
+    pub fn dir(&self) -> &std::path::Path {
+        &self.dir
+    }
+
+    /// Writes the table on `stack`, which must be the stack it was prepared on (the
+    /// same directory, not written to since: its lock was held).
+    pub fn commit(self, stack: &mut Stack) -> Result<Committed> {
+        if stack.dir() != self.dir {
+            return Err(Error::Api(format!(
+                "transaction prepared on {} committed on {}",
+                self.dir.display(),
+                stack.dir().display()
+            )));
+        }
+        let PreparedTransaction {
+            lock,
+            edits,
+            identity,
+            updates,
+            logs,
+            keep,
+            order,
+            new_ids,
+            ui,
+            max_ui,
+            null,
+            ..
+        } = self;
+        let block_size = stack.options().write.block_size;
         let max_msg = (if block_size == 0 { 4096 } else { block_size } / 2) as usize;
-        let mut w = self.stack.take_writer();
+        let mut w = stack.take_writer();
         let result = (|| -> Result<()> {
             w.begin(ui, max_ui)?;
             let mut rec = RefRecord::default();
@@ -768,7 +869,7 @@ impl<'a> Transaction<'a> {
                 rec.name.clear();
                 rec.name.extend_from_slice(&u.name);
                 rec.update_index = ui;
-                rec.value = match &self.edits[u.edit].new {
+                rec.value = match &edits[u.edit].new {
                     Some(NewValue::Oid(id)) => RefValue::Val1(*id),
                     Some(NewValue::Peeled { value, peeled }) => RefValue::Val2 {
                         value: *value,
@@ -810,7 +911,7 @@ impl<'a> Transaction<'a> {
                     }
                     LogSrc::Update(i) => {
                         let u = &updates[*i];
-                        let edit = &self.edits[u.edit];
+                        let edit = &edits[u.edit];
                         log.refname.clear();
                         log.refname.extend_from_slice(&u.name);
                         log.update_index = ui;
@@ -825,11 +926,11 @@ impl<'a> Transaction<'a> {
                             log.old_id = u.cur_oid;
                             log.new_id = new_ids.get(*i).copied().unwrap_or(null);
                             log.name.clear();
-                            log.name.extend_from_slice(&self.identity.name);
+                            log.name.extend_from_slice(&identity.name);
                             log.email.clear();
-                            log.email.extend_from_slice(&self.identity.email);
-                            log.time = self.identity.time;
-                            log.tz_offset = self.identity.tz_offset;
+                            log.email.extend_from_slice(&identity.email);
+                            log.time = identity.time;
+                            log.tz_offset = identity.tz_offset;
                             normalize_reflog_message(
                                 edit.message.as_deref().unwrap_or(b""),
                                 &mut norm,
@@ -845,15 +946,17 @@ impl<'a> Transaction<'a> {
             }
             Ok(())
         })();
-        let result = result.and_then(|()| self.stack.add_finished_table(lock, &mut w, ui, max_ui));
-        self.stack.put_writer(w);
+        let result = result.and_then(|()| stack.add_finished_table(lock, &mut w, ui, max_ui));
+        stack.put_writer(w);
         let table = result?;
         Ok(Committed {
             update_index: ui,
             table,
         })
     }
+}
 
+impl Transaction<'_> {
     fn add_log_edit(&mut self, le: LogEdit, ui: u64, logs: &mut Vec<LogSrc>) -> Result<()> {
         let existing = |stack: &Stack, name: &[u8]| -> Result<Vec<u64>> {
             let mut it = stack.log_iter();

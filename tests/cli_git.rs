@@ -1405,3 +1405,73 @@ fn verify_finds_bad_names_referents_and_df_conflicts() {
     }
     assert_eq!(err.lines().count(), 3, "{err}");
 }
+
+/// `prepare` checks what git's `ref_transaction_prepare` checks (expected old values,
+/// missing refs, D/F conflicts, duplicates, symref targets) and fails there with git's
+/// message, stdout and exit code; nothing is written.
+#[test]
+fn prepare_checks_expectations_like_git() {
+    let tmp = tempfile::tempdir().unwrap();
+    let d = tmp.path();
+    rich_repo(d);
+    let main = git(d, &["rev-parse", "refs/heads/main"]);
+    let main = main.trim();
+    let wrong = "1".repeat(40);
+    let cases = [
+        format!("update refs/heads/main {main} {wrong}\n"),
+        format!("verify refs/heads/main {wrong}\n"),
+        format!("create refs/heads/main {main}\n"),
+        format!("update refs/heads/nosuch {main} {main}\n"),
+        format!("create refs/heads/main/sub {main}\n"),
+        format!("create refs/heads/feature {main}\n"),
+        format!("create refs/heads/n1 {main}\ncreate refs/heads/n1/n2 {main}\n"),
+        format!("update refs/heads/x {main}\nupdate refs/heads/x {main}\n"),
+        "symref-update refs/remotes/origin/HEAD refs/heads/main ref refs/heads/main\n".into(),
+        "symref-verify refs/remotes/origin/HEAD refs/heads/main\n".into(),
+        format!("delete refs/heads/main {wrong}\n"),
+        // A dangling symref (no-deref) resolves to the null id.
+        format!("verify refs/heads/dangling {wrong}\n"),
+        format!(
+            "verify refs/heads/dangling {}\nverify refs/heads/main {main}\n",
+            "0".repeat(40)
+        ),
+        // Succeeds: prepare: ok, commit: ok.
+        format!("create refs/heads/fine {main}\nverify refs/heads/main {main}\n"),
+    ];
+    for case in &cases {
+        let input = format!("start\n{case}prepare\ncommit\n");
+        let args = ["update-ref", "--no-deref", "--stdin"];
+        let before = git(d, &["for-each-ref"]);
+        let n_tables = tables(d).len();
+        let a = run(BIN, d, &args, Some(input.as_bytes()));
+        let after_ours = git(d, &["for-each-ref"]);
+        if before != after_ours {
+            git(d, &["update-ref", "-d", "refs/heads/fine"]);
+        }
+        let b = run("git", d, &args, Some(input.as_bytes()));
+        let after_git = git(d, &["for-each-ref"]);
+        if before != after_git {
+            git(d, &["update-ref", "-d", "refs/heads/fine"]);
+        }
+        assert_eq!(after_ours, after_git, "{input:?}");
+        let (ea, eb) = (
+            String::from_utf8_lossy(&a.stderr),
+            String::from_utf8_lossy(&b.stderr),
+        );
+        assert_eq!(
+            (String::from_utf8_lossy(&a.stdout), a.status.code()),
+            (String::from_utf8_lossy(&b.stdout), b.status.code()),
+            "{input:?}\nour stderr: {ea}\ngit stderr: {eb}"
+        );
+        let first = |s: &str| s.lines().next().unwrap_or("").to_owned();
+        assert_eq!(first(&ea), first(&eb), "{input:?}");
+        if !a.status.success() {
+            assert!(first(&ea).starts_with("fatal: prepare: "), "{ea}");
+            assert_eq!(
+                tables(d).len(),
+                n_tables,
+                "{input:?}: a failed prepare wrote"
+            );
+        }
+    }
+}

@@ -4,10 +4,10 @@
 //!   input (git's command language, see [`super::update_ref_parse`]) is one transaction,
 //!   or several with `start`/`prepare`/`commit`/`abort`, each written as one table.
 //!   Commands are read and answered one at a time, so a driver may wait for
-//!   `start: ok` before sending more. `prepare` validates the batch (duplicates), takes
-//!   the stack's lock and answers `prepare: ok`; the lock is held until `commit`/`abort`
-//!   (expected values are checked at `commit`). Object names are full hex ids or ref
-//!   names.
+//!   `start: ok` before sending more. `prepare` takes the stack's lock and checks the
+//!   whole batch as git does (duplicates, names, expected values, D/F conflicts),
+//!   answering `prepare: ok` only when the commit can succeed; the lock is held until
+//!   `commit`/`abort`. Object names are full hex ids or ref names.
 //! * `update-ref [-m MSG] [--no-deref] [--create-reflog] REF NEW [OLD]` and
 //!   `update-ref [-m MSG] [--no-deref] -d REF [OLD]`.
 
@@ -16,7 +16,8 @@ use std::process::ExitCode;
 use super::store::{is_per_worktree, RefStore};
 use crate::format::ObjectId;
 use crate::repo::Repo;
-use crate::transaction::{Expected, NewValue as TxNew, RefEdit};
+use crate::stack::Stack;
+use crate::transaction::{Expected, NewValue as TxNew, PreparedTransaction, RefEdit};
 use crate::{Error, Result};
 
 use super::common::{self, rev_parse};
@@ -65,8 +66,13 @@ pub fn to_ref_edit(
     }
 }
 
-fn commit(repo: &Repo, store: &mut RefStore, edits: Vec<Edit>, flags: &Flags) -> Result<()> {
-    reject_duplicates(&edits)?;
+/// The stack a batch is written to (the main one unless its refs are per-worktree refs
+/// of a linked worktree).
+fn target_stack<'s>(
+    store: &'s mut RefStore,
+    edits: &[Edit],
+    flags: &Flags,
+) -> Result<&'s mut Stack> {
     // In a linked worktree, per-worktree refs live in its own stack; a transaction is
     // written to one stack, so it may not mix the two kinds (git writes both stacks).
     let stack = if store.worktree.is_some() {
@@ -101,6 +107,19 @@ fn commit(repo: &Repo, store: &mut RefStore, edits: Vec<Edit>, flags: &Flags) ->
     } else {
         &mut store.main
     };
+    Ok(stack)
+}
+
+/// git's `ref_transaction_prepare`: everything is checked under the target stack's lock,
+/// which the returned transaction holds until it is committed or dropped.
+fn prepare(
+    repo: &Repo,
+    store: &mut RefStore,
+    edits: Vec<Edit>,
+    flags: &Flags,
+) -> Result<PreparedTransaction> {
+    reject_duplicates(&edits)?;
+    let stack = target_stack(store, &edits, flags)?;
     let identity = repo.tx_identity()?;
     let mut tx = stack.transaction();
     tx.identity(identity).log_all_ref_updates(repo.tx_log_all());
@@ -112,8 +131,8 @@ fn commit(repo: &Repo, store: &mut RefStore, edits: Vec<Edit>, flags: &Flags) ->
             flags.create_reflog,
         ));
     }
-    match tx.commit() {
-        Ok(_) => Ok(()),
+    match tx.prepare() {
+        Ok(p) => Ok(p),
         // git's words ("cannot lock references"), plus where the lock is.
         Err(Error::Lock(p)) => Err(Error::Transaction(format!(
             "cannot lock references\nhint: '{}' exists: another process is writing, or one that crashed left it behind",
@@ -121,6 +140,20 @@ fn commit(repo: &Repo, store: &mut RefStore, edits: Vec<Edit>, flags: &Flags) ->
         ))),
         Err(e) => Err(e),
     }
+}
+
+/// Writes a prepared transaction on the stack it was prepared on.
+fn commit_prepared(store: &mut RefStore, prepared: PreparedTransaction) -> Result<()> {
+    let stack = match store.worktree.as_mut() {
+        Some(wt) if wt.dir() == prepared.dir() => wt,
+        _ => &mut store.main,
+    };
+    prepared.commit(stack).map(|_| ())
+}
+
+fn commit(repo: &Repo, store: &mut RefStore, edits: Vec<Edit>, flags: &Flags) -> Result<()> {
+    let prepared = prepare(repo, store, edits, flags)?;
+    commit_prepared(store, prepared)
 }
 
 fn resolver(
@@ -141,7 +174,7 @@ fn run_stdin(repo: &Repo, z: bool, flags: &Flags) -> Result<ExitCode> {
     let mut unit = Vec::new();
     let mut edits: Vec<Edit> = Vec::new();
     let mut resolve = resolver(&stack, repo);
-    let mut held: Option<crate::lockfile::LockFile> = None;
+    let mut held: Option<PreparedTransaction> = None;
     loop {
         let event = if parse::read_unit(&mut input, z, &mut unit)? {
             match parser.feed(&unit, &mut resolve)? {
@@ -158,38 +191,31 @@ fn run_stdin(repo: &Repo, z: bool, flags: &Flags) -> Result<ExitCode> {
             Event::Edit(e) => edits.push(e),
             Event::Start => report("start"),
             Event::Prepare => {
-                reject_duplicates(&edits)
-                    .map_err(|e| Error::Transaction(format!("prepare: {e}")))?;
-                // Like git, hold the stack's lock from `prepare` on, so that other
-                // writers wait or fail until `commit`/`abort`. It is handed back just
-                // before the commit takes it again.
-                let dir = match edits.first() {
-                    Some(e) => stack.stack_for(&e.name).dir().to_path_buf(),
-                    None => stack.main.dir().to_path_buf(),
-                };
-                let timeout = repo.stack_options().lock_timeout;
+                // As git: take the stack's lock and check every expectation, name and
+                // D/F conflict now; `prepare: ok` means the commit can only fail on I/O.
+                // The lock is held until `commit`/`abort`.
                 held = Some(
-                    crate::lockfile::LockFile::acquire(dir.join("tables.list.lock"), timeout)
-                        .map_err(|_| {
-                            Error::Transaction("prepare: cannot lock references".into())
-                        })?,
+                    prepare(repo, &mut stack, std::mem::take(&mut edits), flags)
+                        .map_err(|e| Error::Transaction(format!("prepare: {e}")))?,
                 );
                 report("prepare");
             }
             Event::End(Ending::Abort) => {
-                drop(held.take()); // release the lock taken at prepare
+                drop(held.take()); // releases the lock taken at prepare
                 edits.clear();
                 report("abort");
             }
             Event::End(Ending::Commit) => {
-                drop(held.take()); // release the lock taken at prepare
-                commit(repo, &mut stack, std::mem::take(&mut edits), flags)
-                    .map_err(|e| Error::Transaction(format!("commit: {e}")))?;
+                let result = match held.take() {
+                    Some(prepared) => commit_prepared(&mut stack, prepared),
+                    None => commit(repo, &mut stack, std::mem::take(&mut edits), flags),
+                };
+                result.map_err(|e| Error::Transaction(format!("commit: {e}")))?;
                 resolve = resolver(&stack, repo);
                 report("commit");
             }
             Event::End(Ending::EofAbort) => {
-                drop(held.take()); // release the lock taken at prepare
+                drop(held.take()); // releases the lock taken at prepare
                 break;
             }
             Event::End(Ending::Eof) => {
