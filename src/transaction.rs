@@ -273,6 +273,18 @@ impl Stack {
     }
 }
 
+/// git's `SYMREF_MAXDEPTH`: refs read when resolving a name.
+const SYMREF_MAXDEPTH: usize = 5;
+
+/// What following a symref chain found.
+enum Resolution {
+    Id(ObjectId),
+    /// A ref of the chain does not exist (a dangling symref).
+    Missing,
+    /// Still a symref after [`SYMREF_MAXDEPTH`] reads (a cycle, or too long a chain).
+    TooDeep,
+}
+
 /// One update being prepared (an edit, or one derived from it).
 #[derive(Debug)]
 struct Upd {
@@ -397,32 +409,32 @@ impl<'a> Transaction<'a> {
         Ok(())
     }
 
-    /// Resolves `name` to an object id (following symrefs up to 5 levels).
-    fn resolve_oid(stack: &mut Stack, name: &[u8]) -> Result<ObjectId> {
-        let null = stack.options().hash.null_id();
+    /// git's `refs_resolve_ref_unsafe`: follows symrefs from `name`, reading at most
+    /// `reads` refs (git reads 5: `SYMREF_MAXDEPTH`).
+    fn resolve_chain(stack: &mut Stack, name: &[u8], reads: usize) -> Result<Resolution> {
         let mut cur = name.to_vec();
-        for _ in 0..6 {
+        for _ in 0..reads {
             match stack.read_ref(&cur)?.map(|r| r.value) {
                 Some(RefValue::Symref(t)) => cur = t,
-                Some(v) => return Ok(ref_value_id(&v).unwrap_or(null)),
-                None => return Ok(null),
+                Some(v) => {
+                    return Ok(match ref_value_id(&v) {
+                        Some(id) => Resolution::Id(id),
+                        None => Resolution::Missing,
+                    })
+                }
+                None => return Ok(Resolution::Missing),
             }
         }
-        Ok(null)
+        Ok(Resolution::TooDeep)
     }
 
     /// Resolves a symref target as git's `refs_resolve_ref_unsafe(.., RESOLVE_REF_READING)`:
-    /// `None` when it (or a ref it points to) does not exist.
+    /// `None` when it (or a ref it points to) does not exist, or the chain is too long.
     fn resolve_target(stack: &mut Stack, name: &[u8]) -> Result<Option<ObjectId>> {
-        let mut cur = name.to_vec();
-        for _ in 0..6 {
-            match stack.read_ref(&cur)?.map(|r| r.value) {
-                Some(RefValue::Symref(t)) => cur = t,
-                Some(v) => return Ok(ref_value_id(&v)),
-                None => return Ok(None),
-            }
-        }
-        Ok(None)
+        Ok(match Self::resolve_chain(stack, name, SYMREF_MAXDEPTH)? {
+            Resolution::Id(id) => Some(id),
+            Resolution::Missing | Resolution::TooDeep => None,
+        })
     }
 
     /// D/F check of `name` (which does not exist) against the stack and the batch.
@@ -579,7 +591,10 @@ impl<'a> Transaction<'a> {
                         via_head: false,
                         head_copy: true,
                         cur_symref: false,
-                        check_old: false,
+                        // As git: the copy carries the update's old-id check (HAVE_OLD
+                        // and old_oid; an old symref target counts as the null id),
+                        // made against the id HEAD resolves to.
+                        check_old: updates[i].check_old,
                         cur_oid: null,
                         queued: false,
                     });
@@ -614,7 +629,24 @@ impl<'a> Transaction<'a> {
             updates[i].cur_symref = is_symref;
             let mut cur_oid = ref_value_id(&cur).unwrap_or(null);
             if let RefValue::Symref(target) = &cur {
-                cur_oid = Self::resolve_oid(self.stack, target)?;
+                // The symref itself was the first of git's reads.
+                let resolved = Self::resolve_chain(self.stack, target, SYMREF_MAXDEPTH - 1)?;
+                cur_oid = match resolved {
+                    Resolution::Id(id) => id,
+                    Resolution::Missing | Resolution::TooDeep => null,
+                };
+                let no_deref = edit.no_deref || updates[i].log_only;
+                let have_old = updates[i].check_old
+                    && matches!(
+                        edit.expected,
+                        Expected::Oid(_) | Expected::MustNotExist | Expected::Symref(_)
+                    );
+                if no_deref && have_old && matches!(resolved, Resolution::TooDeep) {
+                    return Err(tx_err(format!(
+                        "cannot lock ref '{}': error reading reference",
+                        lossy(&name)
+                    )));
+                }
                 if !edit.no_deref && !updates[i].log_only {
                     if affected.contains(target) {
                         return Err(tx_err(format!(
@@ -638,11 +670,40 @@ impl<'a> Transaction<'a> {
                         queued: false,
                     });
                     updates[i].log_only = true;
-                    updates[i].check_old = false;
+                    // As git: an expected old id moves to the referent (HAVE_OLD is
+                    // cleared), but an expected symref target (`old_target`) is checked
+                    // on both the symref and its referent.
+                    if !matches!(edit.expected, Expected::Symref(_)) {
+                        updates[i].check_old = false;
+                    }
                 }
             }
             updates[i].cur_oid = cur_oid;
-            if updates[i].check_old {
+            if updates[i].check_old && updates[i].head_copy {
+                let expected = match &edit.expected {
+                    Expected::Oid(x) => Some(*x),
+                    Expected::MustNotExist | Expected::Symref(_) => Some(null),
+                    Expected::Any | Expected::MustExist => None,
+                };
+                match expected {
+                    Some(x) if x != cur_oid && x.is_null() => {
+                        return Err(tx_err(
+                            "cannot lock ref 'HEAD': reference already exists".into(),
+                        ));
+                    }
+                    Some(x) if x != cur_oid && cur_oid.is_null() => {
+                        return Err(tx_err(format!(
+                            "cannot lock ref 'HEAD': reference is missing but expected {x}"
+                        )));
+                    }
+                    Some(x) if x != cur_oid => {
+                        return Err(tx_err(format!(
+                            "cannot lock ref 'HEAD': is at {cur_oid} but expected {x}"
+                        )));
+                    }
+                    _ => {}
+                }
+            } else if updates[i].check_old {
                 match &edit.expected {
                     Expected::Any | Expected::MustExist => {}
                     // As git: a symref (no_deref) is compared by the id it resolves to,
@@ -732,7 +793,11 @@ impl<'a> Transaction<'a> {
                     if l.refname != u.name {
                         break;
                     }
-                    logs.push(LogSrc::Tombstone(idx, l.update_index));
+                    // git's merged iterator suppresses deletions: entries that are
+                    // already tombstones get no second one.
+                    if !l.deleted {
+                        logs.push(LogSrc::Tombstone(idx, l.update_index));
+                    }
                 }
             } else if edit.new.is_some() && self.should_log(&u.name, edit)? {
                 let new_id = match &edit.new {

@@ -1475,3 +1475,321 @@ fn prepare_checks_expectations_like_git() {
         }
     }
 }
+
+/// The current refs of `dir` as the random tests model them: `name -> id` for regular
+/// refs, `name -> "-> target"` for symrefs, and `HEAD -> id` when HEAD resolves.
+fn ref_model(dir: &Path) -> std::collections::BTreeMap<String, String> {
+    let mut m = std::collections::BTreeMap::new();
+    let out = git(
+        dir,
+        &[
+            "for-each-ref",
+            "--format=%(refname) %(objectname) %(symref)",
+        ],
+    );
+    for l in out.lines() {
+        let mut f = l.split(' ');
+        let (name, id, sym) = (f.next(), f.next(), f.next());
+        if let (Some(name), Some(id)) = (name, id) {
+            match sym {
+                Some(t) if !t.is_empty() => m.insert(name.to_owned(), format!("-> {t}")),
+                _ => m.insert(name.to_owned(), id.to_owned()),
+            };
+        }
+    }
+    let head = run("git", dir, &["rev-parse", "-q", "--verify", "HEAD"], None);
+    if head.status.success() {
+        let id = String::from_utf8_lossy(&head.stdout).trim().to_owned();
+        m.insert("HEAD".to_owned(), id);
+    }
+    let head = run("git", dir, &["symbolic-ref", "-q", "HEAD"], None);
+    let target = String::from_utf8_lossy(&head.stdout).trim().to_owned();
+    m.insert("HEAD (symref)".to_owned(), format!("-> {target}"));
+    m
+}
+
+/// As [`random_update_ref_batches_give_gits_stack_byte_for_byte`], with symrefs
+/// (created, re-pointed with and without `no-deref`, deleted, updated through, dangling,
+/// chained), updates of HEAD and of its referent, and deletions of refs that have
+/// reflogs: every batch must succeed or fail alike and leave byte-identical stacks.
+#[test]
+fn random_batches_with_symrefs_and_head_match_git_byte_for_byte() {
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path().to_owned();
+    // RTFS_KEEP leaves the two repositories behind for debugging.
+    let _tmp = if std::env::var_os("RTFS_KEEP").is_some() {
+        eprintln!("keeping {}", root.display());
+        std::mem::forget(tmp);
+        None
+    } else {
+        Some(tmp)
+    };
+    let a = root.join("a");
+    std::fs::create_dir(&a).unwrap();
+    git(&a, &["init", "-q", "--ref-format=reftable", "-b", "main"]);
+    let mut ids = Vec::new();
+    for i in 0..3 {
+        git(
+            &a,
+            &["commit", "-q", "--allow-empty", "-m", &format!("c{i}")],
+        );
+        ids.push(git(&a, &["rev-parse", "HEAD"]).trim().to_owned());
+    }
+    git(&a, &["branch", "b1"]);
+    git(&a, &["tag", "t1"]);
+    let b = root.join("b");
+    copy_repo(&a, &b);
+    let names = [
+        "refs/heads/main",
+        "refs/heads/b1",
+        "refs/heads/b2",
+        "refs/heads/d/b3",
+        "refs/tags/t1",
+        "refs/tags/t2",
+        "refs/remotes/o/main",
+    ];
+    let symrefs = [
+        "refs/heads/s0",
+        "refs/heads/s1",
+        "refs/remotes/o/HEAD",
+        "refs/tags/st",
+    ];
+    // RTFS_SEED / RTFS_ROUNDS explore further (the defaults are what CI runs).
+    let mut seed: u64 = std::env::var("RTFS_SEED")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(1);
+    let rounds: usize = std::env::var("RTFS_ROUNDS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(200);
+    let mut rnd = |n: usize| {
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        (seed % n as u64) as usize
+    };
+    let zero = "0".repeat(40);
+    let (mut ok, mut failed) = (0, 0);
+    for round in 0..rounds {
+        let model = ref_model(&a);
+        let mut input = String::new();
+        let mut used = std::collections::BTreeSet::new();
+        for _ in 0..1 + rnd(4) {
+            let id = ids[rnd(ids.len())].clone();
+            let kind = rnd(12);
+            let name = match kind {
+                0..=4 => names[rnd(names.len())],
+                5..=8 => symrefs[rnd(symrefs.len())],
+                _ => "HEAD",
+            };
+            if !used.insert(name) {
+                continue;
+            }
+            let cur = model.get(name).cloned();
+            let cur_id = cur
+                .clone()
+                .filter(|c| !c.starts_with("->"))
+                .unwrap_or_else(|| zero.clone());
+            let target = if rnd(4) == 0 {
+                symrefs[rnd(symrefs.len())]
+            } else {
+                names[rnd(names.len())]
+            };
+            let no_deref = if rnd(2) == 0 { "option no-deref\n" } else { "" };
+            let line = match kind {
+                0 | 1 => format!("update {name} {id}\n"),
+                2 => format!("update {name} {id} {cur_id}\n"),
+                3 => format!("delete {name}\n"),
+                4 => format!("delete {name} {cur_id}\n"),
+                5 => format!("{no_deref}symref-update {name} {target}\n"),
+                6 => match cur.as_deref().and_then(|c| c.strip_prefix("-> ")) {
+                    Some(old) if rnd(3) > 0 => {
+                        format!("{no_deref}symref-update {name} {target} ref {old}\n")
+                    }
+                    _ => format!("symref-create {name} {target}\n"),
+                },
+                7 => format!("option no-deref\nsymref-delete {name}\n"),
+                8 => format!("{no_deref}update {name} {id}\n"),
+                9 => format!("update HEAD {id} {cur_id}\n"),
+                10 => format!("update HEAD {id}\n"),
+                _ => format!(
+                    "option no-deref\nsymref-update HEAD {}\n",
+                    ["refs/heads/main", "refs/heads/b1", "refs/heads/b2"][rnd(3)]
+                ),
+            };
+            input += &line;
+        }
+        let msg = format!("round {round}");
+        let args: Vec<&str> = if rnd(3) == 0 {
+            vec!["update-ref", "--stdin"]
+        } else {
+            vec!["update-ref", "-m", &msg, "--stdin"]
+        };
+        let mut ca = Command::new(BIN);
+        let mut cb = Command::new("git");
+        for (cmd, dir) in [(&mut ca, &a), (&mut cb, &b)] {
+            env(cmd)
+                .env("GIT_TEST_REFTABLE_AUTOCOMPACTION", "true")
+                .current_dir(dir)
+                .args(&args);
+            cmd.stdin(Stdio::piped())
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped());
+        }
+        let out = |mut c: Command| {
+            let mut child = c.spawn().unwrap();
+            use std::io::Write;
+            child
+                .stdin
+                .take()
+                .unwrap()
+                .write_all(input.as_bytes())
+                .unwrap();
+            child.wait_with_output().unwrap()
+        };
+        let (oa, ob) = (out(ca), out(cb));
+        let (ea, eb) = (
+            String::from_utf8_lossy(&oa.stderr),
+            String::from_utf8_lossy(&ob.stderr),
+        );
+        assert_eq!(
+            oa.status.code(),
+            ob.status.code(),
+            "round {round}: {input}\nours: {ea}\ngit: {eb}"
+        );
+        let first = |s: &str| s.lines().next().unwrap_or("").to_owned();
+        assert_eq!(
+            first(&ea),
+            first(&eb),
+            "round {round}: {input}\nrefs before: {model:#?}"
+        );
+        if oa.status.success() {
+            ok += 1;
+        } else {
+            failed += 1;
+        }
+        let (ta, tb) = (tables(&a), tables(&b));
+        assert_eq!(ta.len(), tb.len(), "round {round}: table count\n{input}");
+        for (x, y) in ta.iter().zip(&tb) {
+            if std::fs::read(x).unwrap() != std::fs::read(y).unwrap() {
+                let dump = |t: &Path| {
+                    let o = Command::new("python3")
+                        .arg(concat!(
+                            env!("CARGO_MANIFEST_DIR"),
+                            "/../shared/tools/rtdump.py"
+                        ))
+                        .arg(t)
+                        .output();
+                    o.map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
+                        .unwrap_or_default()
+                };
+                panic!(
+                    "round {round}: {} differs after\n{input}\nours:\n{}\ngit:\n{}",
+                    x.display(),
+                    dump(x),
+                    dump(y)
+                );
+            }
+        }
+    }
+    eprintln!("{ok} batches committed, {failed} refused");
+    assert!(
+        ok > 15 && failed > 3,
+        "both outcomes exercised: {ok} ok, {failed} failed"
+    );
+    assert_eq!(ref_model(&a), ref_model(&b));
+    git(&a, &["refs", "verify"]);
+}
+
+/// Cases the random symref test found, pinned: a deleted ref's reflog gets tombstones
+/// only for its live entries; an expected symref target is checked on the symref and on
+/// its referent; the log-only HEAD entry carries the old-id check (so git refuses a
+/// correct `ref OLD` on HEAD's referent); a symref cycle is "error reading reference".
+#[test]
+fn symref_and_reflog_edge_cases_match_git() {
+    let tmp = tempfile::tempdir().unwrap();
+    let base = tmp.path().join("base");
+    std::fs::create_dir(&base).unwrap();
+    rich_repo(&base);
+    let t = tmp.path();
+    // main-2 gets three entries, the middle one deleted (a tombstone in the stack).
+    git(
+        &base,
+        &["update-ref", "-m", "m1", "refs/heads/main-2", "HEAD"],
+    );
+    git(
+        &base,
+        &["update-ref", "-m", "m2", "refs/heads/main-2", "HEAD~1"],
+    );
+    git(&base, &["reflog", "delete", "refs/heads/main-2@{1}"]);
+    symref_case(
+        t,
+        &base,
+        &["update-ref", "-d", "refs/heads/main-2"],
+        &["update-ref", "-d", "refs/heads/main-2"],
+        "",
+    );
+    // Refusals: same exit code, stdout and first stderr line, nothing written.
+    let refused = |setup: &[&[&str]], input: &str| {
+        let n = std::fs::read_dir(t).unwrap().count();
+        let (a, b) = (t.join(format!("ro{n}")), t.join(format!("rg{n}")));
+        copy_repo(&base, &a);
+        for args in setup {
+            git(&a, args);
+        }
+        copy_repo(&a, &b);
+        let args = ["update-ref", "--stdin"];
+        let before = stack_bytes(&a);
+        let oa = run(BIN, &a, &args, Some(input.as_bytes()));
+        let ob = run("git", &b, &args, Some(input.as_bytes()));
+        let first = |o: &Output| {
+            let e = String::from_utf8_lossy(&o.stderr);
+            e.lines().next().unwrap_or("").to_owned()
+        };
+        assert_eq!(
+            (oa.status.code(), first(&oa)),
+            (ob.status.code(), first(&ob)),
+            "{input:?}"
+        );
+        assert_eq!(oa.status.code(), Some(128), "{input:?} must be refused");
+        assert_eq!(stack_bytes(&a), before, "{input:?}");
+    };
+    // origin/HEAD -> origin/main -> main: the old target is checked on origin/HEAD.
+    refused(
+        &[&[
+            "symbolic-ref",
+            "refs/remotes/origin/main",
+            "refs/heads/main",
+        ]],
+        "symref-update refs/remotes/origin/HEAD refs/heads/x ref refs/heads/main\n",
+    );
+    // HEAD -> topic -> main: the HEAD entry's old-target check is git's null id.
+    refused(
+        &[
+            &["update-ref", "-d", "refs/heads/topic"],
+            &["symbolic-ref", "refs/heads/topic", "refs/heads/main"],
+        ],
+        "option no-deref\nsymref-update refs/heads/topic refs/heads/main-2 ref refs/heads/main\n",
+    );
+    // Through a chain, the HEAD copy is checked before the final referent.
+    refused(
+        &[
+            &["update-ref", "-d", "refs/heads/topic"],
+            &["symbolic-ref", "refs/heads/topic", "refs/heads/main"],
+            &["symbolic-ref", "refs/tags/st", "refs/heads/topic"],
+        ],
+        &format!(
+            "create refs/tags/st {}\n",
+            git(&base, &["rev-parse", "HEAD"]).trim()
+        ),
+    );
+    // A cycle.
+    refused(
+        &[
+            &["symbolic-ref", "refs/heads/c1", "refs/heads/c2"],
+            &["symbolic-ref", "refs/heads/c2", "refs/heads/c1"],
+        ],
+        &format!("option no-deref\nverify refs/heads/c1 {}\n", "0".repeat(40)),
+    );
+}
