@@ -1579,6 +1579,8 @@ fn random_batches_with_symrefs_and_head_match_git_byte_for_byte() {
             let id = ids[rnd(ids.len())].clone();
             let kind = rnd(12);
             let name = match kind {
+                // Plain commands on symrefs too (through them, or on them with no-deref).
+                0..=4 if rnd(4) == 0 => symrefs[rnd(symrefs.len())],
                 0..=4 => names[rnd(names.len())],
                 5..=8 => symrefs[rnd(symrefs.len())],
                 _ => "HEAD",
@@ -1600,7 +1602,7 @@ fn random_batches_with_symrefs_and_head_match_git_byte_for_byte() {
             let line = match kind {
                 0 | 1 => format!("update {name} {id}\n"),
                 2 => format!("update {name} {id} {cur_id}\n"),
-                3 => format!("delete {name}\n"),
+                3 => format!("{no_deref}delete {name}\n"),
                 4 => format!("delete {name} {cur_id}\n"),
                 5 => format!("{no_deref}symref-update {name} {target}\n"),
                 6 => match cur.as_deref().and_then(|c| c.strip_prefix("-> ")) {
@@ -1621,11 +1623,17 @@ fn random_batches_with_symrefs_and_head_match_git_byte_for_byte() {
             input += &line;
         }
         let msg = format!("round {round}");
-        let args: Vec<&str> = if rnd(3) == 0 {
+        let mut args: Vec<&str> = if rnd(3) == 0 {
             vec!["update-ref", "--stdin"]
         } else {
             vec!["update-ref", "-m", &msg, "--stdin"]
         };
+        if rnd(6) == 0 {
+            args.insert(1, "--create-reflog");
+        }
+        if rnd(8) == 0 {
+            args.insert(1, "--no-deref");
+        }
         let mut ca = Command::new(BIN);
         let mut cb = Command::new("git");
         for (cmd, dir) in [(&mut ca, &a), (&mut cb, &b)] {

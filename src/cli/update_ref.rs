@@ -43,6 +43,7 @@ pub fn to_ref_edit(
 ) -> RefEdit {
     // As git: `symref-update` without `no-deref` on a ref that is a symref writes the
     // new symref on its referent.
+    let deleting = matches!(e.new, NewValue::Delete);
     let new = match e.new {
         NewValue::Oid(id) => Some(TxNew::Oid(id)),
         NewValue::Symref(t) => Some(TxNew::Symref(t)),
@@ -61,7 +62,12 @@ pub fn to_ref_edit(
         expected,
         no_deref: e.no_deref || force_no_deref,
         message: message.map(<[u8]>::to_vec),
-        force_create_reflog: create_reflog,
+        // As git: `--create-reflog` applies to update/create/symref-update/symref-create
+        // (and the single form without -d), never to delete/symref-delete, so deleting a
+        // symref under it logs only if the ref logs anyway. (`update REF <zero-id>` is a
+        // delete here too; git forces its entry, which differs only for a no-deref
+        // symref.)
+        force_create_reflog: create_reflog && !deleting,
         ..RefEdit::default()
     }
 }
