@@ -769,8 +769,18 @@ impl<'a> Transaction<'a> {
             i += 1;
         }
 
-        // Log-only edits.
+        // Log-only edits. A reflog deleted by one gets no generated entry either (the
+        // mount deletes a ref and its reflog file in one batch, as a files-backend git
+        // does; git's reftable backend alone would log a deleted symref).
         let mut logs: Vec<LogSrc> = Vec::new();
+        let reflog_deleted: BTreeSet<Vec<u8>> = self
+            .log_edits
+            .iter()
+            .filter_map(|le| match le {
+                LogEdit::Delete { refname } => Some(refname.clone()),
+                _ => None,
+            })
+            .collect();
         for le in std::mem::take(&mut self.log_edits) {
             self.add_log_edit(le, ui, &mut logs)?;
         }
@@ -799,7 +809,10 @@ impl<'a> Transaction<'a> {
                         logs.push(LogSrc::Tombstone(idx, l.update_index));
                     }
                 }
-            } else if edit.new.is_some() && self.should_log(&u.name, edit)? {
+            } else if edit.new.is_some()
+                && !reflog_deleted.contains(&u.name)
+                && self.should_log(&u.name, edit)?
+            {
                 let new_id = match &edit.new {
                     Some(NewValue::Oid(id)) => Some(*id),
                     Some(NewValue::Peeled { value, .. }) => Some(*value),

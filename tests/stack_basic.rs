@@ -1125,3 +1125,44 @@ fn existence_markers_are_byte_identical_to_gits() {
     it.seek(b"refs/heads/orph", u64::MAX).unwrap();
     assert_eq!(it.next().unwrap().unwrap().message, b"\n");
 }
+
+/// As git's reftable backend, deleting a symref keeps its reflog and logs `old -> 0`;
+/// with a `LogEdit::Delete` in the same transaction (the mount: a files-backend git
+/// unlinks the reflog with the ref) the reflog is gone, and git agrees.
+#[test]
+fn deleting_a_symref_keeps_its_reflog_unless_deleted_too() {
+    let repo = Repo::new(HashKind::Sha1);
+    let c = repo.commits(1);
+    let mut st = repo.open();
+    let mut tx = st.transaction();
+    tx.identity(ident());
+    tx.edit(RefEdit::update("refs/heads/main", c[0]).message("one"));
+    tx.commit().unwrap();
+    // (A symref's entry needs its target to exist before the transaction.)
+    let mut tx = st.transaction();
+    tx.identity(ident());
+    tx.edit(RefEdit::symref("refs/remotes/o/HEAD", "refs/heads/main").message("sym"));
+    tx.edit(RefEdit::symref("refs/remotes/p/HEAD", "refs/heads/main").message("sym"));
+    tx.commit().unwrap();
+    assert_eq!(st.read_log(b"refs/remotes/o/HEAD").unwrap().len(), 1);
+    let mut tx = st.transaction();
+    tx.identity(ident());
+    tx.edit(RefEdit::delete("refs/remotes/o/HEAD").no_deref());
+    tx.edit(RefEdit::delete("refs/remotes/p/HEAD").no_deref());
+    tx.log_edit(LogEdit::Delete {
+        refname: b"refs/remotes/p/HEAD".to_vec(),
+    });
+    tx.commit().unwrap();
+    let log = st.read_log(b"refs/remotes/o/HEAD").unwrap();
+    assert_eq!(log.len(), 2);
+    assert!(log[0].new_id.is_null() && log[0].old_id == c[0]);
+    assert!(repo
+        .git_out(&["reflog", "exists", "refs/remotes/o/HEAD"])
+        .status
+        .success());
+    assert!(!st.reflog_exists(b"refs/remotes/p/HEAD").unwrap());
+    assert!(!repo
+        .git_out(&["reflog", "exists", "refs/remotes/p/HEAD"])
+        .status
+        .success());
+}
