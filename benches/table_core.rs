@@ -12,33 +12,17 @@
 //!   point read through git's cached reftable iterator);
 //! - scan: `git for-each-ref --format=%(objectname)` (includes formatting and output).
 
-use std::alloc::{GlobalAlloc, Layout, System};
 use std::io::Write;
 use std::path::Path;
 use std::process::{Command, Stdio};
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Instant;
 
 use reftablefs::table::{RefIter, Table, TableWriter, WriteOptions};
 use reftablefs::RefRecord;
 
-struct Counting;
-static ALLOCS: AtomicU64 = AtomicU64::new(0);
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, l: Layout) -> *mut u8 {
-        ALLOCS.fetch_add(1, Ordering::Relaxed);
-        unsafe { System.alloc(l) }
-    }
-    unsafe fn dealloc(&self, p: *mut u8, l: Layout) {
-        unsafe { System.dealloc(p, l) }
-    }
-    unsafe fn realloc(&self, p: *mut u8, l: Layout, n: usize) -> *mut u8 {
-        ALLOCS.fetch_add(1, Ordering::Relaxed);
-        unsafe { System.realloc(p, l, n) }
-    }
-}
-#[global_allocator]
-static A: Counting = Counting;
+#[path = "support/counting_alloc.rs"]
+mod counting_alloc;
+use counting_alloc::allocs;
 
 fn git(dir: &Path) -> Command {
     let mut c = Command::new("git");
@@ -122,7 +106,7 @@ fn main() {
     }
     let mut w = TableWriter::new(WriteOptions::default());
     let out_path = dir.path().join("ours.ref");
-    let a0 = ALLOCS.load(Ordering::Relaxed);
+    let a0 = allocs();
     let t0 = Instant::now();
     w.begin(git_table.min_update_index(), git_table.max_update_index())
         .unwrap();
@@ -132,10 +116,10 @@ fn main() {
     let bytes = w.finish().unwrap();
     std::fs::write(&out_path, bytes).unwrap();
     let our_write = t0.elapsed();
-    let write_allocs = ALLOCS.load(Ordering::Relaxed) - a0;
+    let write_allocs = allocs() - a0;
     let identical = bytes == git_bytes.as_slice();
     // A second table with the same writer: buffers are warm, so this shows the steady state.
-    let a0 = ALLOCS.load(Ordering::Relaxed);
+    let a0 = allocs();
     let t0 = Instant::now();
     w.begin(git_table.min_update_index(), git_table.max_update_index())
         .unwrap();
@@ -144,7 +128,7 @@ fn main() {
     }
     w.finish().unwrap();
     let our_write_warm = t0.elapsed();
-    let warm_allocs = ALLOCS.load(Ordering::Relaxed) - a0;
+    let warm_allocs = allocs() - a0;
 
     // Seek: 100k random existing names, all different.
     let mut seed = 0x9e37_79b9_7f4a_7c15u64;
@@ -157,7 +141,7 @@ fn main() {
     let picks: Vec<&String> = order[..seeks].iter().map(|&i| &names[i]).collect();
     let table = Table::open(&out_path).unwrap();
     let mut it = table.ref_iter();
-    let a0 = ALLOCS.load(Ordering::Relaxed);
+    let a0 = allocs();
     let t0 = Instant::now();
     let mut found = 0usize;
     for name in &picks {
@@ -167,7 +151,7 @@ fn main() {
         }
     }
     let our_seek = t0.elapsed();
-    let seek_allocs = ALLOCS.load(Ordering::Relaxed) - a0;
+    let seek_allocs = allocs() - a0;
     assert_eq!(found, seeks);
     // The same names in key order: the difference to random order is cache misses.
     let mut sorted = picks.clone();
@@ -193,7 +177,7 @@ fn main() {
     let git_seek = t0.elapsed();
 
     // Scan.
-    let a0 = ALLOCS.load(Ordering::Relaxed);
+    let a0 = allocs();
     let t0 = Instant::now();
     it.seek(b"").unwrap();
     let mut count = 0usize;
@@ -201,7 +185,7 @@ fn main() {
         count += r.name.len() & 1;
     }
     let our_scan = t0.elapsed();
-    let scan_allocs = ALLOCS.load(Ordering::Relaxed) - a0;
+    let scan_allocs = allocs() - a0;
     std::hint::black_box(count);
     let t0 = Instant::now();
     let out = git(&repo)

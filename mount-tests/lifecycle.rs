@@ -104,19 +104,24 @@ pub fn daemon_then_unmount(ctx: &Ctx) -> TestResult {
     let head = repo.commit("x")?;
     let mnt = ctx.path("mnt");
     fs::create_dir_all(&mnt)?;
-    // stderr goes to a file: the daemon inherits it, so a pipe would never reach EOF.
+    // Plain pipes, as `$(reftablefs mount --daemon …)` uses: the daemon must not keep
+    // them open, or reading them to EOF would never finish. Its log goes to --log.
     let log = ctx.path("daemon.log");
-    let status = Command::new("timeout")
+    let out = Command::new("timeout")
         .arg("40")
         .arg(BIN)
-        .args(["mount", "--daemon"])
+        .args(["mount", "--daemon", "--log"])
+        .arg(&log)
         .arg(&repo.gitdir)
         .arg(&mnt)
         .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(fs::File::create(&log)?)
-        .status()?;
-    let err = fs::read_to_string(&log).unwrap_or_default();
+        .output()?;
+    let status = out.status;
+    let err = String::from_utf8_lossy(&out.stderr).into_owned();
+    ensure!(
+        err.contains(&*log.to_string_lossy()),
+        "mount --daemon did not name its log file: {err}"
+    );
     // Find the daemon: the process serving MNT (its command line names the mountpoint).
     let pid = fs::read_dir("/proc")?
         .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok())

@@ -125,10 +125,54 @@ pub type BoxRefIter = Box<dyn RefIter + Send>;
 /// A boxed table log iterator, as held by the merged iterator.
 pub type BoxLogIter = Box<dyn LogIter + Send>;
 
-/// Newest-wins merge of ref iterators (index 0 = oldest table). Implements [`RefIter`].
-pub struct MergedRefIter {
-    subs: Vec<BoxRefIter>,
-    slots: Vec<RefRecord>,
+/// What the merge needs to know about one kind of record and its sub-iterators.
+trait MergeKind {
+    type Rec: Default;
+    type Sub: ?Sized;
+    /// Key order (equal keys shadow one another).
+    fn cmp(a: &Self::Rec, b: &Self::Rec) -> Ordering;
+    fn is_deletion(rec: &Self::Rec) -> bool;
+    /// Copies `sub`'s next record into `slot` (reusing its buffers); false at the end.
+    fn fill(sub: &mut Self::Sub, slot: &mut Self::Rec) -> Result<bool>;
+}
+
+/// Ref records from [`RefIter`]s.
+struct Refs;
+/// Log records from [`LogIter`]s.
+struct Logs;
+
+impl MergeKind for Refs {
+    type Rec = RefRecord;
+    type Sub = dyn RefIter + Send;
+    fn cmp(a: &RefRecord, b: &RefRecord) -> Ordering {
+        a.name.cmp(&b.name)
+    }
+    fn is_deletion(rec: &RefRecord) -> bool {
+        rec.is_deletion()
+    }
+    fn fill(sub: &mut Self::Sub, slot: &mut RefRecord) -> Result<bool> {
+        Ok(sub.next()?.map(|rec| copy_ref(slot, rec)).is_some())
+    }
+}
+
+impl MergeKind for Logs {
+    type Rec = LogRecord;
+    type Sub = dyn LogIter + Send;
+    fn cmp(a: &LogRecord, b: &LogRecord) -> Ordering {
+        log_key_cmp(a, b)
+    }
+    fn is_deletion(rec: &LogRecord) -> bool {
+        rec.deleted
+    }
+    fn fill(sub: &mut Self::Sub, slot: &mut LogRecord) -> Result<bool> {
+        Ok(sub.next()?.map(|rec| copy_log(slot, rec)).is_some())
+    }
+}
+
+/// The merge itself, shared by [`MergedRefIter`] and [`MergedLogIter`].
+struct Merger<K: MergeKind> {
+    subs: Vec<Box<K::Sub>>,
+    slots: Vec<K::Rec>,
     heap: SlotHeap,
     /// Slot lent out by the last `next`, to advance on the following call.
     advance: Option<usize>,
@@ -137,14 +181,13 @@ pub struct MergedRefIter {
     failed: bool,
 }
 
-impl MergedRefIter {
-    /// Merges `subs`, oldest table first. Call [`RefIter::seek`] before iterating.
-    pub fn new(subs: Vec<BoxRefIter>) -> MergedRefIter {
-        let slots = subs.iter().map(|_| RefRecord::default()).collect();
+impl<K: MergeKind> Merger<K> {
+    fn new(subs: Vec<Box<K::Sub>>) -> Self {
+        let slots = subs.iter().map(|_| K::Rec::default()).collect();
         let heap = SlotHeap {
             items: Vec::with_capacity(subs.len()),
         };
-        MergedRefIter {
+        Merger {
             subs,
             slots,
             heap,
@@ -154,13 +197,9 @@ impl MergedRefIter {
         }
     }
 
-    /// Whether tombstones are skipped inside `next()` (default: returned).
-    pub fn suppress_deletions(&mut self, on: bool) {
-        self.suppress_deletions = on;
-    }
-
-    fn less(slots: &[RefRecord], a: usize, b: usize) -> bool {
-        match slots[a].name.cmp(&slots[b].name) {
+    /// Heap order: key, then the newer table (higher index) first.
+    fn less(slots: &[K::Rec], a: usize, b: usize) -> bool {
+        match K::cmp(&slots[a], &slots[b]) {
             Ordering::Less => true,
             Ordering::Greater => false,
             Ordering::Equal => a > b,
@@ -168,184 +207,115 @@ impl MergedRefIter {
     }
 
     fn refill(&mut self, i: usize) -> Result<()> {
-        let Some(sub) = self.subs.get_mut(i) else {
+        let (Some(sub), Some(slot)) = (self.subs.get_mut(i), self.slots.get_mut(i)) else {
             return Ok(());
         };
-        if let Some(rec) = sub.next()? {
-            copy_ref(&mut self.slots[i], rec);
+        if K::fill(sub, slot)? {
             let slots = &self.slots;
             self.heap.push(i, |a, b| Self::less(slots, a, b));
         }
         Ok(())
+    }
+
+    /// Seeks every sub-iterator with `seek_sub` and refills the heap. An error poisons
+    /// the iterator until the next successful seek.
+    fn seek(&mut self, mut seek_sub: impl FnMut(&mut K::Sub) -> Result<()>) -> Result<()> {
+        self.failed = true;
+        self.heap.clear();
+        self.advance = None;
+        for i in 0..self.subs.len() {
+            seek_sub(&mut self.subs[i])?;
+            self.refill(i)?;
+        }
+        self.failed = false;
+        Ok(())
+    }
+
+    fn next(&mut self) -> Result<Option<&K::Rec>> {
+        if self.failed {
+            return Err(poisoned());
+        }
+        self.failed = true;
+        let slot = self.next_slot()?;
+        self.failed = false;
+        Ok(slot.and_then(|i| self.slots.get(i)))
+    }
+
+    fn next_slot(&mut self) -> Result<Option<usize>> {
+        if let Some(i) = self.advance.take() {
+            self.refill(i)?;
+        }
+        loop {
+            let slots = &self.slots;
+            let Some(top) = self.heap.pop(|a, b| Self::less(slots, a, b)) else {
+                return Ok(None);
+            };
+            while let Some(j) = self.heap.peek() {
+                if K::cmp(&self.slots[j], &self.slots[top]) != Ordering::Equal {
+                    break;
+                }
+                let slots = &self.slots;
+                self.heap.pop(|a, b| Self::less(slots, a, b));
+                self.refill(j)?;
+            }
+            if self.suppress_deletions && K::is_deletion(&self.slots[top]) {
+                self.refill(top)?;
+                continue;
+            }
+            self.advance = Some(top);
+            return Ok(Some(top));
+        }
+    }
+}
+
+/// Newest-wins merge of ref iterators (index 0 = oldest table). Implements [`RefIter`].
+pub struct MergedRefIter(Merger<Refs>);
+
+impl MergedRefIter {
+    /// Merges `subs`, oldest table first. Call [`RefIter::seek`] before iterating.
+    pub fn new(subs: Vec<BoxRefIter>) -> MergedRefIter {
+        MergedRefIter(Merger::new(subs))
+    }
+
+    /// Whether tombstones are skipped inside `next()` (default: returned).
+    pub fn suppress_deletions(&mut self, on: bool) {
+        self.0.suppress_deletions = on;
     }
 }
 
 impl RefIter for MergedRefIter {
     fn seek(&mut self, name: &[u8]) -> Result<()> {
-        self.failed = true;
-        self.seek_inner(name)?;
-        self.failed = false;
-        Ok(())
+        self.0.seek(|sub| sub.seek(name))
     }
 
     fn next(&mut self) -> Result<Option<&RefRecord>> {
-        if self.failed {
-            return Err(poisoned());
-        }
-        self.failed = true;
-        let slot = self.next_slot()?;
-        self.failed = false;
-        Ok(slot.and_then(|i| self.slots.get(i)))
-    }
-}
-
-impl MergedRefIter {
-    fn seek_inner(&mut self, name: &[u8]) -> Result<()> {
-        self.heap.clear();
-        self.advance = None;
-        for i in 0..self.subs.len() {
-            self.subs[i].seek(name)?;
-            self.refill(i)?;
-        }
-        Ok(())
-    }
-
-    fn next_slot(&mut self) -> Result<Option<usize>> {
-        if let Some(i) = self.advance.take() {
-            self.refill(i)?;
-        }
-        loop {
-            let slots = &self.slots;
-            let Some(top) = self.heap.pop(|a, b| Self::less(slots, a, b)) else {
-                return Ok(None);
-            };
-            while let Some(j) = self.heap.peek() {
-                if self.slots[j].name != self.slots[top].name {
-                    break;
-                }
-                let slots = &self.slots;
-                self.heap.pop(|a, b| Self::less(slots, a, b));
-                self.refill(j)?;
-            }
-            if self.suppress_deletions && self.slots[top].is_deletion() {
-                self.refill(top)?;
-                continue;
-            }
-            self.advance = Some(top);
-            return Ok(Some(top));
-        }
+        self.0.next()
     }
 }
 
 /// Newest-wins merge of log iterators (index 0 = oldest table). Implements [`LogIter`].
 /// Records with the same `(refname, update_index)` shadow one another.
-pub struct MergedLogIter {
-    subs: Vec<BoxLogIter>,
-    slots: Vec<LogRecord>,
-    heap: SlotHeap,
-    advance: Option<usize>,
-    suppress_deletions: bool,
-    /// Set by an error; cleared by the next successful seek.
-    failed: bool,
-}
+pub struct MergedLogIter(Merger<Logs>);
 
 impl MergedLogIter {
     /// Merges `subs`, oldest table first. Call [`LogIter::seek`] before iterating.
     pub fn new(subs: Vec<BoxLogIter>) -> MergedLogIter {
-        let slots = subs.iter().map(|_| LogRecord::default()).collect();
-        let heap = SlotHeap {
-            items: Vec::with_capacity(subs.len()),
-        };
-        MergedLogIter {
-            subs,
-            slots,
-            heap,
-            advance: None,
-            suppress_deletions: false,
-            failed: false,
-        }
+        MergedLogIter(Merger::new(subs))
     }
 
     /// Whether log tombstones are skipped inside `next()` (default: returned).
     pub fn suppress_deletions(&mut self, on: bool) {
-        self.suppress_deletions = on;
-    }
-
-    fn less(slots: &[LogRecord], a: usize, b: usize) -> bool {
-        match log_key_cmp(&slots[a], &slots[b]) {
-            Ordering::Less => true,
-            Ordering::Greater => false,
-            Ordering::Equal => a > b,
-        }
-    }
-
-    fn refill(&mut self, i: usize) -> Result<()> {
-        let Some(sub) = self.subs.get_mut(i) else {
-            return Ok(());
-        };
-        if let Some(rec) = sub.next()? {
-            copy_log(&mut self.slots[i], rec);
-            let slots = &self.slots;
-            self.heap.push(i, |a, b| Self::less(slots, a, b));
-        }
-        Ok(())
+        self.0.suppress_deletions = on;
     }
 }
 
 impl LogIter for MergedLogIter {
     fn seek(&mut self, refname: &[u8], update_index: u64) -> Result<()> {
-        self.failed = true;
-        self.seek_inner(refname, update_index)?;
-        self.failed = false;
-        Ok(())
+        self.0.seek(|sub| sub.seek(refname, update_index))
     }
 
     fn next(&mut self) -> Result<Option<&LogRecord>> {
-        if self.failed {
-            return Err(poisoned());
-        }
-        self.failed = true;
-        let slot = self.next_slot()?;
-        self.failed = false;
-        Ok(slot.and_then(|i| self.slots.get(i)))
-    }
-}
-
-impl MergedLogIter {
-    fn seek_inner(&mut self, refname: &[u8], update_index: u64) -> Result<()> {
-        self.heap.clear();
-        self.advance = None;
-        for i in 0..self.subs.len() {
-            self.subs[i].seek(refname, update_index)?;
-            self.refill(i)?;
-        }
-        Ok(())
-    }
-
-    fn next_slot(&mut self) -> Result<Option<usize>> {
-        if let Some(i) = self.advance.take() {
-            self.refill(i)?;
-        }
-        loop {
-            let slots = &self.slots;
-            let Some(top) = self.heap.pop(|a, b| Self::less(slots, a, b)) else {
-                return Ok(None);
-            };
-            while let Some(j) = self.heap.peek() {
-                if log_key_cmp(&self.slots[j], &self.slots[top]) != Ordering::Equal {
-                    break;
-                }
-                let slots = &self.slots;
-                self.heap.pop(|a, b| Self::less(slots, a, b));
-                self.refill(j)?;
-            }
-            if self.suppress_deletions && self.slots[top].deleted {
-                self.refill(top)?;
-                continue;
-            }
-            self.advance = Some(top);
-            return Ok(Some(top));
-        }
+        self.0.next()
     }
 }
 

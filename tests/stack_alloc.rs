@@ -3,36 +3,13 @@
 //! cached, reseeked merged iterator. One test per binary so that the counting allocator
 //! sees only this thread's work.
 
-use std::alloc::{GlobalAlloc, Layout, System};
-use std::sync::atomic::{AtomicU64, Ordering};
-
 use reftablefs::stack::{Stack, StackOptions};
 use reftablefs::transaction::RefEdit;
 use reftablefs::{ObjectId, RefRecord};
 
-struct Counting;
-static ALLOCS: AtomicU64 = AtomicU64::new(0);
-
-// SAFETY: forwards to the system allocator; only counts calls.
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, l: Layout) -> *mut u8 {
-        ALLOCS.fetch_add(1, Ordering::Relaxed);
-        // SAFETY: same contract as the caller's.
-        unsafe { System.alloc(l) }
-    }
-    unsafe fn dealloc(&self, p: *mut u8, l: Layout) {
-        // SAFETY: same contract as the caller's.
-        unsafe { System.dealloc(p, l) }
-    }
-    unsafe fn realloc(&self, p: *mut u8, l: Layout, n: usize) -> *mut u8 {
-        ALLOCS.fetch_add(1, Ordering::Relaxed);
-        // SAFETY: same contract as the caller's.
-        unsafe { System.realloc(p, l, n) }
-    }
-}
-
-#[global_allocator]
-static GLOBAL: Counting = Counting;
+#[path = "../benches/support/counting_alloc.rs"]
+mod counting_alloc;
+use counting_alloc::allocs;
 
 #[test]
 fn cached_lookups_and_scans_do_not_allocate() {
@@ -67,7 +44,7 @@ fn cached_lookups_and_scans_do_not_allocate() {
         st.read_ref_into(n, &mut out).unwrap();
     }
     st.read_ref_into(b"refs/heads/sym", &mut out).unwrap();
-    let before = ALLOCS.load(Ordering::Relaxed);
+    let before = allocs();
     let mut found = 0;
     for n in &names {
         if st.lookup(n, |r| r.is_some()).unwrap() {
@@ -81,7 +58,7 @@ fn cached_lookups_and_scans_do_not_allocate() {
         true
     })
     .unwrap();
-    let allocs = ALLOCS.load(Ordering::Relaxed) - before;
+    let allocs = allocs() - before;
     assert!(
         found > 1500 && found < 2000,
         "existing and missing names: {found}"

@@ -3,7 +3,10 @@
 //!
 //! Foreground by default, one log line per error on stderr; exits 0 after a clean unmount.
 //! `--daemon` starts the same command in the background and returns once the mount is
-//! ready (listed in `/proc/self/mountinfo`), or fails with the child's reason.
+//! ready (listed in `/proc/self/mountinfo`), or fails with the child's reason. The daemon
+//! runs in its own process group with no terminal streams: its log lines go to
+//! `--log FILE` (default `$TMPDIR/reftablefs-mount.<pid>.log`, printed at start), so
+//! `$(reftablefs mount --daemon …)` returns and a terminal's Ctrl-C does not reach it.
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode, Stdio};
@@ -16,7 +19,7 @@ use crate::{Error, Result};
 fn usage(msg: &str) -> Result<ExitCode> {
     eprintln!("reftablefs mount: {msg}");
     eprintln!(
-        "usage: reftablefs mount [--read-only] [--daemon] [--batch-window MS] [--batch-max N] [--no-fsync] GITDIR MOUNTPOINT"
+        "usage: reftablefs mount [--read-only] [--daemon [--log FILE]] [--batch-window MS] [--batch-max N] [--no-fsync] GITDIR MOUNTPOINT"
     );
     Ok(ExitCode::from(129))
 }
@@ -25,12 +28,15 @@ fn usage(msg: &str) -> Result<ExitCode> {
 pub fn run(mut args: Args) -> Result<ExitCode> {
     let mut opts = MountOptions::default();
     let mut daemon = false;
+    let mut log: Option<PathBuf> = None;
     let mut positional: Vec<PathBuf> = Vec::new();
     while !args.is_empty() {
         if args.flag("--read-only") {
             opts.read_only = true;
         } else if args.flag("--daemon") {
             daemon = true;
+        } else if let Some(v) = args.value("--log") {
+            log = Some(PathBuf::from(v));
         } else if args.flag("--no-fsync") {
             opts.fsync = false;
         } else if let Some(v) = args.value("--batch-window") {
@@ -60,7 +66,7 @@ pub fn run(mut args: Args) -> Result<ExitCode> {
         return usage("expected GITDIR and MOUNTPOINT");
     };
     if daemon {
-        return spawn_daemon(mountpoint);
+        return spawn_daemon(mountpoint, log);
     }
     let reftable_dir = reftable_dir(gitdir)?;
     fs::check_mountpoint(mountpoint)?;
@@ -96,31 +102,49 @@ pub fn reftable_dir(gitdir: &Path) -> Result<PathBuf> {
     Ok(dir)
 }
 
-/// Re-runs this command without `--daemon`, detached, and waits until the mount is ready.
-fn spawn_daemon(mountpoint: &Path) -> Result<ExitCode> {
+/// Re-runs this command without `--daemon`, detached (own process group, no terminal
+/// streams, log lines appended to `log`), and waits until the mount is ready.
+fn spawn_daemon(mountpoint: &Path, log: Option<PathBuf>) -> Result<ExitCode> {
+    use std::os::unix::process::CommandExt;
     let exe = std::env::current_exe().map_err(|e| Error::io("current_exe", e))?;
     let argv: Vec<std::ffi::OsString> = std::env::args_os()
         .skip(1)
         .filter(|a| a != "--daemon")
         .collect();
+    let log = log.unwrap_or_else(|| {
+        std::env::temp_dir().join(format!("reftablefs-mount.{}.log", std::process::id()))
+    });
+    let log_file = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(&log)
+        .map_err(|e| Error::io(&log, e))?;
     let mut child = Command::new(exe)
         .args(&argv)
         .stdin(Stdio::null())
         .stdout(Stdio::null())
+        .stderr(log_file)
+        .process_group(0)
         .spawn()
         .map_err(|e| Error::io("spawn", e))?;
     let start = Instant::now();
     loop {
         if fs::is_mounted(mountpoint) {
             eprintln!(
-                "reftablefs: mounted on {} (pid {})",
+                "reftablefs: mounted on {} (pid {}, log {})",
                 mountpoint.display(),
-                child.id()
+                child.id(),
+                log.display()
             );
             return Ok(ExitCode::SUCCESS);
         }
         if let Ok(Some(status)) = child.try_wait() {
-            eprintln!("reftablefs: mount failed ({status})");
+            let why = std::fs::read_to_string(&log).unwrap_or_default();
+            eprint!("{why}");
+            eprintln!(
+                "reftablefs: mount failed ({status}); log: {}",
+                log.display()
+            );
             return Ok(ExitCode::from(128));
         }
         if start.elapsed() > Duration::from_secs(30) {
