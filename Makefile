@@ -1,8 +1,9 @@
 # reftablefs — build, test, benchmark and demo entry points.
 #
 #   make build        debug build of the library and the `reftablefs` binary
-#   make test         everything CI checks: fmt, clippy, unit + integration tests (real git),
-#                     examples, the library without FUSE, then the mount tests
+#   make test         everything CI checks: fmt, clippy, rustdoc (warnings are errors),
+#                     unit + integration tests (real git), examples, the library without
+#                     FUSE, then the mount tests
 #   make mount-test   only the mount tests (real FUSE mounts; SKIP line without /dev/fuse)
 #   make bench        every benchmark, printing ours-vs-git side-by-side tables
 #   make demo         a small git-made reftable repo, mounted and shown with ls/cat
@@ -14,7 +15,7 @@ CARGO ?= cargo
 MOUNT_TEST_ARGS ?=
 MOUNT_TEST_TIMEOUT ?= 1500
 
-.PHONY: all build check fmt-check clippy unit-test examples lib-nofuse test mount-test bench demo clean
+.PHONY: all build check fmt-check clippy doc unit-test examples lib-nofuse test mount-test bench demo clean
 
 all: build
 
@@ -29,6 +30,11 @@ clippy:
 
 check: fmt-check clippy
 
+# The API docs, with broken intra-doc links and other rustdoc warnings as errors (a few
+# seconds: only this crate is documented).
+doc:
+	RUSTDOCFLAGS="-D warnings" $(CARGO) doc --no-deps
+
 # `cargo test` runs unit tests, tests/ (which drive real git) and the doctests. The mount
 # test target runs only through `make mount-test` (it prints a SKIP line otherwise).
 unit-test:
@@ -40,7 +46,7 @@ examples:
 lib-nofuse:
 	$(CARGO) test --no-default-features --lib
 
-test: fmt-check clippy unit-test examples lib-nofuse mount-test
+test: fmt-check clippy doc unit-test examples lib-nofuse mount-test
 
 # Real FUSE mounts. The test binary guards every mount (unmount on success, failure, panic
 # and per-test timeout); `timeout` bounds the whole run, and the cleanup script detaches any

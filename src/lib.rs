@@ -4,7 +4,7 @@
 //!
 //! Layers, bottom up (see `docs/design.md`):
 //!
-//! * [`format`]: pure bytes — varints, records, blocks, header/footer. No I/O.
+//! * [`format`](mod@format): pure bytes — varints, records, blocks, header/footer. No I/O.
 //! * [`table`]: one `.ref` file — [`table::TableWriter`] (one scratch buffer reused for
 //!   every record) and [`table::Table`] (reader with reseekable iterators).
 //! * [`merged`]: newest-wins merge over several tables, reseekable.

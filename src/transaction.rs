@@ -11,7 +11,11 @@
 //! * a ref that does not exist yet is checked for D/F conflicts against the stack and
 //!   the batch, with the stack's one cached iterator reseeked for every name;
 //! * a no-op update is skipped with its reflog entry; deleting a missing ref writes
-//!   nothing; deleting a ref writes a tombstone plus log tombstones for its whole reflog;
+//!   nothing; deleting a ref writes a tombstone plus log tombstones for its whole reflog,
+//!   except a symref, whose reflog gets an entry `old → 0` instead;
+//! * writing a symref logs (when the ref logs) the id it resolved to → the id its new
+//!   target resolves to now, and nothing when the target does not resolve; the HEAD
+//!   entry for a symref written on HEAD's referent logs `old → 0`;
 //! * reflog messages are normalised (whitespace runs → one space, trimmed), truncated to
 //!   `block_size / 2`, and end in one `\n`; callers may supply the complete log record
 //!   instead (the mount does, for reflog lines written by a files-backend git);
@@ -34,7 +38,8 @@ pub enum NewValue {
     Oid(ObjectId),
     /// An annotated tag and the object it peels to.
     Peeled { value: ObjectId, peeled: ObjectId },
-    /// A symbolic ref to the given target (never dereferenced).
+    /// A symbolic ref to the given target. As git: without `no_deref`, an edit of a ref
+    /// that is a symref now makes its referent the new symref (see [`RefEdit::symref`]).
     Symref(Vec<u8>),
     /// Delete the ref.
     Delete,
@@ -74,7 +79,8 @@ pub struct RefEdit {
     pub log: Option<LogRecord>,
     /// Write a reflog entry even if the ref would not get one (`REF_FORCE_CREATE_REFLOG`).
     pub force_create_reflog: bool,
-    /// Do not start a reflog for this ref (`REF_SKIP_CREATE_REFLOG`).
+    /// Write no reflog entry for this ref, even if its reflog exists
+    /// (`REF_SKIP_CREATE_REFLOG`).
     pub skip_create_reflog: bool,
     /// Skip ref-name checks (`REF_SKIP_REFNAME_VERIFICATION`).
     pub skip_refname_verification: bool,
@@ -267,6 +273,18 @@ impl Stack {
     }
 }
 
+/// git's `SYMREF_MAXDEPTH`: refs read when resolving a name.
+const SYMREF_MAXDEPTH: usize = 5;
+
+/// What following a symref chain found.
+enum Resolution {
+    Id(ObjectId),
+    /// A ref of the chain does not exist (a dangling symref).
+    Missing,
+    /// Still a symref after [`SYMREF_MAXDEPTH`] reads (a cycle, or too long a chain).
+    TooDeep,
+}
+
 /// One update being prepared (an edit, or one derived from it).
 #[derive(Debug)]
 struct Upd {
@@ -274,6 +292,11 @@ struct Upd {
     edit: usize,
     log_only: bool,
     via_head: bool,
+    /// The log-only HEAD entry added for an update of HEAD's referent (git gives it the
+    /// edit's new id, which is null for a symref edit).
+    head_copy: bool,
+    /// The ref is a symref now (git's `REF_ISSYMREF` in `u->type`).
+    cur_symref: bool,
     /// Expectation applies (cleared on a symref split).
     check_old: bool,
     /// The id the ref (resolved) has now; null when missing or unresolvable.
@@ -297,6 +320,9 @@ enum LogSrc {
     Tombstone(usize, u64),
     /// A record from a [`LogEdit`], complete with refname and update index.
     Extra(LogRecord),
+    /// git's existence marker at this update index, written with a NULL message (empty,
+    /// not normalised to `"\n"`) as git's `create_reflog` and reflog expiry do.
+    Marker(Vec<u8>, u64),
 }
 
 impl<'a> Transaction<'a> {
@@ -336,9 +362,6 @@ impl<'a> Transaction<'a> {
                 if id.is_null() {
                     e.new = Some(NewValue::Delete);
                 }
-            }
-            if let Some(NewValue::Symref(_)) = &e.new {
-                e.no_deref = true;
             }
             let ids: Vec<ObjectId> = match (&e.new, &e.expected) {
                 (Some(NewValue::Oid(a)), _) => vec![*a],
@@ -386,18 +409,32 @@ impl<'a> Transaction<'a> {
         Ok(())
     }
 
-    /// Resolves `name` to an object id (following symrefs up to 5 levels).
-    fn resolve_oid(stack: &mut Stack, name: &[u8]) -> Result<ObjectId> {
-        let null = stack.options().hash.null_id();
+    /// git's `refs_resolve_ref_unsafe`: follows symrefs from `name`, reading at most
+    /// `reads` refs (git reads 5: `SYMREF_MAXDEPTH`).
+    fn resolve_chain(stack: &mut Stack, name: &[u8], reads: usize) -> Result<Resolution> {
         let mut cur = name.to_vec();
-        for _ in 0..6 {
+        for _ in 0..reads {
             match stack.read_ref(&cur)?.map(|r| r.value) {
                 Some(RefValue::Symref(t)) => cur = t,
-                Some(v) => return Ok(ref_value_id(&v).unwrap_or(null)),
-                None => return Ok(null),
+                Some(v) => {
+                    return Ok(match ref_value_id(&v) {
+                        Some(id) => Resolution::Id(id),
+                        None => Resolution::Missing,
+                    })
+                }
+                None => return Ok(Resolution::Missing),
             }
         }
-        Ok(null)
+        Ok(Resolution::TooDeep)
+    }
+
+    /// Resolves a symref target as git's `refs_resolve_ref_unsafe(.., RESOLVE_REF_READING)`:
+    /// `None` when it (or a ref it points to) does not exist, or the chain is too long.
+    fn resolve_target(stack: &mut Stack, name: &[u8]) -> Result<Option<ObjectId>> {
+        Ok(match Self::resolve_chain(stack, name, SYMREF_MAXDEPTH)? {
+            Resolution::Id(id) => Some(id),
+            Resolution::Missing | Resolution::TooDeep => None,
+        })
     }
 
     /// D/F check of `name` (which does not exist) against the stack and the batch.
@@ -461,18 +498,26 @@ impl<'a> Transaction<'a> {
         })
     }
 
+    /// Whether an update of `name` gets a reflog entry: always with a caller-supplied
+    /// record; never with `skip_create_reflog` (as git, even if the reflog exists);
+    /// else `force_create_reflog`, `core.logAllRefUpdates` or an existing reflog.
     fn should_log(&self, name: &[u8], edit: &RefEdit) -> Result<bool> {
-        if edit.log.is_some() || edit.force_create_reflog {
+        if edit.log.is_some() {
+            return Ok(true);
+        }
+        if edit.skip_create_reflog {
+            return Ok(false);
+        }
+        if edit.force_create_reflog {
             return Ok(true);
         }
         let auto = match self.log_all {
             LogAllRefUpdates::Always => true,
             LogAllRefUpdates::True => {
-                !edit.skip_create_reflog
-                    && (name == b"HEAD"
-                        || name.starts_with(b"refs/heads/")
-                        || name.starts_with(b"refs/remotes/")
-                        || name.starts_with(b"refs/notes/"))
+                name == b"HEAD"
+                    || name.starts_with(b"refs/heads/")
+                    || name.starts_with(b"refs/remotes/")
+                    || name.starts_with(b"refs/notes/")
             }
             LogAllRefUpdates::False => false,
         };
@@ -482,6 +527,20 @@ impl<'a> Transaction<'a> {
     /// Validates every edit under the stack lock and writes one table (or nothing when
     /// every edit is a no-op). On error nothing is written.
     pub fn commit(mut self) -> Result<Committed> {
+        let prepared = self.plan()?;
+        prepared.commit(self.stack)
+    }
+
+    /// git's `ref_transaction_prepare`: takes the stack's lock and checks everything a
+    /// commit checks (names, duplicates, expected values, D/F conflicts) against the
+    /// stack as it is under the lock. The returned [`PreparedTransaction`] holds the lock
+    /// until it is committed or dropped (= aborted); its commit can then only fail on
+    /// I/O. The stack is not borrowed meanwhile (it is only read until the commit).
+    pub fn prepare(mut self) -> Result<PreparedTransaction> {
+        self.plan()
+    }
+
+    fn plan(&mut self) -> Result<PreparedTransaction> {
         self.validate()?;
         let lock = self.stack.lock_list()?;
         if !self.stack.is_up_to_date()? {
@@ -499,6 +558,8 @@ impl<'a> Transaction<'a> {
                 edit: i,
                 log_only: false,
                 via_head: false,
+                head_copy: false,
+                cur_symref: false,
                 check_old: true,
                 cur_oid: null,
                 queued: false,
@@ -528,7 +589,12 @@ impl<'a> Transaction<'a> {
                         edit: updates[i].edit,
                         log_only: true,
                         via_head: false,
-                        check_old: false,
+                        head_copy: true,
+                        cur_symref: false,
+                        // As git: the copy carries the update's old-id check (HAVE_OLD
+                        // and old_oid; an old symref target counts as the null id),
+                        // made against the id HEAD resolves to.
+                        check_old: updates[i].check_old,
                         cur_oid: null,
                         queued: false,
                     });
@@ -560,9 +626,27 @@ impl<'a> Transaction<'a> {
                 continue;
             };
             let is_symref = matches!(cur, RefValue::Symref(_));
+            updates[i].cur_symref = is_symref;
             let mut cur_oid = ref_value_id(&cur).unwrap_or(null);
             if let RefValue::Symref(target) = &cur {
-                cur_oid = Self::resolve_oid(self.stack, target)?;
+                // The symref itself was the first of git's reads.
+                let resolved = Self::resolve_chain(self.stack, target, SYMREF_MAXDEPTH - 1)?;
+                cur_oid = match resolved {
+                    Resolution::Id(id) => id,
+                    Resolution::Missing | Resolution::TooDeep => null,
+                };
+                let no_deref = edit.no_deref || updates[i].log_only;
+                let have_old = updates[i].check_old
+                    && matches!(
+                        edit.expected,
+                        Expected::Oid(_) | Expected::MustNotExist | Expected::Symref(_)
+                    );
+                if no_deref && have_old && matches!(resolved, Resolution::TooDeep) {
+                    return Err(tx_err(format!(
+                        "cannot lock ref '{}': error reading reference",
+                        lossy(&name)
+                    )));
+                }
                 if !edit.no_deref && !updates[i].log_only {
                     if affected.contains(target) {
                         return Err(tx_err(format!(
@@ -579,26 +663,65 @@ impl<'a> Transaction<'a> {
                         edit: updates[i].edit,
                         log_only: false,
                         via_head,
+                        head_copy: false,
+                        cur_symref: false,
                         check_old,
                         cur_oid: null,
                         queued: false,
                     });
                     updates[i].log_only = true;
-                    updates[i].check_old = false;
+                    // As git: an expected old id moves to the referent (HAVE_OLD is
+                    // cleared), but an expected symref target (`old_target`) is checked
+                    // on both the symref and its referent.
+                    if !matches!(edit.expected, Expected::Symref(_)) {
+                        updates[i].check_old = false;
+                    }
                 }
             }
             updates[i].cur_oid = cur_oid;
-            if updates[i].check_old {
+            if updates[i].check_old && updates[i].head_copy {
+                let expected = match &edit.expected {
+                    Expected::Oid(x) => Some(*x),
+                    Expected::MustNotExist | Expected::Symref(_) => Some(null),
+                    Expected::Any | Expected::MustExist => None,
+                };
+                match expected {
+                    Some(x) if x != cur_oid && x.is_null() => {
+                        return Err(tx_err(
+                            "cannot lock ref 'HEAD': reference already exists".into(),
+                        ));
+                    }
+                    Some(x) if x != cur_oid && cur_oid.is_null() => {
+                        return Err(tx_err(format!(
+                            "cannot lock ref 'HEAD': reference is missing but expected {x}"
+                        )));
+                    }
+                    Some(x) if x != cur_oid => {
+                        return Err(tx_err(format!(
+                            "cannot lock ref 'HEAD': is at {cur_oid} but expected {x}"
+                        )));
+                    }
+                    _ => {}
+                }
+            } else if updates[i].check_old {
                 match &edit.expected {
                     Expected::Any | Expected::MustExist => {}
+                    // As git: a symref (no_deref) is compared by the id it resolves to,
+                    // so a dangling symref passes "must not exist".
+                    Expected::MustNotExist if cur_oid.is_null() => {}
                     Expected::MustNotExist => {
                         return Err(tx_err(format!(
                             "cannot lock ref '{}': reference already exists",
                             lossy(&edit.name)
                         )));
                     }
+                    Expected::Oid(x) if cur_oid.is_null() && *x != cur_oid => {
+                        return Err(tx_err(format!(
+                            "cannot lock ref '{}': reference is missing but expected {x}",
+                            lossy(&edit.name),
+                        )));
+                    }
                     Expected::Oid(x) => {
-                        // As git: a symref (no_deref) is compared by the id it resolves to.
                         if cur_oid != *x {
                             return Err(tx_err(format!(
                                 "cannot lock ref '{}': is at {} but expected {}",
@@ -612,7 +735,7 @@ impl<'a> Transaction<'a> {
                         RefValue::Symref(actual) if actual == t => {}
                         RefValue::Symref(actual) => {
                             return Err(tx_err(format!(
-                                "cannot lock ref '{}': is at {} but expected {}",
+                                "verifying symref target: '{}': is at {} but expected {}",
                                 lossy(&edit.name),
                                 lossy(actual),
                                 lossy(t)
@@ -646,36 +769,61 @@ impl<'a> Transaction<'a> {
             i += 1;
         }
 
-        // Log-only edits.
+        // Log-only edits. A reflog deleted by one gets no generated entry either (the
+        // mount deletes a ref and its reflog file in one batch, as a files-backend git
+        // does; git's reftable backend alone would log a deleted symref).
         let mut logs: Vec<LogSrc> = Vec::new();
+        let reflog_deleted: BTreeSet<Vec<u8>> = self
+            .log_edits
+            .iter()
+            .filter_map(|le| match le {
+                LogEdit::Delete { refname } => Some(refname.clone()),
+                _ => None,
+            })
+            .collect();
         for le in std::mem::take(&mut self.log_edits) {
             self.add_log_edit(le, ui, &mut logs)?;
         }
 
-        // Generated logs and tombstones.
+        // Generated logs and tombstones (git's `write_transaction_table`): deleting a
+        // ref that is not a symref deletes its reflog; any other update gets an entry when
+        // the ref logs, with the old id it resolved to and the new id (a symref's target
+        // resolved before this transaction; no entry when the target does not resolve).
+        let mut new_ids: Vec<ObjectId> = vec![null; updates.len()];
         for (idx, u) in updates.iter().enumerate() {
             if !u.queued {
                 continue;
             }
             let edit = &self.edits[u.edit];
             let deleting = matches!(edit.new, Some(NewValue::Delete));
-            if deleting && !u.log_only {
+            if deleting && !u.cur_symref {
                 let mut it = self.stack.log_iter();
                 crate::table::LogIter::seek(&mut it, &u.name, u64::MAX)?;
                 while let Some(l) = crate::table::LogIter::next(&mut it)? {
                     if l.refname != u.name {
                         break;
                     }
-                    logs.push(LogSrc::Tombstone(idx, l.update_index));
+                    // git's merged iterator suppresses deletions: entries that are
+                    // already tombstones get no second one.
+                    if !l.deleted {
+                        logs.push(LogSrc::Tombstone(idx, l.update_index));
+                    }
                 }
-            } else if matches!(edit.new, Some(NewValue::Symref(_))) && !u.log_only {
-                if (edit.message.is_some() || edit.log.is_some())
-                    && self.should_log(&u.name, edit)?
-                {
+            } else if edit.new.is_some()
+                && !reflog_deleted.contains(&u.name)
+                && self.should_log(&u.name, edit)?
+            {
+                let new_id = match &edit.new {
+                    Some(NewValue::Oid(id)) => Some(*id),
+                    Some(NewValue::Peeled { value, .. }) => Some(*value),
+                    Some(NewValue::Symref(_)) if u.head_copy => Some(null),
+                    Some(NewValue::Symref(t)) => Self::resolve_target(self.stack, t)?,
+                    _ => Some(null),
+                };
+                if let Some(id) = new_id {
+                    new_ids[idx] = id;
                     logs.push(LogSrc::Update(idx));
                 }
-            } else if self.should_log(&u.name, edit)? {
-                logs.push(LogSrc::Update(idx));
             }
         }
 
@@ -689,6 +837,7 @@ impl<'a> Transaction<'a> {
                 LogSrc::Update(i) => (updates.get(*i).map_or(&[][..], |u| &u.name), ui),
                 LogSrc::Tombstone(i, u) => (updates.get(*i).map_or(&[][..], |u| &u.name), *u),
                 LogSrc::Extra(l) => (l.refname.as_slice(), l.update_index),
+                LogSrc::Marker(name, u) => (name.as_slice(), *u),
             }
         }
         logs.sort_by(|a, b| {
@@ -708,9 +857,88 @@ impl<'a> Transaction<'a> {
             .map(|s| key_of(&updates, ui, s).1)
             .fold(ui, |m, u| if u > m { u } else { m });
 
-        let block_size = self.stack.options().write.block_size;
+        Ok(PreparedTransaction {
+            dir: self.stack.dir().to_path_buf(),
+            lock,
+            edits: std::mem::take(&mut self.edits),
+            identity: std::mem::take(&mut self.identity),
+            updates,
+            logs,
+            keep,
+            order,
+            new_ids,
+            ui,
+            max_ui,
+            null,
+        })
+    }
+}
+
+/// A transaction checked under the stack's lock ([`Transaction::prepare`]); dropping it
+/// aborts (the lock is released, nothing is written).
+pub struct PreparedTransaction {
+    dir: std::path::PathBuf,
+    lock: crate::lockfile::LockFile,
+    edits: Vec<RefEdit>,
+    identity: Identity,
+    updates: Vec<Upd>,
+    logs: Vec<LogSrc>,
+    keep: Vec<bool>,
+    order: Vec<usize>,
+    new_ids: Vec<ObjectId>,
+    ui: u64,
+    max_ui: u64,
+    null: ObjectId,
+}
+
+impl std::fmt::Debug for PreparedTransaction {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PreparedTransaction")
+            .field("dir", &self.dir)
+            .field("update_index", &self.ui)
+            .field("edits", &self.edits.len())
+            .finish()
+    }
+}
+
+impl PreparedTransaction {
+    /// The update index the table will get.
+    pub fn update_index(&self) -> u64 {
+        self.ui
+    }
+
+    /// The directory of the stack it was prepared on.
+    pub fn dir(&self) -> &std::path::Path {
+        &self.dir
+    }
+
+    /// Writes the table on `stack`, which must be the stack it was prepared on (the
+    /// same directory, not written to since: its lock was held).
+    pub fn commit(self, stack: &mut Stack) -> Result<Committed> {
+        if stack.dir() != self.dir {
+            return Err(Error::Api(format!(
+                "transaction prepared on {} committed on {}",
+                self.dir.display(),
+                stack.dir().display()
+            )));
+        }
+        let PreparedTransaction {
+            lock,
+            edits,
+            identity,
+            updates,
+            logs,
+            keep,
+            order,
+            new_ids,
+            ui,
+            max_ui,
+            null,
+            ..
+        } = self;
+        let block_size = stack.options().write.block_size;
         let max_msg = (if block_size == 0 { 4096 } else { block_size } / 2) as usize;
-        let mut w = self.stack.take_writer();
+        let mut w = stack.take_writer();
         let result = (|| -> Result<()> {
             w.begin(ui, max_ui)?;
             let mut rec = RefRecord::default();
@@ -719,7 +947,7 @@ impl<'a> Transaction<'a> {
                 rec.name.clear();
                 rec.name.extend_from_slice(&u.name);
                 rec.update_index = ui;
-                rec.value = match &self.edits[u.edit].new {
+                rec.value = match &edits[u.edit].new {
                     Some(NewValue::Oid(id)) => RefValue::Val1(*id),
                     Some(NewValue::Peeled { value, peeled }) => RefValue::Val2 {
                         value: *value,
@@ -738,6 +966,20 @@ impl<'a> Transaction<'a> {
                 }
                 match src {
                     LogSrc::Extra(l) => w.add_log(l)?,
+                    LogSrc::Marker(name, u) => {
+                        log.refname.clear();
+                        log.refname.extend_from_slice(name);
+                        log.update_index = *u;
+                        log.deleted = false;
+                        log.old_id = null;
+                        log.new_id = null;
+                        log.name.clear();
+                        log.email.clear();
+                        log.time = 0;
+                        log.tz_offset = 0;
+                        log.message.clear();
+                        w.add_log_verbatim(&log)?;
+                    }
                     LogSrc::Tombstone(i, t) => {
                         log.refname.clear();
                         log.refname.extend_from_slice(&updates[*i].name);
@@ -747,7 +989,7 @@ impl<'a> Transaction<'a> {
                     }
                     LogSrc::Update(i) => {
                         let u = &updates[*i];
-                        let edit = &self.edits[u.edit];
+                        let edit = &edits[u.edit];
                         log.refname.clear();
                         log.refname.extend_from_slice(&u.name);
                         log.update_index = ui;
@@ -760,18 +1002,13 @@ impl<'a> Transaction<'a> {
                             log.deleted = false;
                         } else {
                             log.old_id = u.cur_oid;
-                            log.new_id = match &edit.new {
-                                Some(NewValue::Oid(id)) => *id,
-                                Some(NewValue::Peeled { value, .. }) => *value,
-                                Some(NewValue::Symref(t)) => Self::resolve_oid(self.stack, t)?,
-                                _ => null,
-                            };
+                            log.new_id = new_ids.get(*i).copied().unwrap_or(null);
                             log.name.clear();
-                            log.name.extend_from_slice(&self.identity.name);
+                            log.name.extend_from_slice(&identity.name);
                             log.email.clear();
-                            log.email.extend_from_slice(&self.identity.email);
-                            log.time = self.identity.time;
-                            log.tz_offset = self.identity.tz_offset;
+                            log.email.extend_from_slice(&identity.email);
+                            log.time = identity.time;
+                            log.tz_offset = identity.tz_offset;
                             normalize_reflog_message(
                                 edit.message.as_deref().unwrap_or(b""),
                                 &mut norm,
@@ -787,15 +1024,17 @@ impl<'a> Transaction<'a> {
             }
             Ok(())
         })();
-        let result = result.and_then(|()| self.stack.add_finished_table(lock, &mut w, ui, max_ui));
-        self.stack.put_writer(w);
+        let result = result.and_then(|()| stack.add_finished_table(lock, &mut w, ui, max_ui));
+        stack.put_writer(w);
         let table = result?;
         Ok(Committed {
             update_index: ui,
             table,
         })
     }
+}
 
+impl Transaction<'_> {
     fn add_log_edit(&mut self, le: LogEdit, ui: u64, logs: &mut Vec<LogSrc>) -> Result<()> {
         let existing = |stack: &Stack, name: &[u8]| -> Result<Vec<u64>> {
             let mut it = stack.log_iter();
@@ -826,14 +1065,7 @@ impl<'a> Transaction<'a> {
             }
             LogEdit::Create { refname } => {
                 if !self.stack.reflog_exists(&refname)? {
-                    let null = self.stack.options().hash.null_id();
-                    logs.push(LogSrc::Extra(LogRecord {
-                        refname,
-                        update_index: ui,
-                        old_id: null,
-                        new_id: null,
-                        ..LogRecord::default()
-                    }));
+                    logs.push(LogSrc::Marker(refname, ui));
                 }
             }
             LogEdit::Delete { refname } => {
@@ -891,14 +1123,7 @@ impl<'a> Transaction<'a> {
                 }
                 // As git's expiry: a reflog emptied by a rewrite still exists.
                 if entries_empty && !only_marker {
-                    let null = self.stack.options().hash.null_id();
-                    logs.push(LogSrc::Extra(LogRecord {
-                        refname: refname.clone(),
-                        update_index: ui,
-                        old_id: null,
-                        new_id: null,
-                        ..LogRecord::default()
-                    }));
+                    logs.push(LogSrc::Marker(refname.clone(), ui));
                 }
             }
         }

@@ -630,32 +630,208 @@ fn global_options_find_the_repository_like_git() {
     assert_eq!(o.status.code(), Some(129));
 }
 
-#[test]
-#[ignore = "known difference in the stack's transaction: git 2.47 writes a reflog entry (0 -> target's id) when it creates a symref under refs/heads/; we write none"]
-fn symref_creation_table_matches_git() {
-    let tmp = tempfile::tempdir().unwrap();
-    let a = tmp.path().join("a");
-    std::fs::create_dir(&a).unwrap();
-    rich_repo(&a);
-    let b = tmp.path().join("b");
+/// Copies `a` (a git repository) to `b` with `cp -a`.
+fn copy_repo(a: &Path, b: &Path) {
     assert!(Command::new("cp")
         .args(["-a"])
-        .arg(&a)
-        .arg(&b)
+        .arg(a)
+        .arg(b)
         .status()
         .unwrap()
         .success());
-    let input = b"symref-update refs/heads/sym refs/heads/main\n";
-    assert!(run(BIN, &a, &["update-ref", "--stdin"], Some(input))
-        .status
-        .success());
-    assert!(run("git", &b, &["update-ref", "--stdin"], Some(input))
-        .status
-        .success());
-    let (ta, tb) = (tables(&a), tables(&b));
-    assert_eq!(
-        std::fs::read(ta.last().unwrap()).unwrap(),
-        std::fs::read(tb.last().unwrap()).unwrap()
+}
+
+/// The stack's table names without their random suffix, and every table's bytes.
+fn stack_bytes(dir: &Path) -> (Vec<String>, Vec<Vec<u8>>) {
+    let list = std::fs::read_to_string(dir.join(".git/reftable/tables.list")).unwrap();
+    let names = list
+        .lines()
+        .map(|l| l.get(..l.len().saturating_sub(13)).unwrap_or(l).to_owned())
+        .collect();
+    let bytes = tables(dir)
+        .iter()
+        .map(|t| std::fs::read(t).unwrap())
+        .collect();
+    (names, bytes)
+}
+
+/// One case of a symref write: ours (`reftablefs` args + stdin) and git's (args + stdin)
+/// on two copies of [`rich_repo`] must both succeed and leave byte-identical stacks.
+fn symref_case(
+    tmp: &Path,
+    base: &Path,
+    ours_args: &[&str],
+    git_args: &[&str],
+    input: &str,
+) -> (PathBuf, PathBuf) {
+    let n = std::fs::read_dir(tmp).unwrap().count();
+    let (a, b) = (tmp.join(format!("o{n}")), tmp.join(format!("g{n}")));
+    copy_repo(base, &a);
+    copy_repo(base, &b);
+    let stdin = |args: &[&str]| args.contains(&"--stdin").then_some(input.as_bytes());
+    let oa = run(BIN, &a, ours_args, stdin(ours_args));
+    let ob = run("git", &b, git_args, stdin(git_args));
+    let ctx = format!(
+        "ours {ours_args:?} / git {git_args:?} with {input:?}\nour stderr: {}\ngit stderr: {}",
+        String::from_utf8_lossy(&oa.stderr),
+        String::from_utf8_lossy(&ob.stderr)
+    );
+    assert!(oa.status.success() && ob.status.success(), "{ctx}");
+    let (sa, sb) = (stack_bytes(&a), stack_bytes(&b));
+    assert_eq!(sa.0, sb.0, "tables.list differs: {ctx}");
+    for (i, (x, y)) in sa.1.iter().zip(&sb.1).enumerate() {
+        assert!(x == y, "table {i} differs: {ctx}");
+    }
+    (a, b)
+}
+
+#[test]
+fn symref_creation_table_matches_git() {
+    let tmp = tempfile::tempdir().unwrap();
+    let base = tmp.path().join("base");
+    std::fs::create_dir(&base).unwrap();
+    rich_repo(&base);
+    let cases = tmp.path().join("cases");
+    std::fs::create_dir(&cases).unwrap();
+    let t = cases.as_path();
+    let stdin_nd = ["update-ref", "--no-deref", "--stdin"];
+    let stdin = ["update-ref", "--stdin"];
+    // Creation under refs/heads/: a reflog entry 0 -> the target's id (message "\n").
+    symref_case(
+        t,
+        &base,
+        &stdin,
+        &stdin,
+        "symref-update refs/heads/sym refs/heads/main\n",
+    );
+    // With a message, and through symref-create.
+    let with_msg = ["update-ref", "-m", "  made  a\tsymref ", "--stdin"];
+    symref_case(
+        t,
+        &base,
+        &with_msg,
+        &with_msg,
+        "symref-create refs/heads/sym refs/heads/main\n",
+    );
+    // A dangling target: no entry (git's TODO), the ref is still written.
+    symref_case(
+        t,
+        &base,
+        &stdin,
+        &stdin,
+        "symref-create refs/heads/sym refs/heads/nowhere\n",
+    );
+    // A target created in the same transaction is not resolvable yet: no entry.
+    symref_case(
+        t,
+        &base,
+        &stdin,
+        &stdin,
+        "symref-create refs/heads/sym refs/heads/new\ncreate refs/heads/new HEAD\n",
+    );
+    // Not logged (refs/tags/), unless --create-reflog.
+    symref_case(
+        t,
+        &base,
+        &stdin,
+        &stdin,
+        "symref-update refs/tags/st refs/heads/main\n",
+    );
+    let force = ["update-ref", "--create-reflog", "--stdin"];
+    symref_case(
+        t,
+        &base,
+        &force,
+        &force,
+        "symref-update refs/tags/st refs/heads/main\n",
+    );
+    // A regular ref turned into a symref: old id = its id.
+    symref_case(
+        t,
+        &base,
+        &stdin,
+        &stdin,
+        "symref-update refs/heads/main-2 refs/heads/topic\n",
+    );
+    // An existing symref re-pointed (no-deref): old = what it resolved to.
+    symref_case(
+        t,
+        &base,
+        &stdin_nd,
+        &stdin_nd,
+        "symref-update refs/remotes/origin/HEAD refs/heads/main-2 ref refs/remotes/origin/main\n",
+    );
+    // Without no-deref, git writes the new symref on the referent (and a log-only entry
+    // on the symref itself).
+    symref_case(
+        t,
+        &base,
+        &stdin,
+        &stdin,
+        "symref-update refs/remotes/origin/HEAD refs/heads/main-2\n",
+    );
+    // HEAD's referent made a symref: HEAD logs old -> 0.
+    symref_case(
+        t,
+        &base,
+        &stdin_nd,
+        &stdin_nd,
+        "symref-update refs/heads/topic refs/heads/main\n",
+    );
+    // HEAD re-pointed, as `git symbolic-ref HEAD` (ours through update-ref --no-deref).
+    symref_case(
+        t,
+        &base,
+        &stdin_nd,
+        &["symbolic-ref", "HEAD", "refs/heads/main"],
+        "symref-update HEAD refs/heads/main\n",
+    );
+    symref_case(
+        t,
+        &base,
+        &["update-ref", "--no-deref", "-m", "switch", "--stdin"],
+        &["symbolic-ref", "-m", "switch", "HEAD", "refs/heads/main"],
+        "symref-update HEAD refs/heads/main\n",
+    );
+    symref_case(
+        t,
+        &base,
+        &stdin_nd,
+        &["symbolic-ref", "refs/heads/s2", "refs/heads/main-2"],
+        "symref-update refs/heads/s2 refs/heads/main-2\n",
+    );
+    // Deleting a symref keeps its reflog and logs old -> 0 (no tombstones), in both
+    // spellings.
+    let (a, _) = symref_case(
+        t,
+        &base,
+        &stdin_nd,
+        &["symbolic-ref", "-d", "refs/remotes/origin/HEAD"],
+        "symref-delete refs/remotes/origin/HEAD\n",
+    );
+    assert!(run(
+        BIN,
+        &a,
+        &["reflog", "exists", "refs/remotes/origin/HEAD"],
+        None
+    )
+    .status
+    .success());
+    symref_case(
+        t,
+        &base,
+        &["update-ref", "--no-deref", "-d", "refs/remotes/origin/HEAD"],
+        &["update-ref", "--no-deref", "-d", "refs/remotes/origin/HEAD"],
+        "",
+    );
+    // Deleting through the symref deletes the referent (tombstones) and logs on the
+    // symref and on HEAD.
+    symref_case(
+        t,
+        &base,
+        &["update-ref", "-d", "HEAD"],
+        &["update-ref", "-d", "HEAD"],
+        "",
     );
 }
 
@@ -1228,4 +1404,400 @@ fn verify_finds_bad_names_referents_and_df_conflicts() {
         assert!(err.contains(want), "missing {want:?} in:\n{err}");
     }
     assert_eq!(err.lines().count(), 3, "{err}");
+}
+
+/// `prepare` checks what git's `ref_transaction_prepare` checks (expected old values,
+/// missing refs, D/F conflicts, duplicates, symref targets) and fails there with git's
+/// message, stdout and exit code; nothing is written.
+#[test]
+fn prepare_checks_expectations_like_git() {
+    let tmp = tempfile::tempdir().unwrap();
+    let d = tmp.path();
+    rich_repo(d);
+    let main = git(d, &["rev-parse", "refs/heads/main"]);
+    let main = main.trim();
+    let wrong = "1".repeat(40);
+    let cases = [
+        format!("update refs/heads/main {main} {wrong}\n"),
+        format!("verify refs/heads/main {wrong}\n"),
+        format!("create refs/heads/main {main}\n"),
+        format!("update refs/heads/nosuch {main} {main}\n"),
+        format!("create refs/heads/main/sub {main}\n"),
+        format!("create refs/heads/feature {main}\n"),
+        format!("create refs/heads/n1 {main}\ncreate refs/heads/n1/n2 {main}\n"),
+        format!("update refs/heads/x {main}\nupdate refs/heads/x {main}\n"),
+        "symref-update refs/remotes/origin/HEAD refs/heads/main ref refs/heads/main\n".into(),
+        "symref-verify refs/remotes/origin/HEAD refs/heads/main\n".into(),
+        format!("delete refs/heads/main {wrong}\n"),
+        // A dangling symref (no-deref) resolves to the null id.
+        format!("verify refs/heads/dangling {wrong}\n"),
+        format!(
+            "verify refs/heads/dangling {}\nverify refs/heads/main {main}\n",
+            "0".repeat(40)
+        ),
+        // Succeeds: prepare: ok, commit: ok.
+        format!("create refs/heads/fine {main}\nverify refs/heads/main {main}\n"),
+    ];
+    for case in &cases {
+        let input = format!("start\n{case}prepare\ncommit\n");
+        let args = ["update-ref", "--no-deref", "--stdin"];
+        let before = git(d, &["for-each-ref"]);
+        let n_tables = tables(d).len();
+        let a = run(BIN, d, &args, Some(input.as_bytes()));
+        let after_ours = git(d, &["for-each-ref"]);
+        if before != after_ours {
+            git(d, &["update-ref", "-d", "refs/heads/fine"]);
+        }
+        let b = run("git", d, &args, Some(input.as_bytes()));
+        let after_git = git(d, &["for-each-ref"]);
+        if before != after_git {
+            git(d, &["update-ref", "-d", "refs/heads/fine"]);
+        }
+        assert_eq!(after_ours, after_git, "{input:?}");
+        let (ea, eb) = (
+            String::from_utf8_lossy(&a.stderr),
+            String::from_utf8_lossy(&b.stderr),
+        );
+        assert_eq!(
+            (String::from_utf8_lossy(&a.stdout), a.status.code()),
+            (String::from_utf8_lossy(&b.stdout), b.status.code()),
+            "{input:?}\nour stderr: {ea}\ngit stderr: {eb}"
+        );
+        let first = |s: &str| s.lines().next().unwrap_or("").to_owned();
+        assert_eq!(first(&ea), first(&eb), "{input:?}");
+        if !a.status.success() {
+            assert!(first(&ea).starts_with("fatal: prepare: "), "{ea}");
+            assert_eq!(
+                tables(d).len(),
+                n_tables,
+                "{input:?}: a failed prepare wrote"
+            );
+        }
+    }
+}
+
+/// The current refs of `dir` as the random tests model them: `name -> id` for regular
+/// refs, `name -> "-> target"` for symrefs, and `HEAD -> id` when HEAD resolves.
+fn ref_model(dir: &Path) -> std::collections::BTreeMap<String, String> {
+    let mut m = std::collections::BTreeMap::new();
+    let out = git(
+        dir,
+        &[
+            "for-each-ref",
+            "--format=%(refname) %(objectname) %(symref)",
+        ],
+    );
+    for l in out.lines() {
+        let mut f = l.split(' ');
+        let (name, id, sym) = (f.next(), f.next(), f.next());
+        if let (Some(name), Some(id)) = (name, id) {
+            match sym {
+                Some(t) if !t.is_empty() => m.insert(name.to_owned(), format!("-> {t}")),
+                _ => m.insert(name.to_owned(), id.to_owned()),
+            };
+        }
+    }
+    let head = run("git", dir, &["rev-parse", "-q", "--verify", "HEAD"], None);
+    if head.status.success() {
+        let id = String::from_utf8_lossy(&head.stdout).trim().to_owned();
+        m.insert("HEAD".to_owned(), id);
+    }
+    let head = run("git", dir, &["symbolic-ref", "-q", "HEAD"], None);
+    let target = String::from_utf8_lossy(&head.stdout).trim().to_owned();
+    m.insert("HEAD (symref)".to_owned(), format!("-> {target}"));
+    m
+}
+
+/// As [`random_update_ref_batches_give_gits_stack_byte_for_byte`], with symrefs
+/// (created, re-pointed with and without `no-deref`, deleted, updated through, dangling,
+/// chained), updates of HEAD and of its referent, and deletions of refs that have
+/// reflogs: every batch must succeed or fail alike and leave byte-identical stacks.
+#[test]
+fn random_batches_with_symrefs_and_head_match_git_byte_for_byte() {
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path().to_owned();
+    // RTFS_KEEP leaves the two repositories behind for debugging.
+    let _tmp = if std::env::var_os("RTFS_KEEP").is_some() {
+        eprintln!("keeping {}", root.display());
+        std::mem::forget(tmp);
+        None
+    } else {
+        Some(tmp)
+    };
+    let a = root.join("a");
+    std::fs::create_dir(&a).unwrap();
+    git(&a, &["init", "-q", "--ref-format=reftable", "-b", "main"]);
+    let mut ids = Vec::new();
+    for i in 0..3 {
+        git(
+            &a,
+            &["commit", "-q", "--allow-empty", "-m", &format!("c{i}")],
+        );
+        ids.push(git(&a, &["rev-parse", "HEAD"]).trim().to_owned());
+    }
+    git(&a, &["branch", "b1"]);
+    git(&a, &["tag", "t1"]);
+    let b = root.join("b");
+    copy_repo(&a, &b);
+    let names = [
+        "refs/heads/main",
+        "refs/heads/b1",
+        "refs/heads/b2",
+        "refs/heads/d/b3",
+        "refs/tags/t1",
+        "refs/tags/t2",
+        "refs/remotes/o/main",
+    ];
+    let symrefs = [
+        "refs/heads/s0",
+        "refs/heads/s1",
+        "refs/remotes/o/HEAD",
+        "refs/tags/st",
+    ];
+    // RTFS_SEED / RTFS_ROUNDS explore further (the defaults are what CI runs).
+    let mut seed: u64 = std::env::var("RTFS_SEED")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(1);
+    let rounds: usize = std::env::var("RTFS_ROUNDS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(200);
+    let mut rnd = |n: usize| {
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        (seed % n as u64) as usize
+    };
+    let zero = "0".repeat(40);
+    let (mut ok, mut failed) = (0, 0);
+    for round in 0..rounds {
+        let model = ref_model(&a);
+        let mut input = String::new();
+        let mut used = std::collections::BTreeSet::new();
+        for _ in 0..1 + rnd(4) {
+            let id = ids[rnd(ids.len())].clone();
+            let kind = rnd(12);
+            let name = match kind {
+                // Plain commands on symrefs too (through them, or on them with no-deref).
+                0..=4 if rnd(4) == 0 => symrefs[rnd(symrefs.len())],
+                0..=4 => names[rnd(names.len())],
+                5..=8 => symrefs[rnd(symrefs.len())],
+                _ => "HEAD",
+            };
+            if !used.insert(name) {
+                continue;
+            }
+            let cur = model.get(name).cloned();
+            let cur_id = cur
+                .clone()
+                .filter(|c| !c.starts_with("->"))
+                .unwrap_or_else(|| zero.clone());
+            let target = if rnd(4) == 0 {
+                symrefs[rnd(symrefs.len())]
+            } else {
+                names[rnd(names.len())]
+            };
+            let no_deref = if rnd(2) == 0 { "option no-deref\n" } else { "" };
+            let line = match kind {
+                0 | 1 => format!("update {name} {id}\n"),
+                2 => format!("update {name} {id} {cur_id}\n"),
+                3 => format!("{no_deref}delete {name}\n"),
+                4 => format!("delete {name} {cur_id}\n"),
+                5 => format!("{no_deref}symref-update {name} {target}\n"),
+                6 => match cur.as_deref().and_then(|c| c.strip_prefix("-> ")) {
+                    Some(old) if rnd(3) > 0 => {
+                        format!("{no_deref}symref-update {name} {target} ref {old}\n")
+                    }
+                    _ => format!("symref-create {name} {target}\n"),
+                },
+                7 => format!("option no-deref\nsymref-delete {name}\n"),
+                8 => format!("{no_deref}update {name} {id}\n"),
+                9 => format!("update HEAD {id} {cur_id}\n"),
+                10 => format!("update HEAD {id}\n"),
+                _ => format!(
+                    "option no-deref\nsymref-update HEAD {}\n",
+                    ["refs/heads/main", "refs/heads/b1", "refs/heads/b2"][rnd(3)]
+                ),
+            };
+            input += &line;
+        }
+        let msg = format!("round {round}");
+        let mut args: Vec<&str> = if rnd(3) == 0 {
+            vec!["update-ref", "--stdin"]
+        } else {
+            vec!["update-ref", "-m", &msg, "--stdin"]
+        };
+        if rnd(6) == 0 {
+            args.insert(1, "--create-reflog");
+        }
+        if rnd(8) == 0 {
+            args.insert(1, "--no-deref");
+        }
+        let mut ca = Command::new(BIN);
+        let mut cb = Command::new("git");
+        for (cmd, dir) in [(&mut ca, &a), (&mut cb, &b)] {
+            env(cmd)
+                .env("GIT_TEST_REFTABLE_AUTOCOMPACTION", "true")
+                .current_dir(dir)
+                .args(&args);
+            cmd.stdin(Stdio::piped())
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped());
+        }
+        let out = |mut c: Command| {
+            let mut child = c.spawn().unwrap();
+            use std::io::Write;
+            child
+                .stdin
+                .take()
+                .unwrap()
+                .write_all(input.as_bytes())
+                .unwrap();
+            child.wait_with_output().unwrap()
+        };
+        let (oa, ob) = (out(ca), out(cb));
+        let (ea, eb) = (
+            String::from_utf8_lossy(&oa.stderr),
+            String::from_utf8_lossy(&ob.stderr),
+        );
+        assert_eq!(
+            oa.status.code(),
+            ob.status.code(),
+            "round {round}: {input}\nours: {ea}\ngit: {eb}"
+        );
+        let first = |s: &str| s.lines().next().unwrap_or("").to_owned();
+        assert_eq!(
+            first(&ea),
+            first(&eb),
+            "round {round}: {input}\nrefs before: {model:#?}"
+        );
+        if oa.status.success() {
+            ok += 1;
+        } else {
+            failed += 1;
+        }
+        let (ta, tb) = (tables(&a), tables(&b));
+        assert_eq!(ta.len(), tb.len(), "round {round}: table count\n{input}");
+        for (x, y) in ta.iter().zip(&tb) {
+            if std::fs::read(x).unwrap() != std::fs::read(y).unwrap() {
+                let dump = |t: &Path| {
+                    let o = Command::new("python3")
+                        .arg(concat!(
+                            env!("CARGO_MANIFEST_DIR"),
+                            "/../shared/tools/rtdump.py"
+                        ))
+                        .arg(t)
+                        .output();
+                    o.map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
+                        .unwrap_or_default()
+                };
+                panic!(
+                    "round {round}: {} differs after\n{input}\nours:\n{}\ngit:\n{}",
+                    x.display(),
+                    dump(x),
+                    dump(y)
+                );
+            }
+        }
+    }
+    eprintln!("{ok} batches committed, {failed} refused");
+    assert!(
+        ok > 15 && failed > 3,
+        "both outcomes exercised: {ok} ok, {failed} failed"
+    );
+    assert_eq!(ref_model(&a), ref_model(&b));
+    git(&a, &["refs", "verify"]);
+}
+
+/// Cases the random symref test found, pinned: a deleted ref's reflog gets tombstones
+/// only for its live entries; an expected symref target is checked on the symref and on
+/// its referent; the log-only HEAD entry carries the old-id check (so git refuses a
+/// correct `ref OLD` on HEAD's referent); a symref cycle is "error reading reference".
+#[test]
+fn symref_and_reflog_edge_cases_match_git() {
+    let tmp = tempfile::tempdir().unwrap();
+    let base = tmp.path().join("base");
+    std::fs::create_dir(&base).unwrap();
+    rich_repo(&base);
+    let t = tmp.path();
+    // main-2 gets three entries, the middle one deleted (a tombstone in the stack).
+    git(
+        &base,
+        &["update-ref", "-m", "m1", "refs/heads/main-2", "HEAD"],
+    );
+    git(
+        &base,
+        &["update-ref", "-m", "m2", "refs/heads/main-2", "HEAD~1"],
+    );
+    git(&base, &["reflog", "delete", "refs/heads/main-2@{1}"]);
+    symref_case(
+        t,
+        &base,
+        &["update-ref", "-d", "refs/heads/main-2"],
+        &["update-ref", "-d", "refs/heads/main-2"],
+        "",
+    );
+    // Refusals: same exit code, stdout and first stderr line, nothing written.
+    let refused = |setup: &[&[&str]], input: &str| {
+        let n = std::fs::read_dir(t).unwrap().count();
+        let (a, b) = (t.join(format!("ro{n}")), t.join(format!("rg{n}")));
+        copy_repo(&base, &a);
+        for args in setup {
+            git(&a, args);
+        }
+        copy_repo(&a, &b);
+        let args = ["update-ref", "--stdin"];
+        let before = stack_bytes(&a);
+        let oa = run(BIN, &a, &args, Some(input.as_bytes()));
+        let ob = run("git", &b, &args, Some(input.as_bytes()));
+        let first = |o: &Output| {
+            let e = String::from_utf8_lossy(&o.stderr);
+            e.lines().next().unwrap_or("").to_owned()
+        };
+        assert_eq!(
+            (oa.status.code(), first(&oa)),
+            (ob.status.code(), first(&ob)),
+            "{input:?}"
+        );
+        assert_eq!(oa.status.code(), Some(128), "{input:?} must be refused");
+        assert_eq!(stack_bytes(&a), before, "{input:?}");
+    };
+    // origin/HEAD -> origin/main -> main: the old target is checked on origin/HEAD.
+    refused(
+        &[&[
+            "symbolic-ref",
+            "refs/remotes/origin/main",
+            "refs/heads/main",
+        ]],
+        "symref-update refs/remotes/origin/HEAD refs/heads/x ref refs/heads/main\n",
+    );
+    // HEAD -> topic -> main: the HEAD entry's old-target check is git's null id.
+    refused(
+        &[
+            &["update-ref", "-d", "refs/heads/topic"],
+            &["symbolic-ref", "refs/heads/topic", "refs/heads/main"],
+        ],
+        "option no-deref\nsymref-update refs/heads/topic refs/heads/main-2 ref refs/heads/main\n",
+    );
+    // Through a chain, the HEAD copy is checked before the final referent.
+    refused(
+        &[
+            &["update-ref", "-d", "refs/heads/topic"],
+            &["symbolic-ref", "refs/heads/topic", "refs/heads/main"],
+            &["symbolic-ref", "refs/tags/st", "refs/heads/topic"],
+        ],
+        &format!(
+            "create refs/tags/st {}\n",
+            git(&base, &["rev-parse", "HEAD"]).trim()
+        ),
+    );
+    // A cycle.
+    refused(
+        &[
+            &["symbolic-ref", "refs/heads/c1", "refs/heads/c2"],
+            &["symbolic-ref", "refs/heads/c2", "refs/heads/c1"],
+        ],
+        &format!("option no-deref\nverify refs/heads/c1 {}\n", "0".repeat(40)),
+    );
 }

@@ -1031,3 +1031,138 @@ fn reflog_rewrites_are_minimal_and_keep_existence() {
     assert_eq!(tx.commit().unwrap().table, None);
     repo.git(&["refs", "verify"]);
 }
+
+/// git writes the existence marker of `create_reflog` and of an emptied reflog with a
+/// NULL message, which stays empty in the new table (compaction later makes it "\n"):
+/// our uncompacted tables must have the same bytes.
+#[test]
+fn existence_markers_are_byte_identical_to_gits() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (a, b) = (tmp.path().join("a"), tmp.path().join("b"));
+    std::fs::create_dir(&a).unwrap();
+    let g = |dir: &std::path::Path, args: &[&str]| {
+        let o = util::git_cmd(dir)
+            .env("GIT_TEST_REFTABLE_AUTOCOMPACTION", "false")
+            .args(args)
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "git {args:?}: {o:?}");
+    };
+    g(&a, &["init", "-q", "--ref-format=reftable", "-b", "main"]);
+    g(&a, &["commit", "-q", "--allow-empty", "-m", "one"]);
+    g(
+        &a,
+        &["update-ref", "--create-reflog", "refs/tags/x", "HEAD"],
+    );
+    assert!(std::process::Command::new("cp")
+        .arg("-a")
+        .arg(&a)
+        .arg(&b)
+        .status()
+        .unwrap()
+        .success());
+    let list = |dir: &std::path::Path| -> Vec<Vec<u8>> {
+        let rt = dir.join(".git/reftable");
+        fs::read_to_string(rt.join("tables.list"))
+            .unwrap()
+            .lines()
+            .map(|l| fs::read(rt.join(l)).unwrap())
+            .collect()
+    };
+    let opts = StackOptions {
+        auto_compact: false,
+        ..StackOptions::default()
+    };
+    let mut st = Stack::open(b.join(".git/reftable"), opts).unwrap();
+
+    // Reflog expiry that drops every entry: a tombstone and the marker.
+    g(&a, &["reflog", "expire", "--expire=all", "refs/tags/x"]);
+    let mut tx = st.transaction();
+    tx.log_edit(LogEdit::Rewrite {
+        refname: b"refs/tags/x".to_vec(),
+        entries: Vec::new(),
+    });
+    tx.commit().unwrap();
+    let (ta, tb) = (list(&a), list(&b));
+    assert_eq!(ta.len(), tb.len());
+    assert_eq!(ta.last(), tb.last(), "reflog expire table differs");
+    assert!(st.reflog_exists(b"refs/tags/x").unwrap());
+    assert!(st.read_log(b"refs/tags/x").unwrap().is_empty());
+
+    // create_reflog (`git checkout -l --orphan` when the branch would not log).
+    g(
+        &a,
+        &[
+            "-c",
+            "core.logAllRefUpdates=false",
+            "checkout",
+            "-q",
+            "-l",
+            "--orphan",
+            "orph",
+        ],
+    );
+    let mut tx = st.transaction();
+    tx.log_edit(LogEdit::Create {
+        refname: b"refs/heads/orph".to_vec(),
+    });
+    tx.commit().unwrap();
+    let (ta, tb) = (list(&a), list(&b));
+    // git's next table re-points HEAD; the marker table is the one before it.
+    assert_eq!(ta.len(), tb.len() + 1);
+    assert_eq!(
+        ta.get(tb.len() - 1),
+        tb.last(),
+        "create_reflog table differs"
+    );
+
+    // Compaction turns the empty message into "\n", as git's does.
+    st.compact_all().unwrap();
+    let rt = b.join(".git/reftable");
+    let name = fs::read_to_string(rt.join("tables.list")).unwrap();
+    let t = reftablefs::table::Table::open(rt.join(name.trim())).unwrap();
+    let mut it = t.log_iter();
+    it.seek(b"refs/heads/orph", u64::MAX).unwrap();
+    assert_eq!(it.next().unwrap().unwrap().message, b"\n");
+}
+
+/// As git's reftable backend, deleting a symref keeps its reflog and logs `old -> 0`;
+/// with a `LogEdit::Delete` in the same transaction (the mount: a files-backend git
+/// unlinks the reflog with the ref) the reflog is gone, and git agrees.
+#[test]
+fn deleting_a_symref_keeps_its_reflog_unless_deleted_too() {
+    let repo = Repo::new(HashKind::Sha1);
+    let c = repo.commits(1);
+    let mut st = repo.open();
+    let mut tx = st.transaction();
+    tx.identity(ident());
+    tx.edit(RefEdit::update("refs/heads/main", c[0]).message("one"));
+    tx.commit().unwrap();
+    // (A symref's entry needs its target to exist before the transaction.)
+    let mut tx = st.transaction();
+    tx.identity(ident());
+    tx.edit(RefEdit::symref("refs/remotes/o/HEAD", "refs/heads/main").message("sym"));
+    tx.edit(RefEdit::symref("refs/remotes/p/HEAD", "refs/heads/main").message("sym"));
+    tx.commit().unwrap();
+    assert_eq!(st.read_log(b"refs/remotes/o/HEAD").unwrap().len(), 1);
+    let mut tx = st.transaction();
+    tx.identity(ident());
+    tx.edit(RefEdit::delete("refs/remotes/o/HEAD").no_deref());
+    tx.edit(RefEdit::delete("refs/remotes/p/HEAD").no_deref());
+    tx.log_edit(LogEdit::Delete {
+        refname: b"refs/remotes/p/HEAD".to_vec(),
+    });
+    tx.commit().unwrap();
+    let log = st.read_log(b"refs/remotes/o/HEAD").unwrap();
+    assert_eq!(log.len(), 2);
+    assert!(log[0].new_id.is_null() && log[0].old_id == c[0]);
+    assert!(repo
+        .git_out(&["reflog", "exists", "refs/remotes/o/HEAD"])
+        .status
+        .success());
+    assert!(!st.reflog_exists(b"refs/remotes/p/HEAD").unwrap());
+    assert!(!repo
+        .git_out(&["reflog", "exists", "refs/remotes/p/HEAD"])
+        .status
+        .success());
+}

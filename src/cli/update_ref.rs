@@ -4,10 +4,10 @@
 //!   input (git's command language, see [`super::update_ref_parse`]) is one transaction,
 //!   or several with `start`/`prepare`/`commit`/`abort`, each written as one table.
 //!   Commands are read and answered one at a time, so a driver may wait for
-//!   `start: ok` before sending more. `prepare` validates the batch (duplicates), takes
-//!   the stack's lock and answers `prepare: ok`; the lock is held until `commit`/`abort`
-//!   (expected values are checked at `commit`). Object names are full hex ids or ref
-//!   names.
+//!   `start: ok` before sending more. `prepare` takes the stack's lock and checks the
+//!   whole batch as git does (duplicates, names, expected values, D/F conflicts),
+//!   answering `prepare: ok` only when the commit can succeed; the lock is held until
+//!   `commit`/`abort`. Object names are full hex ids or ref names.
 //! * `update-ref [-m MSG] [--no-deref] [--create-reflog] REF NEW [OLD]` and
 //!   `update-ref [-m MSG] [--no-deref] -d REF [OLD]`.
 
@@ -16,7 +16,8 @@ use std::process::ExitCode;
 use super::store::{is_per_worktree, RefStore};
 use crate::format::ObjectId;
 use crate::repo::Repo;
-use crate::transaction::{Expected, NewValue as TxNew, RefEdit};
+use crate::stack::Stack;
+use crate::transaction::{Expected, NewValue as TxNew, PreparedTransaction, RefEdit};
 use crate::{Error, Result};
 
 use super::common::{self, rev_parse};
@@ -40,11 +41,14 @@ pub fn to_ref_edit(
     force_no_deref: bool,
     create_reflog: bool,
 ) -> RefEdit {
-    let (new, symref) = match e.new {
-        NewValue::Oid(id) => (Some(TxNew::Oid(id)), false),
-        NewValue::Symref(t) => (Some(TxNew::Symref(t)), true),
-        NewValue::Delete => (Some(TxNew::Delete), false),
-        NewValue::Verify => (None, false),
+    // As git: `symref-update` without `no-deref` on a ref that is a symref writes the
+    // new symref on its referent.
+    let deleting = matches!(e.new, NewValue::Delete);
+    let new = match e.new {
+        NewValue::Oid(id) => Some(TxNew::Oid(id)),
+        NewValue::Symref(t) => Some(TxNew::Symref(t)),
+        NewValue::Delete => Some(TxNew::Delete),
+        NewValue::Verify => None,
     };
     let expected = match e.old {
         OldValue::Any => Expected::Any,
@@ -56,15 +60,25 @@ pub fn to_ref_edit(
         name: e.name,
         new,
         expected,
-        no_deref: e.no_deref || force_no_deref || symref,
+        no_deref: e.no_deref || force_no_deref,
         message: message.map(<[u8]>::to_vec),
-        force_create_reflog: create_reflog,
+        // As git: `--create-reflog` applies to update/create/symref-update/symref-create
+        // (and the single form without -d), never to delete/symref-delete, so deleting a
+        // symref under it logs only if the ref logs anyway. (`update REF <zero-id>` is a
+        // delete here too; git forces its entry, which differs only for a no-deref
+        // symref.)
+        force_create_reflog: create_reflog && !deleting,
         ..RefEdit::default()
     }
 }
 
-fn commit(repo: &Repo, store: &mut RefStore, edits: Vec<Edit>, flags: &Flags) -> Result<()> {
-    reject_duplicates(&edits)?;
+/// The stack a batch is written to (the main one unless its refs are per-worktree refs
+/// of a linked worktree).
+fn target_stack<'s>(
+    store: &'s mut RefStore,
+    edits: &[Edit],
+    flags: &Flags,
+) -> Result<&'s mut Stack> {
     // In a linked worktree, per-worktree refs live in its own stack; a transaction is
     // written to one stack, so it may not mix the two kinds (git writes both stacks).
     let stack = if store.worktree.is_some() {
@@ -82,7 +96,7 @@ fn commit(repo: &Repo, store: &mut RefStore, edits: Vec<Edit>, flags: &Flags) ->
                     let is_symref = wt
                         .read_ref(&e.name)?
                         .is_some_and(|r| matches!(r.value, crate::RefValue::Symref(_)));
-                    symref_deref |= is_symref && !matches!(e.new, NewValue::Symref(_));
+                    symref_deref |= is_symref;
                 }
             }
             if symref_deref {
@@ -99,6 +113,19 @@ fn commit(repo: &Repo, store: &mut RefStore, edits: Vec<Edit>, flags: &Flags) ->
     } else {
         &mut store.main
     };
+    Ok(stack)
+}
+
+/// git's `ref_transaction_prepare`: everything is checked under the target stack's lock,
+/// which the returned transaction holds until it is committed or dropped.
+fn prepare(
+    repo: &Repo,
+    store: &mut RefStore,
+    edits: Vec<Edit>,
+    flags: &Flags,
+) -> Result<PreparedTransaction> {
+    reject_duplicates(&edits)?;
+    let stack = target_stack(store, &edits, flags)?;
     let identity = repo.tx_identity()?;
     let mut tx = stack.transaction();
     tx.identity(identity).log_all_ref_updates(repo.tx_log_all());
@@ -110,8 +137,8 @@ fn commit(repo: &Repo, store: &mut RefStore, edits: Vec<Edit>, flags: &Flags) ->
             flags.create_reflog,
         ));
     }
-    match tx.commit() {
-        Ok(_) => Ok(()),
+    match tx.prepare() {
+        Ok(p) => Ok(p),
         // git's words ("cannot lock references"), plus where the lock is.
         Err(Error::Lock(p)) => Err(Error::Transaction(format!(
             "cannot lock references\nhint: '{}' exists: another process is writing, or one that crashed left it behind",
@@ -119,6 +146,20 @@ fn commit(repo: &Repo, store: &mut RefStore, edits: Vec<Edit>, flags: &Flags) ->
         ))),
         Err(e) => Err(e),
     }
+}
+
+/// Writes a prepared transaction on the stack it was prepared on.
+fn commit_prepared(store: &mut RefStore, prepared: PreparedTransaction) -> Result<()> {
+    let stack = match store.worktree.as_mut() {
+        Some(wt) if wt.dir() == prepared.dir() => wt,
+        _ => &mut store.main,
+    };
+    prepared.commit(stack).map(|_| ())
+}
+
+fn commit(repo: &Repo, store: &mut RefStore, edits: Vec<Edit>, flags: &Flags) -> Result<()> {
+    let prepared = prepare(repo, store, edits, flags)?;
+    commit_prepared(store, prepared)
 }
 
 fn resolver(
@@ -133,13 +174,13 @@ fn resolver(
 
 fn run_stdin(repo: &Repo, z: bool, flags: &Flags) -> Result<ExitCode> {
     let mut stack = RefStore::open(repo)?;
-    let mut parser = StreamParser::new(z, repo.hash());
+    let mut parser = StreamParser::new(z, repo.hash()).with_no_deref(flags.no_deref);
     let stdin = std::io::stdin();
     let mut input = stdin.lock();
     let mut unit = Vec::new();
     let mut edits: Vec<Edit> = Vec::new();
     let mut resolve = resolver(&stack, repo);
-    let mut held: Option<crate::lockfile::LockFile> = None;
+    let mut held: Option<PreparedTransaction> = None;
     loop {
         let event = if parse::read_unit(&mut input, z, &mut unit)? {
             match parser.feed(&unit, &mut resolve)? {
@@ -156,38 +197,31 @@ fn run_stdin(repo: &Repo, z: bool, flags: &Flags) -> Result<ExitCode> {
             Event::Edit(e) => edits.push(e),
             Event::Start => report("start"),
             Event::Prepare => {
-                reject_duplicates(&edits)
-                    .map_err(|e| Error::Transaction(format!("prepare: {e}")))?;
-                // Like git, hold the stack's lock from `prepare` on, so that other
-                // writers wait or fail until `commit`/`abort`. It is handed back just
-                // before the commit takes it again.
-                let dir = match edits.first() {
-                    Some(e) => stack.stack_for(&e.name).dir().to_path_buf(),
-                    None => stack.main.dir().to_path_buf(),
-                };
-                let timeout = repo.stack_options().lock_timeout;
+                // As git: take the stack's lock and check every expectation, name and
+                // D/F conflict now; `prepare: ok` means the commit can only fail on I/O.
+                // The lock is held until `commit`/`abort`.
                 held = Some(
-                    crate::lockfile::LockFile::acquire(dir.join("tables.list.lock"), timeout)
-                        .map_err(|_| {
-                            Error::Transaction("prepare: cannot lock references".into())
-                        })?,
+                    prepare(repo, &mut stack, std::mem::take(&mut edits), flags)
+                        .map_err(|e| Error::Transaction(format!("prepare: {e}")))?,
                 );
                 report("prepare");
             }
             Event::End(Ending::Abort) => {
-                drop(held.take()); // release the lock taken at prepare
+                drop(held.take()); // releases the lock taken at prepare
                 edits.clear();
                 report("abort");
             }
             Event::End(Ending::Commit) => {
-                drop(held.take()); // release the lock taken at prepare
-                commit(repo, &mut stack, std::mem::take(&mut edits), flags)
-                    .map_err(|e| Error::Transaction(format!("commit: {e}")))?;
+                let result = match held.take() {
+                    Some(prepared) => commit_prepared(&mut stack, prepared),
+                    None => commit(repo, &mut stack, std::mem::take(&mut edits), flags),
+                };
+                result.map_err(|e| Error::Transaction(format!("commit: {e}")))?;
                 resolve = resolver(&stack, repo);
                 report("commit");
             }
             Event::End(Ending::EofAbort) => {
-                drop(held.take()); // release the lock taken at prepare
+                drop(held.take()); // releases the lock taken at prepare
                 break;
             }
             Event::End(Ending::Eof) => {

@@ -148,6 +148,8 @@ pub struct StreamParser {
     hash: HashKind,
     state: State,
     no_deref: bool,
+    /// `update-ref --no-deref`: every command is `no-deref` (git's `default_flags`).
+    default_no_deref: bool,
 }
 
 impl StreamParser {
@@ -158,7 +160,15 @@ impl StreamParser {
             hash,
             state: State::Open,
             no_deref: false,
+            default_no_deref: false,
         }
+    }
+
+    /// `update-ref --no-deref --stdin`: every command behaves as after `option no-deref`
+    /// (so `symref-delete` and `symref-verify` are allowed).
+    pub fn with_no_deref(mut self, no_deref: bool) -> Self {
+        self.default_no_deref = no_deref;
+        self
     }
 
     /// Parses one command. `Ok(None)` for `option` (it applies to the next command).
@@ -217,7 +227,7 @@ impl StreamParser {
             z: self.z,
             hash: self.hash,
             resolve,
-            no_deref: self.no_deref,
+            no_deref: self.no_deref || self.default_no_deref,
         };
         let event = p.command(name)?;
         self.no_deref = p.no_deref;

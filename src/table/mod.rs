@@ -9,6 +9,7 @@
 //!   .begin(min_ui, max_ui) -> Result<()>              // start a table; reuses buffers
 //!                                                     // (Err(Api) for block_size >= 2^24)
 //!   .add_ref(&RefRecord) / .add_log(&LogRecord)       // strictly increasing keys
+//!   .add_log_verbatim(&LogRecord)                     // message as is (git's NULL message)
 //!   .finish() -> Result<&[u8]>                        // Err(EmptyTable) if nothing added
 //!   .set_options(opts)                                // between tables
 //!   .output() -> &[u8]   .stats() -> &WriterStats     // the bytes also after EmptyTable

@@ -269,6 +269,18 @@ impl TableWriter {
     /// increase. Updates need `update_index <= max` (no lower bound); unless
     /// `exact_log_message`, the message is normalised to one line ending in `\n`.
     pub fn add_log(&mut self, log: &LogRecord) -> Result<()> {
+        self.add_log_inner(log, self.opts.exact_log_message)
+    }
+
+    /// Adds a log record whose message is written as it is, whatever
+    /// `exact_log_message` says: git's record with a NULL message (the existence marker
+    /// of `create_reflog` and of an emptied reflog keeps an empty message until a
+    /// compaction rewrites it as `"\n"`).
+    pub fn add_log_verbatim(&mut self, log: &LogRecord) -> Result<()> {
+        self.add_log_inner(log, true)
+    }
+
+    fn add_log_inner(&mut self, log: &LogRecord, exact: bool) -> Result<()> {
         if !matches!(self.state, State::Refs | State::Logs) {
             return Err(Error::Api("add_log outside begin/finish".into()));
         }
@@ -286,7 +298,7 @@ impl TableWriter {
             self.check_id(&log.old_id)?;
             self.check_id(&log.new_id)?;
             self.msg.extend_from_slice(&log.message);
-            if !self.opts.exact_log_message {
+            if !exact {
                 while self.msg.last() == Some(&b'\n') {
                     self.msg.pop();
                 }
