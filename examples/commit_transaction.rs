@@ -39,8 +39,8 @@ fn main() -> reftablefs::Result<()> {
     // The committer identity and core.logAllRefUpdates come from the repository's config
     // and environment, as git computes them.
     let mut tx = stack.transaction();
-    tx.identity(repo.tx_identity()?)
-        .log_all_ref_updates(repo.tx_log_all());
+    tx.identity(repo.committer()?)
+        .log_all_ref_updates(repo.log_all_ref_updates());
     tx.edit(RefEdit::create("refs/heads/example", id).message("example: created"));
     tx.edit(RefEdit::update("refs/tags/example-tag", id).expect(Expected::Any));
     let done = tx.commit()?; // validates, locks tables.list, writes one table, fsyncs once

@@ -454,33 +454,7 @@ pub enum RefStorage {
     Reftable,
 }
 
-/// `core.logAllRefUpdates`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum LogAllRefUpdates {
-    /// Only refs whose reflog already exists.
-    False,
-    /// `HEAD`, `refs/heads/`, `refs/remotes/`, `refs/notes/` (and existing reflogs).
-    True,
-    /// Every ref.
-    Always,
-}
-
-impl LogAllRefUpdates {
-    /// Whether an update of `refname` creates a reflog when none exists yet
-    /// (git's `should_autocreate_reflog`).
-    pub fn autocreates(self, refname: &[u8]) -> bool {
-        match self {
-            LogAllRefUpdates::Always => true,
-            LogAllRefUpdates::False => false,
-            LogAllRefUpdates::True => {
-                refname == b"HEAD"
-                    || refname.starts_with(b"refs/heads/")
-                    || refname.starts_with(b"refs/remotes/")
-                    || refname.starts_with(b"refs/notes/")
-            }
-        }
-    }
-}
+pub use crate::transaction::LogAllRefUpdates;
 
 /// `core.sharedRepository`, as git's `git_config_perm`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -700,16 +674,9 @@ fn fsync_includes_refs(list: &str) -> bool {
 // Identity
 // ---------------------------------------------------------------------------------------
 
-/// A committer identity with a timestamp, as written into reflog records.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Identity {
-    pub name: Vec<u8>,
-    pub email: Vec<u8>,
-    /// Seconds since the epoch.
-    pub time: u64,
-    /// git's ±HHMM integer.
-    pub tz_offset: i16,
-}
+/// The committer identity type is the transaction layer's; this module knows how git
+/// finds it.
+pub use crate::transaction::Identity;
 
 impl Identity {
     /// git's committer identity: environment, then config, then system fallbacks; the
@@ -781,18 +748,7 @@ pub fn now_with_local_tz() -> (u64, i16) {
 
 /// The local timezone offset at `time`, as ±HHMM.
 pub fn local_tz_at(time: u64) -> i16 {
-    let t = time as libc::time_t;
-    // SAFETY: localtime_r writes only into the tm we pass; both pointers are valid.
-    let mut tm: libc::tm = unsafe { std::mem::zeroed() };
-    // SAFETY: see above.
-    let ok = unsafe { !libc::localtime_r(&t, &mut tm).is_null() };
-    if !ok {
-        return 0;
-    }
-    let minutes = tm.tm_gmtoff / 60;
-    let sign: i64 = if minutes < 0 { -1 } else { 1 };
-    let m = minutes.abs();
-    (sign * ((m / 60) * 100 + m % 60)) as i16
+    crate::transaction::local_tz_hhmm(time)
 }
 
 /// Parses the date forms git accepts in `GIT_COMMITTER_DATE` that tests use:
@@ -1109,24 +1065,9 @@ impl Repo {
         crate::stack::Stack::open(self.reftable_dir(), self.stack_options())
     }
 
-    /// The committer identity in the transaction layer's type.
-    pub fn tx_identity(&self) -> Result<crate::transaction::Identity> {
-        let id = self.committer()?;
-        Ok(crate::transaction::Identity {
-            name: id.name,
-            email: id.email,
-            time: id.time,
-            tz_offset: id.tz_offset,
-        })
-    }
-
-    /// `core.logAllRefUpdates` in the transaction layer's type.
-    pub fn tx_log_all(&self) -> crate::transaction::LogAllRefUpdates {
-        match self.settings.log_all_ref_updates {
-            LogAllRefUpdates::False => crate::transaction::LogAllRefUpdates::False,
-            LogAllRefUpdates::True => crate::transaction::LogAllRefUpdates::True,
-            LogAllRefUpdates::Always => crate::transaction::LogAllRefUpdates::Always,
-        }
+    /// `core.logAllRefUpdates` as configured (or git's default for the repository).
+    pub fn log_all_ref_updates(&self) -> LogAllRefUpdates {
+        self.settings.log_all_ref_updates
     }
 
     /// The committer identity and time for reflog entries made now.

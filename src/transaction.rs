@@ -176,6 +176,23 @@ pub enum LogAllRefUpdates {
     Always,
 }
 
+impl LogAllRefUpdates {
+    /// Whether an update of `refname` creates a reflog when none exists yet
+    /// (git's `should_autocreate_reflog`).
+    pub fn autocreates(self, refname: &[u8]) -> bool {
+        match self {
+            LogAllRefUpdates::Always => true,
+            LogAllRefUpdates::False => false,
+            LogAllRefUpdates::True => {
+                refname == b"HEAD"
+                    || refname.starts_with(b"refs/heads/")
+                    || refname.starts_with(b"refs/remotes/")
+                    || refname.starts_with(b"refs/notes/")
+            }
+        }
+    }
+}
+
 /// The committer identity written into generated reflog entries.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Identity {
@@ -511,17 +528,7 @@ impl<'a> Transaction<'a> {
         if edit.force_create_reflog {
             return Ok(true);
         }
-        let auto = match self.log_all {
-            LogAllRefUpdates::Always => true,
-            LogAllRefUpdates::True => {
-                name == b"HEAD"
-                    || name.starts_with(b"refs/heads/")
-                    || name.starts_with(b"refs/remotes/")
-                    || name.starts_with(b"refs/notes/")
-            }
-            LogAllRefUpdates::False => false,
-        };
-        Ok(auto || self.stack.reflog_exists(name)?)
+        Ok(self.log_all.autocreates(name) || self.stack.reflog_exists(name)?)
     }
 
     /// Validates every edit under the stack lock and writes one table (or nothing when

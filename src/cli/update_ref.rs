@@ -126,9 +126,10 @@ fn prepare(
 ) -> Result<PreparedTransaction> {
     reject_duplicates(&edits)?;
     let stack = target_stack(store, &edits, flags)?;
-    let identity = repo.tx_identity()?;
+    let identity = repo.committer()?;
     let mut tx = stack.transaction();
-    tx.identity(identity).log_all_ref_updates(repo.tx_log_all());
+    tx.identity(identity)
+        .log_all_ref_updates(repo.log_all_ref_updates());
     for e in edits {
         tx.edit(to_ref_edit(
             e,
