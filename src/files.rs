@@ -556,13 +556,15 @@ pub fn write_tz(tz: i16, out: &mut Vec<u8>) {
     out.extend_from_slice(format!("{hh:02}{mm:02}").as_bytes());
 }
 
-/// Appends one reflog line as the files backend writes it. A message that is empty
-/// (after dropping one trailing `\n`) is written without the tab; the line always ends
-/// in exactly one `\n`.
-pub fn render_reflog_line(rec: &LogRecord, out: &mut Vec<u8>) {
-    rec.old_id.write_hex(out);
+/// Appends one reflog line as the files backend writes it:
+/// `<old> <new> <name> <<email>> <time> <±hhmm>[\t<msg>]\n`. Null ids are written with
+/// `hash`'s length; trailing newlines of the message are dropped (an empty message is
+/// written without the tab) and an inner newline, which git's normalisation never leaves
+/// but a verbatim record could carry, becomes a space so that the line stays one line.
+pub fn render_reflog_line(rec: &LogRecord, hash: HashKind, out: &mut Vec<u8>) {
+    write_id(&rec.old_id, hash, out);
     out.push(b' ');
-    rec.new_id.write_hex(out);
+    write_id(&rec.new_id, hash, out);
     out.push(b' ');
     out.extend_from_slice(&rec.name);
     out.extend_from_slice(b" <");
@@ -571,12 +573,24 @@ pub fn render_reflog_line(rec: &LogRecord, out: &mut Vec<u8>) {
     out.extend_from_slice(rec.time.to_string().as_bytes());
     out.push(b' ');
     write_tz(rec.tz_offset, out);
-    let msg = rec.message.strip_suffix(b"\n").unwrap_or(&rec.message);
+    let mut msg: &[u8] = &rec.message;
+    while let Some(m) = msg.strip_suffix(b"\n") {
+        msg = m;
+    }
     if !msg.is_empty() {
         out.push(b'\t');
-        out.extend_from_slice(msg);
+        out.extend(msg.iter().map(|&b| if b == b'\n' { b' ' } else { b }));
     }
     out.push(b'\n');
+}
+
+/// Appends `id` in hex, or `hash`'s null id when `id` is null (whatever its length).
+fn write_id(id: &ObjectId, hash: HashKind, out: &mut Vec<u8>) {
+    if id.is_null() {
+        out.extend(std::iter::repeat_n(b'0', hash.hex_len()));
+    } else {
+        id.write_hex(out);
+    }
 }
 
 // ---------------------------------------------------------------------------------------
@@ -1020,7 +1034,7 @@ mod tests {
         assert_eq!(rec.tz_offset, -700);
         assert_eq!(rec.message, b"commit: second\n");
         let mut out = Vec::new();
-        render_reflog_line(&rec, &mut out);
+        render_reflog_line(&rec, HashKind::Sha1, &mut out);
         assert_eq!(out, line.as_bytes());
     }
 
@@ -1031,7 +1045,7 @@ mod tests {
         assert_eq!(rec.tz_offset, 130);
         assert_eq!(rec.message, b"\n");
         let mut out = Vec::new();
-        render_reflog_line(&rec, &mut out);
+        render_reflog_line(&rec, HashKind::Sha1, &mut out);
         assert_eq!(out, line.as_bytes());
         // An empty message with tab survives as the empty message.
         let tabbed = format!("{A} {B} N <e> 5 +0000\t\n");
@@ -1056,7 +1070,7 @@ mod tests {
             ..LogRecord::default()
         };
         let mut out = Vec::new();
-        render_reflog_line(&rec, &mut out);
+        render_reflog_line(&rec, HashKind::Sha1, &mut out);
         assert_eq!(
             out,
             format!("{A} {B} N <e@x> 42 -0030\tno newline\n").as_bytes()
@@ -1271,7 +1285,7 @@ mod tests {
                 time, tz_offset: tz, message: format!("{msg}\n").into_bytes(), ..LogRecord::default()
             };
             let mut out = Vec::new();
-            render_reflog_line(&rec, &mut out);
+            render_reflog_line(&rec, HashKind::Sha1, &mut out);
             let back = parse_reflog_line(&out, HashKind::Sha1).unwrap();
             proptest::prop_assert_eq!(back, rec);
         }

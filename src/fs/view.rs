@@ -374,48 +374,12 @@ pub fn is_existence_marker(rec: &LogRecord) -> bool {
         && (rec.message.is_empty() || rec.message == b"\n")
 }
 
-/// Appends one files-backend reflog line:
-/// `<old> <new> <name> <<email>> <time> <±hhmm>[\t<msg>]\n`.
-pub fn render_log_line(rec: &LogRecord, hash: HashKind, out: &mut Vec<u8>) {
-    write_id(&rec.old_id, hash, out);
-    out.push(b' ');
-    write_id(&rec.new_id, hash, out);
-    out.push(b' ');
-    out.extend_from_slice(&rec.name);
-    out.extend_from_slice(b" <");
-    out.extend_from_slice(&rec.email);
-    out.extend_from_slice(b"> ");
-    out.extend_from_slice(rec.time.to_string().as_bytes());
-    out.push(b' ');
-    let tz = i32::from(rec.tz_offset);
-    out.push(if tz < 0 { b'-' } else { b'+' });
-    out.extend_from_slice(format!("{:04}", tz.unsigned_abs()).as_bytes());
-    let mut msg: &[u8] = &rec.message;
-    while let Some(m) = msg.strip_suffix(b"\n") {
-        msg = m;
-    }
-    if !msg.is_empty() {
-        out.push(b'\t');
-        // A stored message has no inner newline (git normalises them away); be safe anyway.
-        out.extend(msg.iter().map(|&b| if b == b'\n' { b' ' } else { b }));
-    }
-    out.push(b'\n');
-}
-
-fn write_id(id: &crate::format::ObjectId, hash: HashKind, out: &mut Vec<u8>) {
-    if id.is_null() {
-        out.extend(std::iter::repeat_n(b'0', hash.hex_len()));
-    } else {
-        id.write_hex(out);
-    }
-}
-
 /// Renders a whole reflog, oldest first, from records given newest first.
 pub fn render_log(newest_first: &[LogRecord], hash: HashKind, out: &mut Vec<u8>) {
     out.clear();
     for rec in newest_first.iter().rev() {
         if !rec.deleted && !is_existence_marker(rec) {
-            render_log_line(rec, hash, out);
+            crate::files::render_reflog_line(rec, hash, out);
         }
     }
 }
