@@ -81,7 +81,7 @@ impl Inodes {
     }
 
     /// Records one kernel lookup of `parent/name` (whose full path is `path`) and returns
-    /// its inode number. `size`: the fixed size of a ref file's inode (see [`Node`]).
+    /// its inode number. `size`: the fixed size of a ref file's inode (see the `Node` type).
     pub fn remember(
         &mut self,
         parent: u64,
