@@ -190,6 +190,9 @@ pub fn mount(
         },
     ];
     config.n_threads = Some(opts.threads.max(2));
+    // One /dev/fuse descriptor per event-loop thread (FUSE_DEV_IOC_CLONE): the threads
+    // do not contend on one descriptor's queue.
+    config.clone_fd = true;
     let mut session = Session::new(fs, mountpoint, &config)
         .map_err(|e| fail(format!("cannot mount on {}: {e}", mountpoint.display())))?;
     let notifier = session.notifier();
