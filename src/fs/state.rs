@@ -290,14 +290,10 @@ impl Shared {
     pub(crate) fn lookup(&self, parent: u64, name: &[u8]) -> Result<(FileAttr, Kind, bool), i32> {
         let mut g = self.lock();
         g.fresh()?;
-        let mut dir = Vec::new();
-        if g.inodes.path(parent, &mut dir).ok_or(libc::ENOENT)? != Kind::Dir {
-            return Err(libc::ENOTDIR);
-        }
-        if !view::is_component(name) {
-            return Err(libc::ENOENT);
-        }
-        let path = view::join(&dir, name);
+        // A name that can be no path component simply does not exist (ENOENT, not EINVAL).
+        let path =
+            g.child_path(parent, name)
+                .map_err(|e| if e == libc::EINVAL { libc::ENOENT } else { e })?;
         let kind = g.classify(&path)?.ok_or(libc::ENOENT)?;
         let size = g.size_of(&path, kind)?;
         // A ref file small enough for one page gets an inode of its own size.
@@ -391,14 +387,7 @@ impl Shared {
         }
         let mut g = self.lock();
         g.fresh()?;
-        let mut dir = Vec::new();
-        if g.inodes.path(parent, &mut dir).ok_or(libc::ENOENT)? != Kind::Dir {
-            return Err(libc::ENOTDIR);
-        }
-        if !view::is_component(name) {
-            return Err(libc::EINVAL);
-        }
-        let path = view::join(&dir, name);
+        let path = g.child_path(parent, name)?;
         if let Some(kind) = g.classify(&path)? {
             if flags & libc::O_EXCL != 0 {
                 return Err(libc::EEXIST);
