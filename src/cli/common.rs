@@ -56,6 +56,12 @@ pub fn usage_error(msg: &str, usage: &str) -> std::process::ExitCode {
     std::process::ExitCode::from(129)
 }
 
+/// The usage error for the option `args` is looking at (exit 129).
+pub fn unknown_option(args: &crate::cli::Args, usage: &str) -> std::process::ExitCode {
+    let opt = args.peek().unwrap_or_default();
+    usage_error(&format!("unknown option '{opt}'"), usage)
+}
+
 /// Buffered stdout. A closed pipe (`| head`) ends output quietly, as git does.
 pub struct Out {
     w: io::BufWriter<io::StdoutLock<'static>>,

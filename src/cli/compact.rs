@@ -23,11 +23,7 @@ pub fn run(mut args: Args) -> Result<ExitCode> {
         } else if args.flag("-v") || args.flag("--verbose") {
             verbose = true;
         } else {
-            let opt = args.peek().unwrap_or_default();
-            return Ok(common::usage_error(
-                &format!("unknown option '{opt}'"),
-                USAGE,
-            ));
+            return Ok(common::unknown_option(&args, USAGE));
         }
     }
     if !args.is_empty() {

@@ -225,11 +225,7 @@ pub fn run(mut args: Args) -> Result<ExitCode> {
                     .map_err(|_| Error::Transaction(format!("invalid --count: {n}")))?,
             );
         } else {
-            let opt = args.peek().unwrap_or_default();
-            return Ok(common::usage_error(
-                &format!("unknown option '{opt}'"),
-                USAGE,
-            ));
+            return Ok(common::unknown_option(&args, USAGE));
         }
     }
     let patterns: Vec<Vec<u8>> = args.rest().into_iter().map(String::into_bytes).collect();

@@ -53,11 +53,7 @@ pub fn run(mut args: Args) -> Result<ExitCode> {
                 return Ok(ExitCode::from(129));
             }
         } else {
-            let opt = args.peek().unwrap_or_default();
-            return Ok(common::usage_error(
-                &format!("unknown option '{opt}'"),
-                USAGE,
-            ));
+            return Ok(common::unknown_option(&args, USAGE));
         }
     }
     if !args.is_empty() {

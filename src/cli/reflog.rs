@@ -83,11 +83,7 @@ pub fn run(mut args: Args) -> Result<ExitCode> {
                 .map_err(|_| Error::Transaction(format!("invalid --abbrev: {n}")))?
                 .max(4);
         } else {
-            let opt = args.peek().unwrap_or_default();
-            return Ok(common::usage_error(
-                &format!("unknown option '{opt}'"),
-                USAGE,
-            ));
+            return Ok(common::unknown_option(&args, USAGE));
         }
     }
     let name = args.next_positional().unwrap_or_else(|| "HEAD".to_owned());

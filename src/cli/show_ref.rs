@@ -88,11 +88,7 @@ pub fn run(mut args: Args) -> Result<ExitCode> {
         } else if args.flag("--verify") {
             verify = true;
         } else {
-            let opt = args.peek().unwrap_or_default();
-            return Ok(common::usage_error(
-                &format!("unknown option '{opt}'"),
-                USAGE,
-            ));
+            return Ok(common::unknown_option(&args, USAGE));
         }
     }
     let patterns: Vec<Vec<u8>> = args.rest().into_iter().map(String::into_bytes).collect();

@@ -263,11 +263,7 @@ pub fn run(mut args: Args) -> Result<ExitCode> {
         } else if args.flag("-d") {
             delete = true;
         } else {
-            let opt = args.peek().unwrap_or_default();
-            return Ok(common::usage_error(
-                &format!("unknown option '{opt}'"),
-                USAGE,
-            ));
+            return Ok(common::unknown_option(&args, USAGE));
         }
     }
     let rest: Vec<String> = args.rest();

@@ -189,11 +189,7 @@ pub fn run(mut args: Args) -> Result<ExitCode> {
         if args.flag("--verbose") || args.flag("-v") {
             verbose = true;
         } else {
-            let opt = args.peek().unwrap_or_default();
-            return Ok(common::usage_error(
-                &format!("unknown option '{opt}'"),
-                USAGE,
-            ));
+            return Ok(common::unknown_option(&args, USAGE));
         }
     }
     let repo = common::open_repo()?;
