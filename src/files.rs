@@ -10,6 +10,7 @@
 use std::fmt;
 
 use crate::format::{HashKind, LogRecord, ObjectId};
+use crate::refname::is_root_ref;
 use crate::Error;
 
 /// What went wrong while parsing files-backend text, and where.
@@ -594,42 +595,6 @@ fn write_id(id: &ObjectId, hash: HashKind, out: &mut Vec<u8>) {
 }
 
 // ---------------------------------------------------------------------------------------
-// Root refs
-// ---------------------------------------------------------------------------------------
-
-/// Whether `name` is a pseudoref (`FETCH_HEAD`, `MERGE_HEAD`): always a plain file in the
-/// gitdir, never stored in a ref store.
-pub fn is_pseudoref(name: &[u8]) -> bool {
-    name == b"FETCH_HEAD" || name == b"MERGE_HEAD"
-}
-
-/// Whether `name` has root-ref syntax: only `A-Z`, `-` and `_` (git's `is_root_ref_syntax`).
-pub fn is_root_ref_syntax(name: &[u8]) -> bool {
-    !name.is_empty()
-        && name
-            .iter()
-            .all(|&b| b.is_ascii_uppercase() || b == b'-' || b == b'_')
-}
-
-/// Whether `name` is a root ref stored in the ref store (git's `is_root_ref`): root-ref
-/// syntax and either `HEAD`, a `*_HEAD`, or one of git's irregular root refs; pseudorefs
-/// excluded.
-pub fn is_root_ref(name: &[u8]) -> bool {
-    const IRREGULAR: [&[u8]; 6] = [
-        b"HEAD",
-        b"AUTO_MERGE",
-        b"BISECT_EXPECTED_REV",
-        b"NOTES_MERGE_PARTIAL",
-        b"NOTES_MERGE_REF",
-        b"MERGE_AUTOSTASH",
-    ];
-    if !is_root_ref_syntax(name) || is_pseudoref(name) {
-        return false;
-    }
-    name.ends_with(b"_HEAD") || IRREGULAR.contains(&name)
-}
-
-// ---------------------------------------------------------------------------------------
 // Reading a whole files-backend ref store from disk
 // ---------------------------------------------------------------------------------------
 
@@ -1128,32 +1093,6 @@ mod tests {
         let packed = format!("{a} refs/heads/x\n^{b}\n");
         let refs = parse_packed_refs(packed.as_bytes(), HashKind::Sha256).unwrap();
         assert_eq!(refs[0].peeled.unwrap().to_hex(), b);
-    }
-
-    #[test]
-    fn root_refs() {
-        for n in [
-            "HEAD",
-            "ORIG_HEAD",
-            "CHERRY_PICK_HEAD",
-            "AUTO_MERGE",
-            "MERGE_AUTOSTASH",
-            "FOO_HEAD",
-        ] {
-            assert!(is_root_ref(n.as_bytes()), "{n}");
-        }
-        for n in [
-            "FETCH_HEAD",
-            "MERGE_HEAD",
-            "config",
-            "HEAD.lock",
-            "head",
-            "refs/heads/x",
-            "",
-            "FOO",
-        ] {
-            assert!(!is_root_ref(n.as_bytes()), "{n}");
-        }
     }
 
     fn git(dir: &std::path::Path, args: &[&str]) -> String {

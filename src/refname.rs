@@ -98,7 +98,8 @@ pub fn check_refname_format(name: &[u8], flags: RefnameFlags) -> Result<()> {
 }
 
 /// git's `refname_is_safe`: names under `refs/` that are already normalised paths
-/// (no empty, `.` or `..` component, no trailing `/`), or root-ref syntax (`A-Z`, `_`).
+/// (no empty, `.` or `..` component, no trailing `/`), or a one-level name of only
+/// upper-case ASCII letters and `_` (stricter than [`is_root_ref_syntax`]: no `-`).
 pub fn refname_is_safe(name: &[u8]) -> bool {
     if let Some(rest) = name.strip_prefix(b"refs/") {
         if rest.is_empty() || rest.ends_with(b"/") {
@@ -108,18 +109,41 @@ pub fn refname_is_safe(name: &[u8]) -> bool {
             .split(|&b| b == b'/')
             .all(|c| !c.is_empty() && c != b"." && c != b"..");
     }
-    is_root_ref_syntax(name)
-}
-
-/// Root-ref syntax: non-empty, only upper-case ASCII letters and `_` (git's
-/// `is_root_ref_syntax` additionally allows `-`, which `refname_is_safe` does not).
-pub fn is_root_ref_syntax(name: &[u8]) -> bool {
     !name.is_empty() && name.iter().all(|&b| b.is_ascii_uppercase() || b == b'_')
 }
 
-/// Pseudorefs are plain files under every backend; transactions refuse to write them.
+/// git's `is_root_ref_syntax`: non-empty, only `A-Z`, `-` and `_`.
+pub fn is_root_ref_syntax(name: &[u8]) -> bool {
+    !name.is_empty()
+        && name
+            .iter()
+            .all(|&b| b.is_ascii_uppercase() || b == b'-' || b == b'_')
+}
+
+/// git's `is_pseudo_ref`: `FETCH_HEAD` and `MERGE_HEAD` are plain files in the git
+/// directory under every backend; transactions refuse to write them.
 pub fn is_pseudo_ref(name: &[u8]) -> bool {
     name == b"FETCH_HEAD" || name == b"MERGE_HEAD"
+}
+
+/// git's `is_root_ref`: a name outside `refs/` that lives in the ref store — root-ref
+/// syntax and either a `*_HEAD` or one of git's irregular root refs (`HEAD`,
+/// `AUTO_MERGE`, …); pseudorefs excluded. Everything else at the top of a git directory
+/// (`COMMIT_EDITMSG`, `FETCH_HEAD`, `config`, …) is a plain file. The one rule for the
+/// whole crate.
+pub fn is_root_ref(name: &[u8]) -> bool {
+    const IRREGULAR: [&[u8]; 6] = [
+        b"HEAD",
+        b"AUTO_MERGE",
+        b"BISECT_EXPECTED_REV",
+        b"NOTES_MERGE_PARTIAL",
+        b"NOTES_MERGE_REF",
+        b"MERGE_AUTOSTASH",
+    ];
+    if !is_root_ref_syntax(name) || is_pseudo_ref(name) {
+        return false;
+    }
+    name.ends_with(b"_HEAD") || IRREGULAR.contains(&name)
 }
 
 /// The check git 2.47 applies to every update in a ref transaction
@@ -148,6 +172,34 @@ pub fn check_for_update(name: &[u8], sets_value: bool) -> Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn root_refs() {
+        for n in [
+            "HEAD",
+            "ORIG_HEAD",
+            "CHERRY_PICK_HEAD",
+            "AUTO_MERGE",
+            "MERGE_AUTOSTASH",
+            "FOO_HEAD",
+        ] {
+            assert!(is_root_ref(n.as_bytes()), "{n}");
+        }
+        for n in [
+            "FETCH_HEAD",
+            "MERGE_HEAD",
+            "config",
+            "HEAD.lock",
+            "head",
+            "refs/heads/x",
+            "",
+            "FOO",
+            "COMMIT_EDITMSG",
+            "ORIG-HEAD",
+        ] {
+            assert!(!is_root_ref(n.as_bytes()), "{n}");
+        }
+    }
 
     fn ok(name: &str, onelevel: bool) -> bool {
         check_refname_format(

@@ -279,7 +279,7 @@ pub fn run(mut args: Args) -> Result<ExitCode> {
     let mut shown = 0usize;
     for_each_resolved(&mut list, &mut res, &prefix, &mut |r| {
         let listed =
-            r.name.starts_with(b"refs/") || (root_refs && crate::files::is_root_ref(r.name));
+            r.name.starts_with(b"refs/") || (root_refs && crate::refname::is_root_ref(r.name));
         if !listed {
             return Ok(true);
         }

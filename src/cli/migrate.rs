@@ -395,7 +395,7 @@ fn remove_files_backend(git_dir: &Path) -> Result<()> {
     for entry in entries {
         let entry = entry.map_err(|e| Error::io(git_dir, e))?;
         let name = entry.file_name();
-        if crate::files::is_root_ref(name.as_encoded_bytes()) && entry.path().is_file() {
+        if crate::refname::is_root_ref(name.as_encoded_bytes()) && entry.path().is_file() {
             std::fs::remove_file(entry.path()).map_err(|e| Error::io(entry.path(), e))?;
         }
     }

@@ -14,7 +14,7 @@ use crate::Result;
 
 /// Whether git keeps `name` per worktree.
 pub fn is_per_worktree(name: &[u8]) -> bool {
-    crate::files::is_root_ref_syntax(name)
+    crate::refname::is_root_ref_syntax(name)
         || name.starts_with(b"refs/bisect/")
         || name.starts_with(b"refs/worktree/")
         || name.starts_with(b"refs/rewritten/")

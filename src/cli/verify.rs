@@ -144,7 +144,7 @@ pub fn verify_stack(dir: &std::path::Path, hash: crate::HashKind) -> Result<Repo
         }
         let name = String::from_utf8_lossy(&rec.name).into_owned();
         if check_refname_format(&rec.name, flags).is_err()
-            || (!rec.name.starts_with(b"refs/") && !crate::files::is_root_ref_syntax(&rec.name))
+            || (!rec.name.starts_with(b"refs/") && !crate::refname::is_root_ref_syntax(&rec.name))
         {
             rep.errors
                 .push(format!("{name}: badRefName: invalid refname format"));
@@ -166,7 +166,7 @@ pub fn verify_stack(dir: &std::path::Path, hash: crate::HashKind) -> Result<Repo
         if let RefValue::Symref(target) = &rec.value {
             // git's fsck: a referent is a valid name under `refs/`, or a root ref.
             let valid_referent = check_refname_format(target, flags).is_ok()
-                && (target.starts_with(b"refs/") || crate::files::is_root_ref(target));
+                && (target.starts_with(b"refs/") || crate::refname::is_root_ref(target));
             if !valid_referent {
                 rep.errors.push(format!(
                     "{name}: badReferentName: points to invalid refname '{}'",

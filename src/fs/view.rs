@@ -305,7 +305,7 @@ pub fn list_dir(
             // stored outside `refs/` is not shown.
             out.retain(|e| match e.kind {
                 Kind::Dir => &*e.name == b"refs",
-                _ => is_root_ref_name(&e.name),
+                _ => crate::refname::is_root_ref(&e.name),
             });
             for (name, kind) in [
                 (&b"refs"[..], Kind::Dir),
@@ -335,14 +335,6 @@ pub fn list_dir(
         Area::PackedRefs => {}
     }
     Ok(())
-}
-
-/// git's root-ref syntax: only `A-Z`, `-` and `_` (`HEAD`, `ORIG_HEAD`, …).
-pub fn is_root_ref_name(name: &[u8]) -> bool {
-    !name.is_empty()
-        && name
-            .iter()
-            .all(|&b| b.is_ascii_uppercase() || b == b'-' || b == b'_')
 }
 
 /// Renders a ref value exactly as the files backend stores it: `<hex>\n` or `ref: <t>\n`.

@@ -163,7 +163,7 @@ pub struct WriteState {
 /// Splits a mount path into a ref name if it is a ref path (`HEAD`, `refs/…`), not a
 /// lock or other scratch name.
 pub fn ref_name_of(path: &[u8]) -> Option<&[u8]> {
-    if path.starts_with(b"refs/") || view::is_root_ref_name(path) {
+    if path.starts_with(b"refs/") || crate::refname::is_root_ref(path) {
         Some(path)
     } else {
         None
@@ -432,7 +432,9 @@ impl WriteState {
                     .collect();
                 for n in live {
                     let rest = &n[prefix.len()..];
-                    if path.is_empty() && (rest.contains(&b'/') || !view::is_root_ref_name(rest)) {
+                    if path.is_empty()
+                        && (rest.contains(&b'/') || !crate::refname::is_root_ref(rest))
+                    {
                         continue;
                     }
                     add(out, rest, Kind::Ref);
