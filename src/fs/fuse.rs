@@ -178,11 +178,11 @@ impl Filesystem for RefFs {
         _lock_owner: Option<LockOwner>,
         reply: ReplyData,
     ) {
-        self.shared
-            .read_file(ino.0, fh.0, offset, size, |r| match r {
-                Ok(data) => reply.data(data),
-                Err(e) => reply.error(errno(e)),
-            });
+        // Replied after the state lock is dropped.
+        match self.shared.read_file(ino.0, fh.0, offset, size) {
+            Ok(data) => reply.data(&data),
+            Err(e) => reply.error(errno(e)),
+        }
     }
 
     fn release(
@@ -201,35 +201,35 @@ impl Filesystem for RefFs {
 
     fn flush(
         &self,
-        _req: &Request,
+        req: &Request,
         _ino: INodeNo,
         fh: FileHandle,
         _lock_owner: LockOwner,
         reply: ReplyEmpty,
     ) {
-        reply_empty(self.shared.flush(fh.0), reply);
+        reply_empty(self.shared.flush(fh.0, req.pid()), reply);
     }
 
     fn fsync(
         &self,
-        _req: &Request,
+        req: &Request,
         _ino: INodeNo,
         fh: FileHandle,
         _datasync: bool,
         reply: ReplyEmpty,
     ) {
-        reply_empty(self.shared.fsync(fh.0), reply);
+        reply_empty(self.shared.fsync(fh.0, req.pid()), reply);
     }
 
     fn fsyncdir(
         &self,
-        _req: &Request,
+        req: &Request,
         _ino: INodeNo,
         _fh: FileHandle,
         _datasync: bool,
         reply: ReplyEmpty,
     ) {
-        reply_empty(self.shared.flush_all(), reply);
+        reply_empty(self.shared.sync_for(self.shared.tgid(req.pid())), reply);
     }
 
     fn create(
@@ -263,7 +263,7 @@ impl Filesystem for RefFs {
 
     fn write(
         &self,
-        _req: &Request,
+        req: &Request,
         _ino: INodeNo,
         fh: FileHandle,
         offset: u64,
@@ -273,7 +273,7 @@ impl Filesystem for RefFs {
         _lock_owner: Option<LockOwner>,
         reply: ReplyWrite,
     ) {
-        match self.shared.write(fh.0, offset, data, flags.0) {
+        match self.shared.write(fh.0, offset, data, flags.0, req.pid()) {
             Ok(n) => reply.written(n),
             Err(e) => reply.error(errno(e)),
         }
@@ -281,7 +281,7 @@ impl Filesystem for RefFs {
 
     fn setattr(
         &self,
-        _req: &Request,
+        req: &Request,
         ino: INodeNo,
         _mode: Option<u32>,
         _uid: Option<u32>,
@@ -299,7 +299,10 @@ impl Filesystem for RefFs {
     ) {
         // Modes and times are accepted and not stored (core.sharedRepository chmods).
         if let Some(size) = size {
-            if let Err(e) = self.shared.truncate(ino.0, fh.map(|f| f.0), size) {
+            if let Err(e) = self
+                .shared
+                .truncate(ino.0, fh.map(|f| f.0), size, req.pid())
+            {
                 return reply.error(errno(e));
             }
         }
@@ -316,8 +319,11 @@ impl Filesystem for RefFs {
         }
     }
 
-    fn unlink(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
-        reply_empty(self.shared.unlink(parent.0, name.as_bytes()), reply);
+    fn unlink(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        reply_empty(
+            self.shared.unlink(parent.0, name.as_bytes(), req.pid()),
+            reply,
+        );
     }
 
     fn mkdir(
@@ -341,7 +347,7 @@ impl Filesystem for RefFs {
 
     fn rename(
         &self,
-        _req: &Request,
+        req: &Request,
         parent: INodeNo,
         name: &OsStr,
         newparent: INodeNo,
@@ -353,8 +359,13 @@ impl Filesystem for RefFs {
             return reply.error(Errno::EINVAL);
         }
         reply_empty(
-            self.shared
-                .rename(parent.0, name.as_bytes(), newparent.0, newname.as_bytes()),
+            self.shared.rename(
+                parent.0,
+                name.as_bytes(),
+                newparent.0,
+                newname.as_bytes(),
+                req.pid(),
+            ),
             reply,
         );
     }
