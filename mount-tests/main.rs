@@ -6,6 +6,7 @@
 
 #[macro_use]
 mod harness;
+mod differential;
 mod expected;
 mod lifecycle;
 mod read_path;
@@ -157,6 +158,12 @@ const TESTS: &[Test] = &[
         needs_mount: true,
         timeout_secs: 120,
         run: write_path::orphaned_lock_stays_until_unlinked,
+    },
+    Test {
+        name: "differential::random_client_sequences",
+        needs_mount: true,
+        timeout_secs: 240,
+        run: differential::random_client_sequences,
     },
 ];
 

@@ -868,6 +868,9 @@ impl<'a> Transaction<'a> {
                 if let Some(id) = new_id {
                     new_ids[idx] = id;
                     logs.push(LogSrc::Update(idx));
+                } else if edit.log.is_some() {
+                    // A supplied record is the entry, whatever the target resolves to.
+                    logs.push(LogSrc::Update(idx));
                 }
             }
         }

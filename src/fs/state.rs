@@ -1229,9 +1229,12 @@ impl Inner {
             self.changed_at = SystemTime::now();
             if self.src.last_change_external() {
                 self.needs_invalidation = true;
+                // Another writer: packed entries it contradicts would resurface on `rm`.
+                // (The mount's own batches leave the packed layer as a files backend
+                // leaves packed-refs: shadowed by loose values.)
+                let Inner { w, src, .. } = self;
+                w.revalidate_packed(src.as_mut());
             }
-            let Inner { w, src, .. } = self;
-            w.revalidate_packed(src.as_mut());
             return Ok(Some(gen));
         }
         Ok(None)

@@ -94,13 +94,16 @@ pub struct Pending {
 }
 
 /// A pending reflog state of one ref: `base` replaces the stack's entries (a rewrite or
-/// deletion) when set; `appended` lines follow (oldest first). `deleted`: the reflog was
-/// removed (`unlink logs/x`, a move away); a reflog rewritten to nothing still exists
-/// (an empty file), as in the files backend.
+/// deletion, carried by batch `base_seq`) when set; `appended` lines follow (oldest
+/// first, each with the batch that carries it). `deleted`: the reflog was removed
+/// (`unlink logs/x`, a move away); a reflog rewritten to nothing still exists (an empty
+/// file), as in the files backend. Each part is dropped once its batch is written (the
+/// stack then shows it), the whole entry once batch `seq` is.
 #[derive(Clone, Debug, Default)]
 pub struct PendingLog {
     pub base: Option<Vec<LogRecord>>,
-    pub appended: Vec<LogRecord>,
+    pub base_seq: u64,
+    pub appended: Vec<(u64, LogRecord)>,
     pub deleted: bool,
     pub seq: u64,
 }
@@ -264,6 +267,7 @@ impl WriteState {
                 base: None,
                 appended: Vec::new(),
                 deleted: false,
+                base_seq: seq,
                 seq,
             });
     }
@@ -520,7 +524,7 @@ impl WriteState {
         }
         // `recs` is newest first; pending appends are newer still.
         if let Some(pl) = pl {
-            for a in &pl.appended {
+            for (_, a) in &pl.appended {
                 recs.insert(0, a.clone());
             }
         }
@@ -585,6 +589,11 @@ impl WriteState {
         for e in waiting {
             if let Some(pl) = self.pending_logs.get_mut(&e.name) {
                 pl.seq = seq;
+                for (s, _) in pl.appended.iter_mut() {
+                    if *s == seq - 1 {
+                        *s = seq;
+                    }
+                }
             }
             if let Some(t) = awaiting.get(&e.name) {
                 self.open.awaiting.insert(e.name.clone(), *t);
@@ -828,6 +837,7 @@ impl WriteState {
                 base: Some(Vec::new()),
                 appended: Vec::new(),
                 deleted: true,
+                base_seq: seq,
                 seq,
             },
         );
@@ -850,7 +860,7 @@ impl WriteState {
                 .awaiting
                 .insert(name.to_vec(), std::time::Instant::now());
             let pl = self.pending_logs.entry(name.to_vec()).or_default();
-            pl.appended.push(rec);
+            pl.appended.push((seq, rec));
             pl.seq = seq;
         }
         Ok(data.len())
@@ -879,6 +889,7 @@ impl WriteState {
                 base: Some(base),
                 appended: Vec::new(),
                 deleted: false,
+                base_seq: seq,
                 seq,
             },
         );
@@ -932,6 +943,13 @@ impl WriteState {
     pub fn batch_done(&mut self, seq: u64, conflicted: &[Vec<u8>]) {
         self.pending.retain(|_, p| p.seq > seq);
         self.pending_logs.retain(|_, p| p.seq > seq);
+        for pl in self.pending_logs.values_mut() {
+            pl.appended.retain(|(s, _)| *s > seq);
+            if pl.base_seq <= seq {
+                pl.base = None;
+                pl.deleted = false;
+            }
+        }
         for n in conflicted {
             self.pending.remove(n);
             self.pending_logs.remove(n);
