@@ -336,6 +336,16 @@ impl Mount {
     /// Starts `reftablefs mount [extra] GITDIR MNT` (creating MNT) and waits until MNT is
     /// in /proc/self/mountinfo (10 s at most). Stderr and stdout go to a log file.
     pub fn start(gitdir: &Path, mnt: &Path, extra: &[&str]) -> TestResult<Mount> {
+        Mount::start_env(gitdir, mnt, extra, &[])
+    }
+
+    /// [`Mount::start`] with extra environment variables for the mount process.
+    pub fn start_env(
+        gitdir: &Path,
+        mnt: &Path,
+        extra: &[&str],
+        env: &[(&str, &str)],
+    ) -> TestResult<Mount> {
         stage(&format!(
             "reftablefs mount {} {}",
             extra.join(" "),
@@ -351,6 +361,7 @@ impl Mount {
         ));
         let logf = fs::File::create(&log)?;
         let child = Command::new(BIN)
+            .envs(env.iter().copied())
             .arg("mount")
             .args(extra)
             .arg(gitdir)

@@ -165,6 +165,60 @@ const TESTS: &[Test] = &[
         timeout_secs: 240,
         run: differential::random_client_sequences,
     },
+    Test {
+        name: "write_path::case1_head_and_referent_in_one_batch",
+        needs_mount: true,
+        timeout_secs: 120,
+        run: write_path::case1_head_and_referent_in_one_batch,
+    },
+    Test {
+        name: "write_path::case2_lock_then_foreign_update_fails_rename",
+        needs_mount: true,
+        timeout_secs: 120,
+        run: write_path::case2_lock_then_foreign_update_fails_rename,
+    },
+    Test {
+        name: "write_path::case3_conflict_at_commit_reaches_the_stager",
+        needs_mount: true,
+        timeout_secs: 120,
+        run: write_path::case3_conflict_at_commit_reaches_the_stager,
+    },
+    Test {
+        name: "write_path::case4_reflogs_like_files_backend",
+        needs_mount: true,
+        timeout_secs: 120,
+        run: write_path::case4_reflogs_like_files_backend,
+    },
+    Test {
+        name: "write_path::case5_non_ref_root_files_and_rw_reflogs",
+        needs_mount: true,
+        timeout_secs: 120,
+        run: write_path::case5_non_ref_root_files_and_rw_reflogs,
+    },
+    Test {
+        name: "write_path::case7_refusals",
+        needs_mount: true,
+        timeout_secs: 120,
+        run: write_path::case7_refusals,
+    },
+    Test {
+        name: "write_path::scratch_files_are_bounded",
+        needs_mount: true,
+        timeout_secs: 120,
+        run: write_path::scratch_files_are_bounded,
+    },
+    Test {
+        name: "write_path::stale_stack_lock_fails_fast",
+        needs_mount: true,
+        timeout_secs: 120,
+        run: write_path::stale_stack_lock_fails_fast,
+    },
+    Test {
+        name: "write_path::lock_create_latency_during_slow_commit",
+        needs_mount: true,
+        timeout_secs: 120,
+        run: write_path::lock_create_latency_during_slow_commit,
+    },
 ];
 
 fn main() -> std::process::ExitCode {
