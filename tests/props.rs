@@ -1,11 +1,111 @@
 //! Property tests: random record sets round-trip through writer and reader, whatever the
 //! options; seek finds every key and the right successor of every absent key.
+//!
+//! Bounded and replayable: a global allocator caps the live heap of this binary at
+//! [`HEAP_CAP`] (a runaway writer aborts with a message instead of exhausting the
+//! machine); the run's RNG seed goes to stderr before the first case
+//! (`PROPTEST_RNG_SEED=<seed> cargo test --test props` replays it), and shrunk failures
+//! are persisted in `tests/props.proptest-regressions`.
 
 use std::collections::BTreeMap;
 
+use std::alloc::{GlobalAlloc, Layout, System};
+use std::io::Write;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::OnceLock;
+
 use proptest::prelude::*;
+use proptest::test_runner::RngSeed;
 use reftablefs::table::{LogIter, RefIter, Table, TableWriter, WriteOptions};
 use reftablefs::{Error, HashKind, LogRecord, ObjectId, RefRecord, RefValue};
+
+/// The most heap this test binary may hold at once; a case needs a few MiB.
+const HEAP_CAP: usize = 1 << 30;
+
+struct Capped;
+static LIVE: AtomicUsize = AtomicUsize::new(0);
+
+impl Capped {
+    fn over_cap(size: usize) -> bool {
+        if LIVE.fetch_add(size, Ordering::Relaxed) + size <= HEAP_CAP {
+            return false;
+        }
+        LIVE.fetch_sub(size, Ordering::Relaxed);
+        let msg = b"props: live heap would exceed HEAP_CAP (1 GiB); aborting (replay with the seed printed above)\n";
+        // SAFETY: writes a static buffer to stderr; allocates nothing.
+        unsafe { libc::write(2, msg.as_ptr().cast(), msg.len()) };
+        true
+    }
+}
+
+// SAFETY: forwards to the system allocator; only counts live bytes and refuses
+// allocations beyond the cap (the caller then reports an allocation failure).
+unsafe impl GlobalAlloc for Capped {
+    unsafe fn alloc(&self, l: Layout) -> *mut u8 {
+        if Self::over_cap(l.size()) {
+            return std::ptr::null_mut();
+        }
+        // SAFETY: same contract as the caller's.
+        let p = unsafe { System.alloc(l) };
+        if p.is_null() {
+            LIVE.fetch_sub(l.size(), Ordering::Relaxed);
+        }
+        p
+    }
+    unsafe fn dealloc(&self, p: *mut u8, l: Layout) {
+        LIVE.fetch_sub(l.size(), Ordering::Relaxed);
+        // SAFETY: same contract as the caller's.
+        unsafe { System.dealloc(p, l) }
+    }
+    unsafe fn realloc(&self, p: *mut u8, l: Layout, n: usize) -> *mut u8 {
+        if n > l.size() && Self::over_cap(n - l.size()) {
+            return std::ptr::null_mut();
+        }
+        // SAFETY: same contract as the caller's.
+        let q = unsafe { System.realloc(p, l, n) };
+        if q.is_null() {
+            if n > l.size() {
+                LIVE.fetch_sub(n - l.size(), Ordering::Relaxed);
+            }
+        } else if n < l.size() {
+            LIVE.fetch_sub(l.size() - n, Ordering::Relaxed);
+        }
+        q
+    }
+}
+
+#[global_allocator]
+static GLOBAL: Capped = Capped;
+
+/// The run's seed: `PROPTEST_RNG_SEED` when set, else from the clock; printed once to
+/// stderr (unbuffered, not captured by the test harness) so an aborted run is replayable.
+fn seed() -> u64 {
+    static SEED: OnceLock<u64> = OnceLock::new();
+    *SEED.get_or_init(|| {
+        let seed = std::env::var("PROPTEST_RNG_SEED")
+            .ok()
+            .and_then(|v| v.trim().parse().ok())
+            .unwrap_or_else(|| {
+                std::time::SystemTime::now()
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .map(|d| d.as_nanos() as u64)
+                    .unwrap_or(1)
+            });
+        let _ = writeln!(
+            std::io::stderr(),
+            "props: seed {seed} (replay: PROPTEST_RNG_SEED={seed} cargo test --test props)"
+        );
+        seed
+    })
+}
+
+fn config() -> ProptestConfig {
+    ProptestConfig {
+        cases: 96,
+        rng_seed: RngSeed::Fixed(seed()),
+        ..ProptestConfig::default()
+    }
+}
 
 fn name() -> impl Strategy<Value = Vec<u8>> {
     prop_oneof![
@@ -158,7 +258,7 @@ fn log_key(name: &[u8], ui: u64) -> Vec<u8> {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig { cases: 96, ..ProptestConfig::default() })]
+    #![proptest_config(config())]
 
     #[test]
     fn round_trip_and_seek(c in case()) {
@@ -230,4 +330,78 @@ proptest! {
             prop_assert_eq!(w.finish().unwrap(), bytes.as_slice());
         }
     }
+}
+
+/// Long keys in small blocks: every index record fills an index block on its own, so no
+/// index level is smaller than the one below it. The writer reports `EntryTooBig` instead
+/// of writing levels forever (the case that took `props` to 24 GiB).
+#[test]
+fn index_that_cannot_shrink_is_entry_too_big() {
+    let id = ObjectId::from_bytes(&[3; 20]).unwrap();
+    let mut w = TableWriter::new(WriteOptions {
+        block_size: 256,
+        ..WriteOptions::default()
+    });
+    w.begin(1, 1).unwrap();
+    let mut result = Ok(());
+    for i in 0..6u8 {
+        // Distinct first bytes: no prefix compression between neighbours.
+        let mut name = vec![b'a' + i];
+        name.extend_from_slice(&[b'z'; 180]);
+        result = w.add_ref(&RefRecord {
+            name,
+            update_index: 1,
+            value: RefValue::Val1(id),
+        });
+        if result.is_err() {
+            break;
+        }
+    }
+    if result.is_ok() {
+        result = w.finish().map(|_| ());
+    }
+    assert!(matches!(result, Err(Error::EntryTooBig)), "{result:?}");
+
+    // The same for the log section, reached from add_log (finish_public_section).
+    w.begin(1, 1).unwrap();
+    let mut result = Ok(());
+    for i in 0..6u8 {
+        // Distinct first bytes: no prefix compression between neighbours.
+        let mut name = vec![b'a' + i];
+        name.extend_from_slice(&[b'y'; 180]);
+        result = w.add_ref(&RefRecord {
+            name,
+            update_index: 1,
+            value: RefValue::Val1(id),
+        });
+        if result.is_err() {
+            break;
+        }
+    }
+    if result.is_ok() {
+        result = w.add_log(&LogRecord {
+            refname: b"refs/heads/a".to_vec(),
+            update_index: 1,
+            old_id: id,
+            new_id: id,
+            message: b"m".to_vec(),
+            ..LogRecord::default()
+        });
+    }
+    assert!(matches!(result, Err(Error::EntryTooBig)), "{result:?}");
+
+    // Keys that still let two index records share a block give a valid table.
+    w.begin(1, 1).unwrap();
+    for i in 0..20u8 {
+        let mut name = vec![b'x'; 60];
+        name.push(b'a' + i);
+        w.add_ref(&RefRecord {
+            name,
+            update_index: 1,
+            value: RefValue::Val1(id),
+        })
+        .unwrap();
+    }
+    let bytes = w.finish().unwrap().to_vec();
+    Table::from_bytes("t", bytes).unwrap().verify().unwrap();
 }
