@@ -1185,11 +1185,111 @@ impl Stack {
     }
 }
 
+/// What [`Stack::clean_orphans`] did: files removed and files kept, each with the reason.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct OrphanReport {
+    /// Removed files and why they were garbage.
+    pub removed: Vec<(PathBuf, String)>,
+    /// Leftovers not removed and why.
+    pub kept: Vec<(PathBuf, String)>,
+}
+
+/// Whether `name` is a temporary table (`0x…-0x…-….temp.XXXXXX`, git's and ours).
+fn is_temp_table_name(name: &str) -> bool {
+    name.starts_with("0x") && name.contains(".temp.")
+}
+
 /// A failed [`Stack::commit_list`]: the error, and whether `tables.list` was already
 /// replaced when it happened.
 struct CommitError {
     committed: bool,
     error: Error,
+}
+
+impl Stack {
+    /// Removes the leftovers of killed writers that can be proven garbage, holding
+    /// `tables.list.lock` (so no addition is running: additions hold it throughout):
+    ///
+    /// * `<table>.ref.lock` of a table `tables.list` does not name: only the holder of a
+    ///   table's lock can drop the table from the list, so its holder is done with it;
+    /// * `<table>.ref.lock` of a listed table only with `stale_locks = Some(min_age)`,
+    ///   when nobody holds it open and it is at least `min_age` old (git closes its
+    ///   table locks while compacting, so age is what protects a running git);
+    /// * `*.temp.*` tables, when no listed table is locked any more: a live temporary
+    ///   table belongs to an addition (which would hold the list lock we hold) or to a
+    ///   compaction (which holds the locks of its listed input tables until it commits).
+    ///
+    /// Anything else (and anything held open by a process) is kept and reported.
+    pub fn clean_orphans(&mut self, stale_locks: Option<Duration>) -> Result<OrphanReport> {
+        let _lock = self.lock_list()?;
+        self.reload()?;
+        let mut report = OrphanReport::default();
+        let mut temps = Vec::new();
+        let mut listed_locks = 0usize;
+        let entries = fsio::read_dir(&self.dir).map_err(|e| Error::io(&self.dir, e))?;
+        let mut names: Vec<String> = entries
+            .flatten()
+            .filter_map(|e| e.file_name().to_str().map(str::to_owned))
+            .collect();
+        names.sort();
+        for name in names {
+            let path = self.dir.join(&name);
+            if is_temp_table_name(&name) {
+                temps.push(path);
+                continue;
+            }
+            let Some(table) = name.strip_suffix(".lock").filter(|t| is_table_name(t)) else {
+                continue;
+            };
+            let Some(diag) = lockfile::diagnose(&path)? else {
+                continue;
+            };
+            let listed = self.names.iter().any(|n| n == table);
+            let why = if !diag.holders.is_empty() {
+                None
+            } else if !listed {
+                Some(format!("lock of {table}, which tables.list does not name"))
+            } else if stale_locks.is_some_and(|age| diag.is_stale(age)) {
+                Some(format!("stale lock: {diag}"))
+            } else {
+                None
+            };
+            match why {
+                Some(why) if lockfile::remove_diagnosed(&diag)? => report.removed.push((path, why)),
+                Some(_) => {}
+                None => {
+                    if listed {
+                        listed_locks += 1;
+                    }
+                    let what = if listed {
+                        "lock of a listed table"
+                    } else {
+                        "held open"
+                    };
+                    report.kept.push((path, format!("{what}: {diag}")));
+                }
+            }
+        }
+        for path in temps {
+            let Some(diag) = lockfile::diagnose(&path)? else {
+                continue;
+            };
+            if listed_locks > 0 || !diag.holders.is_empty() || !diag.complete {
+                let why = if listed_locks > 0 {
+                    "a compaction may still be writing it (a listed table is locked)"
+                } else {
+                    "held open"
+                };
+                report.kept.push((path, format!("{why}: {diag}")));
+            } else if lockfile::remove_diagnosed(&diag)? {
+                report.removed.push((
+                    path,
+                    "temporary table of a writer that is gone (no list or table lock held)".into(),
+                ));
+            }
+        }
+        Ok(report)
+    }
 }
 
 /// git's reflog existence marker: both ids null and every other field empty (its

@@ -244,3 +244,78 @@ fn dir_listing(dir: &Path) -> Vec<String> {
     v.sort();
     v
 }
+
+fn reftablefs(args: &[&str]) -> std::process::Output {
+    std::process::Command::new(env!("CARGO_BIN_EXE_reftablefs"))
+        .args(args)
+        .output()
+        .expect("reftablefs runs")
+}
+
+/// Leftovers of a `kill -9` during a compaction and during an addition: a stale
+/// `tables.list.lock`, locks of a listed and of an unlisted table, a temporary table.
+#[test]
+fn unlock_removes_only_what_is_proven_stale() {
+    let repo = Repo::new(HashKind::Sha1);
+    let ids = repo.commits(1);
+    let mut st = repo.open_with(|o| o.auto_compact = false);
+    for i in 0..2 {
+        commit_one(&mut st, &format!("refs/heads/b{i}"), ids[0]).unwrap();
+    }
+    let dir = repo.reftable_dir();
+    let listed = st.table_names()[0].clone();
+    let list_lock = dir.join("tables.list.lock");
+    let listed_lock = dir.join(format!("{listed}.lock"));
+    let unlisted_lock = dir.join("0x000000000009-0x000000000009-deadbeef.ref.lock");
+    let temp = dir.join("0x000000000001-0x000000000002-0badf00d.temp.AbCdEf");
+    for p in [&list_lock, &listed_lock, &unlisted_lock, &temp] {
+        fs::write(p, b"").unwrap();
+    }
+    let git_dir = repo.path().join(".git");
+    let git_dir = git_dir.to_str().unwrap();
+
+    // A lock held open by a live process is never removed, even with --force.
+    let holder = fs::File::open(&list_lock).unwrap();
+    let out = reftablefs(&["unlock", "--force", git_dir]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(1), "{text}");
+    assert!(text.contains("held open by pid"), "{text}");
+    assert!(list_lock.exists());
+    drop(holder);
+
+    // Too young for the default --min-age: kept, and said so.
+    let out = reftablefs(&["unlock", git_dir]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(1), "{text}");
+    assert!(text.contains("--min-age"), "{text}");
+    assert!(list_lock.exists());
+
+    // Old enough: the list lock goes, then the unlisted table's lock; the listed table's
+    // lock is young, so it stays and protects the temporary table.
+    let out = reftablefs(&["unlock", "--min-age", "0", git_dir]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("removed"), "{text}");
+    assert!(!list_lock.exists(), "{text}");
+    assert!(!unlisted_lock.exists(), "{text}");
+    // --min-age 0 makes the listed table's lock stale too, and then the temp table.
+    assert!(!listed_lock.exists(), "{text}");
+    assert!(!temp.exists(), "{text}");
+    assert_eq!(out.status.code(), Some(0), "{text}");
+
+    // Library: the automatic cleanup (no stale-lock age) keeps a listed table's lock and
+    // the temporary table it may protect.
+    fs::write(&listed_lock, b"").unwrap();
+    fs::write(&temp, b"").unwrap();
+    fs::write(&unlisted_lock, b"").unwrap();
+    let rep = st.clean_orphans(None).unwrap();
+    assert_eq!(rep.removed.len(), 1, "{rep:?}");
+    assert!(!unlisted_lock.exists());
+    assert!(listed_lock.exists() && temp.exists(), "{rep:?}");
+    fs::remove_file(&listed_lock).unwrap();
+    let rep = st.clean_orphans(None).unwrap();
+    assert!(!temp.exists(), "{rep:?}");
+    // Nothing listed was touched.
+    listed_tables_exist(&dir);
+    assert_verifies(&dir);
+    assert_eq!(repo.git_refs().len(), 2);
+}
