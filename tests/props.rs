@@ -9,9 +9,7 @@
 
 use std::collections::BTreeMap;
 
-use std::alloc::{GlobalAlloc, Layout, System};
 use std::io::Write;
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::OnceLock;
 
 use proptest::prelude::*;
@@ -19,63 +17,14 @@ use proptest::test_runner::RngSeed;
 use reftablefs::table::{LogIter, RefIter, Table, TableWriter, WriteOptions};
 use reftablefs::{Error, HashKind, LogRecord, ObjectId, RefRecord, RefValue};
 
+#[path = "support/capped_alloc.rs"]
+mod capped_alloc;
+
 /// The most heap this test binary may hold at once; a case needs a few MiB.
 const HEAP_CAP: usize = 1 << 30;
 
-struct Capped;
-static LIVE: AtomicUsize = AtomicUsize::new(0);
-
-impl Capped {
-    fn over_cap(size: usize) -> bool {
-        if LIVE.fetch_add(size, Ordering::Relaxed) + size <= HEAP_CAP {
-            return false;
-        }
-        LIVE.fetch_sub(size, Ordering::Relaxed);
-        let msg = b"props: live heap would exceed HEAP_CAP (1 GiB); aborting (replay with the seed printed above)\n";
-        // SAFETY: writes a static buffer to stderr; allocates nothing.
-        unsafe { libc::write(2, msg.as_ptr().cast(), msg.len()) };
-        true
-    }
-}
-
-// SAFETY: forwards to the system allocator; only counts live bytes and refuses
-// allocations beyond the cap (the caller then reports an allocation failure).
-unsafe impl GlobalAlloc for Capped {
-    unsafe fn alloc(&self, l: Layout) -> *mut u8 {
-        if Self::over_cap(l.size()) {
-            return std::ptr::null_mut();
-        }
-        // SAFETY: same contract as the caller's.
-        let p = unsafe { System.alloc(l) };
-        if p.is_null() {
-            LIVE.fetch_sub(l.size(), Ordering::Relaxed);
-        }
-        p
-    }
-    unsafe fn dealloc(&self, p: *mut u8, l: Layout) {
-        LIVE.fetch_sub(l.size(), Ordering::Relaxed);
-        // SAFETY: same contract as the caller's.
-        unsafe { System.dealloc(p, l) }
-    }
-    unsafe fn realloc(&self, p: *mut u8, l: Layout, n: usize) -> *mut u8 {
-        if n > l.size() && Self::over_cap(n - l.size()) {
-            return std::ptr::null_mut();
-        }
-        // SAFETY: same contract as the caller's.
-        let q = unsafe { System.realloc(p, l, n) };
-        if q.is_null() {
-            if n > l.size() {
-                LIVE.fetch_sub(n - l.size(), Ordering::Relaxed);
-            }
-        } else if n < l.size() {
-            LIVE.fetch_sub(l.size() - n, Ordering::Relaxed);
-        }
-        q
-    }
-}
-
 #[global_allocator]
-static GLOBAL: Capped = Capped;
+static GLOBAL: capped_alloc::Capped<HEAP_CAP> = capped_alloc::Capped;
 
 /// The run's seed: `PROPTEST_RNG_SEED` when set, else from the clock; printed once to
 /// stderr (unbuffered, not captured by the test harness) so an aborted run is replayable.
