@@ -451,7 +451,20 @@ pub fn open(gitdir: &Path, opts: &MountOptions) -> Result<Opened> {
     let writer: Option<Box<dyn RefSource>> = if opts.read_only {
         None
     } else {
-        let mut w = StackSource::new(Stack::open(&dir, sopts)?, log.clone(), own);
+        let mut stack = Stack::open(&dir, sopts)?;
+        // Leftovers of killed writers that are proven garbage go; the rest is reported.
+        match stack.clean_orphans(None) {
+            Ok(report) => {
+                for (path, why) in &report.removed {
+                    eprintln!("reftablefs: removed {}: {why}", path.display());
+                }
+                for (path, why) in &report.kept {
+                    eprintln!("reftablefs: kept {}: {why}", path.display());
+                }
+            }
+            Err(e) => eprintln!("reftablefs: leftovers of killed writers not checked: {e}"),
+        }
+        let mut w = StackSource::new(stack, log.clone(), own);
         w.commit_delay = commit_delay_from_env();
         Some(Box::new(w))
     };
