@@ -129,7 +129,10 @@ fn run(shared: &Shared) {
     while let Some(batch) = next_batch(shared) {
         let result = commit(shared, &batch);
         let mut g = shared.lock();
-        // The reader must see the new table before the pending entries go away.
+        // The reader sees the new table and the pending entries go away in one step under
+        // the state lock (until now the reader kept the old tables: no read shows the
+        // batch twice, nor loses it).
+        g.src.acknowledge_own_commit();
         let _ = g.refresh();
         let mut lost: Vec<&BatchEdit> = Vec::new();
         match &result {
