@@ -219,6 +219,12 @@ const TESTS: &[Test] = &[
         timeout_secs: 120,
         run: write_path::lock_create_latency_during_slow_commit,
     },
+    Test {
+        name: "write_path::cas_increments_never_lost",
+        needs_mount: true,
+        timeout_secs: 180,
+        run: write_path::cas_increments_never_lost,
+    },
 ];
 
 fn main() -> std::process::ExitCode {

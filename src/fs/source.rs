@@ -32,6 +32,10 @@ pub struct BatchEdit {
     /// The processes (thread group ids; 0 unknown) that staged this edit: if it cannot
     /// be written, their next `fsync` fails.
     pub pids: Vec<u32>,
+    /// The mount's open-file handles through which it was staged (a lock renamed onto the
+    /// ref, a ref written in place, a reflog appended to): if it cannot be written, their
+    /// `close` and `fsync` fail.
+    pub handles: Vec<u64>,
 }
 
 /// What a commit of a batch did.

@@ -556,6 +556,7 @@ impl Shared {
                 let name = name.clone();
                 let path = path.clone();
                 g.w.actor = actor;
+                g.w.actor_handles = vec![fh];
                 g.w.append_log(&name, data)
                     .map_err(|r| refuse("append", &path, r))?;
                 g.after_staging(&self.cv, self.batch.max);
@@ -622,6 +623,7 @@ impl Shared {
             return Err(libc::EIO);
         }
         g.w.actor = actor;
+        g.w.actor_handles = vec![fh];
         g.commit_direct(fh, &self.cv, self.batch.max)
     }
 
@@ -633,6 +635,7 @@ impl Shared {
         let handle_failed = {
             let mut g = self.lock();
             g.w.actor = actor;
+            g.w.actor_handles = vec![fh];
             g.commit_direct(fh, &self.cv, self.batch.max)?;
             matches!(g.handles.get(&fh), Some(Handle::Write { failed: true, .. }))
         };
@@ -702,6 +705,7 @@ impl Shared {
                 Target::Log { name } if size == 0 => {
                     let name = name.clone();
                     g.w.actor = actor;
+                    g.w.actor_handles = fh.into_iter().collect();
                     g.w.replace_log(&name, Vec::new());
                     g.after_staging(&self.cv, self.batch.max);
                 }
@@ -856,6 +860,7 @@ impl Shared {
         }
         let Inner { w, src, .. } = &mut *g;
         w.actor = actor;
+        w.actor_handles.clear();
         let r = match kind {
             Kind::Scratch => {
                 w.files.remove(&path);
@@ -950,8 +955,17 @@ impl Shared {
         let mut g = self.lock();
         g.fresh()?;
         g.w.actor = actor;
+        g.w.actor_handles.clear();
         let from = g.child_path(parent, name)?;
         let to = g.child_path(newparent, newname)?;
+        // Handles still open on the renamed file (a lock written and not yet closed).
+        let open_on_from: Vec<u64> = g
+            .handles
+            .iter()
+            .filter(|(_, h)| matches!(h, Handle::Write { path, .. } if *path == from))
+            .map(|(fh, _)| *fh)
+            .collect();
+        g.w.actor_handles = open_on_from;
         let kind = g.classify(&from)?.ok_or(libc::ENOENT)?;
         let to_kind = g.classify(&to)?;
         if to_kind == Some(Kind::Dir) && kind != Kind::Dir {
@@ -1190,15 +1204,9 @@ impl Inner {
                 f.names.push(edit.name.clone());
             }
         }
-        let name = &edit.name;
-        for h in self.handles.values_mut() {
-            if let Handle::Write { path, failed, .. } = h {
-                let same = path == name
-                    || path.strip_suffix(b".lock") == Some(name.as_slice())
-                    || path.strip_prefix(b"logs/") == Some(name.as_slice());
-                if same {
-                    *failed = true;
-                }
+        for fh in &edit.handles {
+            if let Some(Handle::Write { failed, .. }) = self.handles.get_mut(fh) {
+                *failed = true;
             }
         }
     }
