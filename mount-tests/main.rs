@@ -6,6 +6,7 @@
 
 #[macro_use]
 mod harness;
+mod crash;
 mod expected;
 mod lifecycle;
 mod read_path;
@@ -157,6 +158,24 @@ const TESTS: &[Test] = &[
         needs_mount: true,
         timeout_secs: 120,
         run: write_path::orphaned_lock_stays_until_unlinked,
+    },
+    Test {
+        name: "crash::moved_tables_list_is_eio_and_deletes_nothing",
+        needs_mount: true,
+        timeout_secs: 120,
+        run: crash::moved_tables_list_is_eio_and_deletes_nothing,
+    },
+    Test {
+        name: "crash::changed_table_is_reread",
+        needs_mount: true,
+        timeout_secs: 120,
+        run: crash::changed_table_is_reread,
+    },
+    Test {
+        name: "crash::kill9_loop_loses_no_acknowledged_update",
+        needs_mount: true,
+        timeout_secs: 300,
+        run: crash::kill9_loop_loses_no_acknowledged_update,
     },
 ];
 
