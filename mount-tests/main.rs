@@ -177,6 +177,12 @@ const TESTS: &[Test] = &[
         timeout_secs: 300,
         run: crash::kill9_loop_loses_no_acknowledged_update,
     },
+    Test {
+        name: "crash::injected_faults_fail_the_batch_and_the_mount_keeps_serving",
+        needs_mount: true,
+        timeout_secs: 180,
+        run: crash::injected_faults_fail_the_batch_and_the_mount_keeps_serving,
+    },
 ];
 
 fn main() -> std::process::ExitCode {
