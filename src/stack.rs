@@ -264,9 +264,9 @@ fn read_list(path: &Path) -> Result<(Vec<String>, Option<ListHandle>)> {
     Ok((names, Some((f, (meta.dev(), meta.ino())))))
 }
 
-/// For a missing `tables.list`: `Ok` when its directory holds no table, else the error
-/// that says so.
-fn missing_list_error(list: &Path) -> Result<()> {
+/// For a missing `tables.list`: `Ok` (an empty stack) when its directory holds no table,
+/// else the error that says so.
+pub fn missing_list_error(list: &Path) -> Result<()> {
     let dir = list.parent().unwrap_or(Path::new("."));
     let entries = fsio::read_dir(dir).map_err(|e| Error::io(dir, e))?;
     let mut tables = 0usize;

@@ -60,7 +60,10 @@ pub fn verify_stack(dir: &std::path::Path, hash: crate::HashKind) -> Result<Repo
     let list_path = dir.join("tables.list");
     let content = match std::fs::read(&list_path) {
         Ok(c) => c,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Vec::new(),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            crate::stack::missing_list_error(&list_path)?;
+            Vec::new()
+        }
         Err(e) => return Err(crate::Error::io(list_path, e)),
     };
     if !content.is_empty() && content.last() != Some(&b'\n') {
