@@ -7,7 +7,9 @@
 //! inode numbers), `state` (caches and handles behind one mutex), `fuse` (the request
 //! handlers), `watch` (inotify → reload → kernel invalidation).
 
+pub mod config_view;
 pub mod inode;
+pub mod passthrough;
 pub mod source;
 pub mod stack_source;
 pub mod view;
@@ -42,6 +44,9 @@ pub struct MountOptions {
     pub fsync: bool,
     /// Number of FUSE event-loop threads (at least 2).
     pub threads: usize,
+    /// Serve only the ref view (`HEAD`, `refs/`, `logs/`, `packed-refs`); by default
+    /// everything else of the git directory is passed through (`passthrough.rs`).
+    pub refs_only: bool,
 }
 
 impl Default for MountOptions {
@@ -52,6 +57,7 @@ impl Default for MountOptions {
             batch_max: 10_000,
             fsync: true,
             threads: 4,
+            refs_only: false,
         }
     }
 }
@@ -174,8 +180,17 @@ pub fn mount(
             max: opts.batch_max.max(1),
         },
     );
+    // The real git directory, opened before mounting: passthrough never goes through
+    // the mount.
+    let pass = match (opts.refs_only, reftable_dir.parent()) {
+        (false, Some(gitdir)) => Some(std::sync::Arc::new(
+            passthrough::Passthrough::new(gitdir).map_err(|e| Error::io(gitdir, e))?,
+        )),
+        _ => None,
+    };
     let fs = fuse::RefFs {
         shared: shared.clone(),
+        pass,
     };
     let mut config = Config::default();
     config.mount_options = vec![
