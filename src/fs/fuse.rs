@@ -35,6 +35,8 @@ pub const DIR_ATTR_TTL: Duration = Duration::from_secs(1);
 pub struct RefFs {
     pub(crate) shared: Arc<Shared>,
     pub(crate) pass: Option<Arc<Passthrough>>,
+    /// Whether to ask the kernel for FUSE passthrough (`--no-kernel-passthrough` clears it).
+    pub(crate) kernel_passthrough: bool,
 }
 
 impl RefFs {
@@ -146,17 +148,20 @@ impl Filesystem for RefFs {
         if let Some(p) = &self.pass {
             // Kernel passthrough for passed-through regular files; the backing files may
             // sit on a stacked filesystem (overlayfs) themselves, hence depth 2.
-            let on = config
-                .add_capabilities(fuser::InitFlags::FUSE_PASSTHROUGH)
-                .is_ok()
+            let on = self.kernel_passthrough
+                && config
+                    .add_capabilities(fuser::InitFlags::FUSE_PASSTHROUGH)
+                    .is_ok()
                 && config.set_max_stack_depth(2).is_ok();
             p.set_kernel_passthrough(on);
             eprintln!(
                 "reftablefs: passed-through files: {}",
                 if on {
                     "kernel FUSE passthrough"
-                } else {
+                } else if self.kernel_passthrough {
                     "plain forwarding (the kernel offers no FUSE passthrough)"
+                } else {
+                    "plain forwarding (--no-kernel-passthrough)"
                 }
             );
         }

@@ -47,6 +47,9 @@ pub struct MountOptions {
     /// Serve only the ref view (`HEAD`, `refs/`, `logs/`, `packed-refs`); by default
     /// everything else of the git directory is passed through (`passthrough.rs`).
     pub refs_only: bool,
+    /// Use the kernel's FUSE passthrough for passed-through regular files when the kernel
+    /// offers it (off: every read and write is forwarded by the mount).
+    pub kernel_passthrough: bool,
 }
 
 impl Default for MountOptions {
@@ -58,6 +61,7 @@ impl Default for MountOptions {
             fsync: true,
             threads: 4,
             refs_only: false,
+            kernel_passthrough: true,
         }
     }
 }
@@ -191,6 +195,7 @@ pub fn mount(
     let fs = fuse::RefFs {
         shared: shared.clone(),
         pass,
+        kernel_passthrough: opts.kernel_passthrough,
     };
     let mut config = Config::default();
     config.mount_options = vec![
