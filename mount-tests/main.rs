@@ -7,6 +7,7 @@
 #[macro_use]
 mod harness;
 mod clients;
+mod differential;
 mod expected;
 mod lifecycle;
 mod read_path;
@@ -158,6 +159,12 @@ const TESTS: &[Test] = &[
         needs_mount: true,
         timeout_secs: 120,
         run: write_path::orphaned_lock_stays_until_unlinked,
+    },
+    Test {
+        name: "differential::random_client_sequences",
+        needs_mount: true,
+        timeout_secs: 240,
+        run: differential::random_client_sequences,
     },
     Test {
         name: "clients::boundaries_and_bad_input",

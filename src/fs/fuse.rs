@@ -266,11 +266,11 @@ impl Filesystem for RefFs {
                 Err(e) => reply.error(errno(e)),
             };
         }
-        self.shared
-            .read_file(ino.0, fh.0, offset, size, |r| match r {
-                Ok(data) => reply.data(data),
-                Err(e) => reply.error(errno(e)),
-            });
+        // Replied after the state lock is dropped.
+        match self.shared.read_file(ino.0, fh.0, offset, size) {
+            Ok(data) => reply.data(&data),
+            Err(e) => reply.error(errno(e)),
+        }
     }
 
     fn release(
@@ -293,7 +293,7 @@ impl Filesystem for RefFs {
 
     fn flush(
         &self,
-        _req: &Request,
+        req: &Request,
         ino: INodeNo,
         fh: FileHandle,
         _lock_owner: LockOwner,
@@ -303,12 +303,12 @@ impl Filesystem for RefFs {
             // Written through at every write: nothing to do at close.
             return reply.ok();
         }
-        reply_empty(self.shared.flush(fh.0), reply);
+        reply_empty(self.shared.flush(fh.0, req.pid()), reply);
     }
 
     fn fsync(
         &self,
-        _req: &Request,
+        req: &Request,
         ino: INodeNo,
         fh: FileHandle,
         datasync: bool,
@@ -317,12 +317,12 @@ impl Filesystem for RefFs {
         if let Some(p) = self.pass_ino(ino) {
             return reply_empty(p.fsync(fh.0, datasync), reply);
         }
-        reply_empty(self.shared.fsync(fh.0), reply);
+        reply_empty(self.shared.fsync(fh.0, req.pid()), reply);
     }
 
     fn fsyncdir(
         &self,
-        _req: &Request,
+        req: &Request,
         ino: INodeNo,
         _fh: FileHandle,
         _datasync: bool,
@@ -336,7 +336,7 @@ impl Filesystem for RefFs {
                 return reply.error(errno(e));
             }
         }
-        reply_empty(self.shared.flush_all(), reply);
+        reply_empty(self.shared.sync_for(self.shared.tgid(req.pid())), reply);
     }
 
     fn create(
@@ -393,7 +393,7 @@ impl Filesystem for RefFs {
 
     fn write(
         &self,
-        _req: &Request,
+        req: &Request,
         ino: INodeNo,
         fh: FileHandle,
         offset: u64,
@@ -409,7 +409,7 @@ impl Filesystem for RefFs {
                 Err(e) => reply.error(errno(e)),
             };
         }
-        match self.shared.write(fh.0, offset, data, flags.0) {
+        match self.shared.write(fh.0, offset, data, flags.0, req.pid()) {
             Ok(n) => reply.written(n),
             Err(e) => reply.error(errno(e)),
         }
@@ -417,7 +417,7 @@ impl Filesystem for RefFs {
 
     fn setattr(
         &self,
-        _req: &Request,
+        req: &Request,
         ino: INodeNo,
         mode: Option<u32>,
         uid: Option<u32>,
@@ -442,7 +442,10 @@ impl Filesystem for RefFs {
         }
         // Modes and times are accepted and not stored (core.sharedRepository chmods).
         if let Some(size) = size {
-            if let Err(e) = self.shared.truncate(ino.0, fh.map(|f| f.0), size) {
+            if let Err(e) = self
+                .shared
+                .truncate(ino.0, fh.map(|f| f.0), size, req.pid())
+            {
                 return reply.error(errno(e));
             }
         }
@@ -459,11 +462,14 @@ impl Filesystem for RefFs {
         }
     }
 
-    fn unlink(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+    fn unlink(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
         if let Some(p) = self.pass_child(parent, name) {
             return reply_empty(p.unlink(parent.0, name.as_bytes()), reply);
         }
-        reply_empty(self.shared.unlink(parent.0, name.as_bytes()), reply);
+        reply_empty(
+            self.shared.unlink(parent.0, name.as_bytes(), req.pid()),
+            reply,
+        );
     }
 
     fn mkdir(
@@ -493,7 +499,7 @@ impl Filesystem for RefFs {
 
     fn rename(
         &self,
-        _req: &Request,
+        req: &Request,
         parent: INodeNo,
         name: &OsStr,
         newparent: INodeNo,
@@ -533,8 +539,13 @@ impl Filesystem for RefFs {
             return reply.error(Errno::EINVAL);
         }
         reply_empty(
-            self.shared
-                .rename(parent.0, name.as_bytes(), newparent.0, newname.as_bytes()),
+            self.shared.rename(
+                parent.0,
+                name.as_bytes(),
+                newparent.0,
+                newname.as_bytes(),
+                req.pid(),
+            ),
             reply,
         );
     }
