@@ -6,6 +6,7 @@
 
 #[macro_use]
 mod harness;
+mod clients;
 mod differential;
 mod expected;
 mod lifecycle;
@@ -218,6 +219,48 @@ const TESTS: &[Test] = &[
         needs_mount: true,
         timeout_secs: 120,
         run: write_path::lock_create_latency_during_slow_commit,
+    },
+    Test {
+        name: "clients::boundaries_and_bad_input",
+        needs_mount: true,
+        timeout_secs: 120,
+        run: clients::boundaries_and_bad_input,
+    },
+    Test {
+        name: "clients::config_keeps_extension",
+        needs_mount: true,
+        timeout_secs: 120,
+        run: clients::config_keeps_extension,
+    },
+    Test {
+        name: "clients::git239_session",
+        needs_mount: true,
+        timeout_secs: 300,
+        run: clients::git239_session,
+    },
+    Test {
+        name: "clients::git247_files_session",
+        needs_mount: true,
+        timeout_secs: 300,
+        run: clients::git247_files_session,
+    },
+    Test {
+        name: "clients::pygit2_session",
+        needs_mount: true,
+        timeout_secs: 300,
+        run: clients::pygit2_session,
+    },
+    Test {
+        name: "clients::dulwich_session",
+        needs_mount: true,
+        timeout_secs: 300,
+        run: clients::dulwich_session,
+    },
+    Test {
+        name: "clients::gitpython_session",
+        needs_mount: true,
+        timeout_secs: 300,
+        run: clients::gitpython_session,
     },
 ];
 
