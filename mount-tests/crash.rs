@@ -361,11 +361,12 @@ pub fn injected_faults_fail_the_batch_and_the_mount_keeps_serving(ctx: &Ctx) -> 
         .iter()
         .enumerate()
     {
-        // The harness runs one test at a time; the variable is set only while spawning.
-        std::env::set_var("REFTABLEFS_FAULTS", spec);
-        let started = Mount::start(&repo.gitdir, &ctx.path("mnt"), &[]);
-        std::env::remove_var("REFTABLEFS_FAULTS");
-        let mut m = started?;
+        let mut m = Mount::start_env(
+            &repo.gitdir,
+            &ctx.path("mnt"),
+            &[],
+            &[("REFTABLEFS_FAULTS", spec)],
+        )?;
         let first = format!("refs/heads/fault{round}-first");
         let r = write_and_fsync(&m, &first, &a);
         note(&format!("{spec}: first write + fsync gave {r:?}"));

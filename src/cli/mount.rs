@@ -1,4 +1,4 @@
-//! `reftablefs mount [--read-only] [--daemon] [--batch-window MS] [--batch-max N] [--no-fsync]
+//! `reftablefs mount [--read-only] [--refs-only] [--no-kernel-passthrough] [--daemon] [--batch-window MS] [--batch-max N] [--no-fsync]
 //! GITDIR MOUNTPOINT` and `reftablefs unmount MOUNTPOINT`.
 //!
 //! Foreground by default, one log line per error on stderr; exits 0 after a clean unmount.
@@ -19,7 +19,7 @@ use crate::{Error, Result};
 fn usage(msg: &str) -> Result<ExitCode> {
     eprintln!("reftablefs mount: {msg}");
     eprintln!(
-        "usage: reftablefs mount [--read-only] [--daemon [--log FILE]] [--batch-window MS] [--batch-max N] [--no-fsync] GITDIR MOUNTPOINT"
+        "usage: reftablefs mount [--read-only] [--refs-only] [--no-kernel-passthrough] [--daemon [--log FILE]] [--batch-window MS] [--batch-max N] [--no-fsync] GITDIR MOUNTPOINT"
     );
     Ok(ExitCode::from(129))
 }
@@ -33,6 +33,10 @@ pub fn run(mut args: Args) -> Result<ExitCode> {
     while !args.is_empty() {
         if args.flag("--read-only") {
             opts.read_only = true;
+        } else if args.flag("--refs-only") {
+            opts.refs_only = true;
+        } else if args.flag("--no-kernel-passthrough") {
+            opts.kernel_passthrough = false;
         } else if args.flag("--daemon") {
             daemon = true;
         } else if let Some(v) = args.value("--log") {
