@@ -208,6 +208,12 @@ const TESTS: &[Test] = &[
         timeout_secs: 300,
         run: clients::gitpython_session,
     },
+    Test {
+        name: "clients::over_dotgit",
+        needs_mount: true,
+        timeout_secs: 300,
+        run: clients::over_dotgit,
+    },
 ];
 
 fn main() -> std::process::ExitCode {
