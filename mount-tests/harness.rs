@@ -336,23 +336,38 @@ impl Mount {
     /// Starts `reftablefs mount [extra] GITDIR MNT` (creating MNT) and waits until MNT is
     /// in /proc/self/mountinfo (10 s at most). Stderr and stdout go to a log file.
     pub fn start(gitdir: &Path, mnt: &Path, extra: &[&str]) -> TestResult<Mount> {
+        Mount::start_env(gitdir, mnt, extra, &[])
+    }
+
+    /// [`Mount::start`] with extra environment variables for the mount process.
+    pub fn start_env(
+        gitdir: &Path,
+        mnt: &Path,
+        extra: &[&str],
+        env: &[(&str, &str)],
+    ) -> TestResult<Mount> {
         fs::create_dir_all(mnt)?;
         let mut args: Vec<std::ffi::OsString> = extra.iter().map(Into::into).collect();
         args.push(gitdir.into());
         args.push(mnt.into());
-        Mount::spawn(&args, mnt, mnt)
+        Mount::spawn(&args, mnt, mnt, env)
     }
 
     /// Starts `reftablefs mount --over WORKTREE` (the mount is `WORKTREE/.git`; the log
     /// goes beside WORKTREE, not into it).
     pub fn start_over(worktree: &Path) -> TestResult<Mount> {
         let args = ["--over".into(), worktree.as_os_str().to_owned()];
-        Mount::spawn(&args, &worktree.join(".git"), worktree)
+        Mount::spawn(&args, &worktree.join(".git"), worktree, &[])
     }
 
-    /// Starts `reftablefs mount ARGS` whose mountpoint is `mnt`; the log file is named
-    /// after `log_near`, beside it.
-    fn spawn(args: &[std::ffi::OsString], mnt: &Path, log_near: &Path) -> TestResult<Mount> {
+    /// Starts `reftablefs mount ARGS` (environment plus `env`) whose mountpoint is `mnt`;
+    /// the log file is named after `log_near`, beside it.
+    fn spawn(
+        args: &[std::ffi::OsString],
+        mnt: &Path,
+        log_near: &Path,
+        env: &[(&str, &str)],
+    ) -> TestResult<Mount> {
         stage(&format!(
             "reftablefs mount {}",
             args.iter()
@@ -370,6 +385,7 @@ impl Mount {
         ));
         let logf = fs::File::create(&log)?;
         let child = Command::new(BIN)
+            .envs(env.iter().copied())
             .arg("mount")
             .args(args)
             .stdin(Stdio::null())

@@ -158,7 +158,10 @@ fn view_and_batches_over_a_git_made_stack() {
     );
     assert!(git(dir, &["for-each-ref", "refs/heads/feature"]).is_empty());
     assert_eq!(git(dir, &["rev-parse", "ORIG_HEAD"]).trim(), head);
-    // The reader sees it after a reload.
+    // Until the batcher acknowledges its commit, the reader keeps its tables (the
+    // pending layer still shows the batch); then it sees it after a reload.
+    assert!(!src.reload().unwrap());
+    src.acknowledge_own_commit();
     assert!(src.reload().unwrap());
     // As in the files backend: feature/deep/x's reflog stays (only removing logs/…
     // deletes a reflog), and the new symref, written with no reflog line, has none.

@@ -18,6 +18,7 @@ pub mod reflog;
 pub mod resolve;
 pub mod show_ref;
 pub mod store;
+pub mod unlock;
 pub mod update_ref;
 pub mod update_ref_parse;
 pub mod verify;
@@ -40,6 +41,7 @@ commands:
   reflog [NAME]             show a reflog as git reflog show
   compact [--auto]          compact the stack (as git pack-refs)
   verify                    check the stack (as git refs verify)
+  unlock [--force] [--min-age S] [--dry-run] [GITDIR]   remove a stale tables.list.lock and orphaned table locks/temporary tables
   migrate [--dry-run]       convert a files-backend repository to reftable (as git refs migrate)
   mount [--read-only] [--daemon] [--batch-window MS] [--batch-max N] [--no-fsync] GITDIR MOUNTPOINT
   unmount MOUNTPOINT        flush pending writes and unmount
@@ -68,6 +70,7 @@ pub fn main_with_args(argv: Vec<std::ffi::OsString>) -> ExitCode {
         "reflog" => reflog::run(args),
         "compact" => compact::run(args),
         "verify" => verify::run(args),
+        "unlock" => unlock::run(args),
         "dump" => dump::run(args),
         #[cfg(feature = "fuse")]
         "mount" => mount::run(args),

@@ -46,15 +46,15 @@ fn commit(shared: &Shared, batch: &Batch) -> crate::Result<CommitOutcome> {
 fn why_not_written(e: &crate::Error) -> String {
     match e {
         crate::Error::Lock(path) => {
-            let age = crate::fs::stack_source::lock_age(path)
-                .map(|a| format!("{:.1} s", a.as_secs_f64()))
-                .unwrap_or_else(|| "an unknown time".into());
+            let what = match crate::lockfile::diagnose(path) {
+                Ok(Some(d)) => d.to_string(),
+                Ok(None) => format!("{}: released meanwhile", path.display()),
+                Err(e) => format!("{}: {e}", path.display()),
+            };
             format!(
-                "{} is held by another writer (for {age}); a live git holds it for \
-                 milliseconds, so a git or mount that was killed probably left it: if no \
-                 git process uses the repository, `reftablefs unlock GITDIR` removes a \
-                 lock proven stale",
-                path.display()
+                "the stack is locked by another writer ({what}); a live git holds \
+                 tables.list.lock for milliseconds, so a git or mount that was killed \
+                 probably left it: `reftablefs unlock GITDIR` removes a lock proven stale"
             )
         }
         e => e.to_string(),
@@ -129,7 +129,10 @@ fn run(shared: &Shared) {
     while let Some(batch) = next_batch(shared) {
         let result = commit(shared, &batch);
         let mut g = shared.lock();
-        // The reader must see the new table before the pending entries go away.
+        // The reader sees the new table and the pending entries go away in one step under
+        // the state lock (until now the reader kept the old tables: no read shows the
+        // batch twice, nor loses it).
+        g.src.acknowledge_own_commit();
         let _ = g.refresh();
         let mut lost: Vec<&BatchEdit> = Vec::new();
         match &result {

@@ -612,8 +612,14 @@ impl Filesystem for RefFs {
             return pass_readdir(ROOT, ROOT, &all, offset, reply);
         }
         let parent = self.shared.parent_of(ino.0);
-        self.shared.with_handle(fh.0, |h| match h {
-            Some(Handle::Dir { path, entries }) => {
+        // The listing is taken out of the state; the reply is built without its lock.
+        let listing = self.shared.with_handle(fh.0, |h| match h {
+            Some(Handle::Dir { path, entries }) => Some((path.clone(), entries.clone())),
+            _ => None,
+        });
+        match listing {
+            Some((path, entries)) => {
+                let path = &path;
                 let mut i = offset;
                 loop {
                     let full = match i {
@@ -642,8 +648,8 @@ impl Filesystem for RefFs {
                 }
                 reply.ok();
             }
-            _ => reply.error(Errno::EBADF),
-        });
+            None => reply.error(Errno::EBADF),
+        }
     }
 
     fn releasedir(

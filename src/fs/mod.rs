@@ -7,6 +7,23 @@
 //! inode numbers), `state` (caches and handles behind one mutex), `fuse` (the request
 //! handlers), `watch` (inotify → reload → kernel invalidation).
 
+//! # Locks and their order
+//!
+//! * `Shared::inner` — the state lock (`state::Inner`: reader source, caches, handles,
+//!   write overlay with the open and sealed batches, batch bookkeeping). Request handlers,
+//!   the watcher and the batcher take it for moments; nothing that waits for the disk
+//!   beyond one `stat` and the opening of a new table runs under it, and replies to the
+//!   kernel are sent after it is dropped. `fsync` waits on `Shared::cv` (releasing it).
+//! * `Shared::writer` — the writer source, taken by the batcher only (a commit with its
+//!   fsyncs, compaction). The batcher never takes the state lock while holding it, and no
+//!   request handler ever takes it (read-only is a plain flag).
+//! * `stack_source::OwnTables` — which tables are the mount's own: a leaf lock, held for
+//!   moments under either lock above (never across a commit: the update index of the
+//!   table being committed is recorded first).
+//! * `Shared::tgids` — thread id → process cache: a leaf lock, taken before the state lock.
+//!
+//! Order: state → own tables; writer → own tables; never writer → state or state → writer.
+
 pub mod config_view;
 pub mod inode;
 pub mod passthrough;

@@ -105,6 +105,11 @@ pub trait RefSource: Send {
     /// holds under the stack lock; edits whose expectation fails are reported in
     /// [`CommitOutcome::conflicts`] and not written, the others are.
     fn commit(&mut self, edits: &[BatchEdit]) -> Result<CommitOutcome>;
+    /// The batcher, holding the state lock, is about to reload this (reader) source and
+    /// drop the pending entries of the batch it just committed: reloads may see the
+    /// mount's own new table again (until now they kept the old table set, so that no
+    /// read showed the batch twice).
+    fn acknowledge_own_commit(&mut self) {}
     /// Whether the last reload that changed something brought tables another writer made
     /// (then names the kernel caches may be stale); `false` when every new table is the
     /// mount's own (its changes went through the kernel already).

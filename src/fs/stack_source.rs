@@ -40,6 +40,11 @@ pub struct Own {
     /// starts with it is the mount's own even before its name is recorded (the writer
     /// holds `tables.list.lock`, so no other writer can add a table at that index).
     pub inflight: Option<u64>,
+    /// A batch commit by the mount is under way or done but not yet acknowledged by the
+    /// batcher (which, holding the state lock, reloads the reader and drops the batch's
+    /// pending entries in one step). Meanwhile the reader does not reload: it would show
+    /// the batch twice — once from the stack, once from the pending layer.
+    pub hold: bool,
 }
 
 impl Own {
@@ -171,7 +176,11 @@ impl StackSource {
         }
         let prepared = tx.prepare()?;
         let ui = prepared.update_index();
-        self.own.lock().unwrap_or_else(|p| p.into_inner()).inflight = Some(ui);
+        {
+            let mut own = self.own.lock().unwrap_or_else(|p| p.into_inner());
+            own.inflight = Some(ui);
+            own.hold = true;
+        }
         if let Some(d) = self.commit_delay {
             std::thread::sleep(d);
         }
@@ -252,6 +261,10 @@ impl RefSource for StackSource {
     }
 
     fn reload(&mut self) -> Result<bool> {
+        if self.own.lock().unwrap_or_else(|p| p.into_inner()).hold {
+            // The mount's own batch is landing: its pending entries still show it.
+            return Ok(false);
+        }
         let before = self.stack.table_names().to_vec();
         let changed = self.stack.reload()?;
         if changed {
@@ -267,6 +280,10 @@ impl RefSource for StackSource {
 
     fn last_change_external(&self) -> bool {
         self.external
+    }
+
+    fn acknowledge_own_commit(&mut self) {
+        self.own.lock().unwrap_or_else(|p| p.into_inner()).hold = false;
     }
 
     fn generation(&self) -> u64 {
@@ -458,7 +475,20 @@ pub fn open(gitdir: &Path, opts: &MountOptions) -> Result<Opened> {
     let writer: Option<Box<dyn RefSource>> = if opts.read_only {
         None
     } else {
-        let mut w = StackSource::new(Stack::open(&dir, sopts)?, log.clone(), own);
+        let mut stack = Stack::open(&dir, sopts)?;
+        // Leftovers of killed writers that are proven garbage go; the rest is reported.
+        match stack.clean_orphans(None) {
+            Ok(report) => {
+                for (path, why) in &report.removed {
+                    eprintln!("reftablefs: removed {}: {why}", path.display());
+                }
+                for (path, why) in &report.kept {
+                    eprintln!("reftablefs: kept {}: {why}", path.display());
+                }
+            }
+            Err(e) => eprintln!("reftablefs: leftovers of killed writers not checked: {e}"),
+        }
+        let mut w = StackSource::new(stack, log.clone(), own);
         w.commit_delay = commit_delay_from_env();
         Some(Box::new(w))
     };

@@ -49,7 +49,7 @@ pub enum Handle {
         entries: Arc<Listing>,
     },
     /// A file opened for writing. `failed`: an edit staged through this file could not
-    /// be written; the next `flush` (close) reports EIO.
+    /// be written; every later `flush` (close) and `fsync` of it reports EIO.
     Write {
         path: Vec<u8>,
         target: Target,
@@ -616,10 +616,10 @@ impl Shared {
     pub(crate) fn flush(&self, fh: u64, pid: u32) -> Result<(), i32> {
         let actor = self.tgid(pid);
         let mut g = self.lock();
-        if let Some(Handle::Write { failed, .. }) = g.handles.get_mut(&fh) {
-            if std::mem::take(failed) {
-                return Err(libc::EIO);
-            }
+        // Every close of the handle reports it (a forked child's close of an inherited
+        // descriptor sends a flush too).
+        if let Some(Handle::Write { failed: true, .. }) = g.handles.get(&fh) {
+            return Err(libc::EIO);
         }
         g.w.actor = actor;
         g.commit_direct(fh, &self.cv, self.batch.max)
@@ -634,10 +634,7 @@ impl Shared {
             let mut g = self.lock();
             g.w.actor = actor;
             g.commit_direct(fh, &self.cv, self.batch.max)?;
-            match g.handles.get_mut(&fh) {
-                Some(Handle::Write { failed, .. }) => std::mem::take(failed),
-                _ => false,
-            }
+            matches!(g.handles.get(&fh), Some(Handle::Write { failed: true, .. }))
         };
         let own = self.sync_for(actor);
         if handle_failed {
