@@ -84,13 +84,19 @@ impl Pair {
     /// commit of `f0`, the identity in the config (libgit2 and dulwich write reflogs with
     /// it).
     fn new(ctx: &Ctx) -> TestResult<Pair> {
+        Pair::new_in(ctx, "")
+    }
+
+    /// [`Pair::new`] with every path's name prefixed by `prefix` (several pairs in one test).
+    fn new_in(ctx: &Ctx, prefix: &str) -> TestResult<Pair> {
+        let at = |name: &str| ctx.path(&format!("{prefix}{name}"));
         let p = Pair {
             home: ctx.path("home"),
-            r_work: ctx.path("r"),
-            r_git: ctx.path("r.git"),
-            f_work: ctx.path("f"),
-            f_git: ctx.path("f.git"),
-            mnt: ctx.path("mnt"),
+            r_work: at("r"),
+            r_git: at("r.git"),
+            f_work: at("f"),
+            f_git: at("f.git"),
+            mnt: at("mnt"),
         };
         fs::create_dir_all(&p.home)?;
         for (work, git, format) in [
@@ -126,6 +132,15 @@ impl Pair {
         Ok(p)
     }
 
+    /// Moves the reftable repository's git directory into its work tree (`r/.git` a
+    /// directory, as `mount --over` needs).
+    fn embed_r(&mut self) -> TestResult {
+        fs::remove_file(self.r_work.join(".git"))?;
+        fs::rename(&self.r_git, self.r_work.join(".git"))?;
+        self.r_git = self.r_work.join(".git");
+        Ok(())
+    }
+
     /// Points the reftable work tree's `.git` at `gitdir`.
     fn point_r_at(&self, gitdir: &Path) -> TestResult {
         fs::write(
@@ -140,11 +155,19 @@ impl Pair {
     /// Returns what each printed (the operations that failed; see `common.py`): (files,
     /// mount).
     fn run_session(&self, prog: &str, args: &[&str]) -> TestResult<(String, String)> {
-        let m = Mount::start(&self.r_git, &self.mnt, &[])?;
-        self.point_r_at(&self.mnt)?;
-        let through = run(&self.home, &self.r_work, prog, args);
-        let unmounted = m.unmount();
-        self.point_r_at(&self.r_git)?;
+        let (through, unmounted) = if self.r_git == self.r_work.join(".git") {
+            // `mount --over`: the work tree's own `.git` is the mount.
+            let m = Mount::start_over(&self.r_work)?;
+            let through = run(&self.home, &self.r_work, prog, args);
+            (through, m.unmount())
+        } else {
+            let m = Mount::start(&self.r_git, &self.mnt, &[])?;
+            self.point_r_at(&self.mnt)?;
+            let through = run(&self.home, &self.r_work, prog, args);
+            let unmounted = m.unmount();
+            self.point_r_at(&self.r_git)?;
+            (through, unmounted)
+        };
         let through = through.map_err(|e| format!("session through the mount: {e}"))?;
         unmounted?;
         let files = run(&self.home, &self.f_work, prog, args)
@@ -280,7 +303,22 @@ fn session(
     known_gaps: &[&str],
     racy_gaps: &[&str],
 ) -> TestResult {
-    let p = Pair::new(ctx)?;
+    session_in(ctx, false, prog, args, known_gaps, racy_gaps)
+}
+
+/// [`session`], through `mount --over` the work tree's `.git` when `over`.
+fn session_in(
+    ctx: &Ctx,
+    over: bool,
+    prog: &str,
+    args: &[&str],
+    known_gaps: &[&str],
+    racy_gaps: &[&str],
+) -> TestResult {
+    let mut p = Pair::new(ctx)?;
+    if over {
+        p.embed_r()?;
+    }
     let printed = p.run_session(prog, args)?;
     let diffs = p.differences(ctx, printed)?;
     let got: Vec<&str> = diffs.keys().map(String::as_str).collect();
@@ -543,5 +581,72 @@ pub fn boundaries_and_bad_input(ctx: &Ctx) -> TestResult {
         fs::read_to_string(p.r_git.join("HEAD"))? == "ref: refs/heads/.invalid\n",
         "git's HEAD stub was changed"
     );
+    Ok(())
+}
+
+/// `mount --over`: the git 2.39 session and the GitPython session (which reads
+/// `.git/HEAD` itself) run in a work tree whose own `.git` is the mount, with no
+/// environment variable, and end identical to the files repository; while mounted,
+/// `.git/HEAD` is the stack's, `.git/reftable` is hidden; after a kill -9 of the mount
+/// process the mount detaches itself and git 2.47 opens the real `.git` with every update
+/// that an fsync acknowledged.
+pub fn over_dotgit(ctx: &Ctx) -> TestResult {
+    session_in(
+        ctx,
+        true,
+        "sh",
+        &[&script("git_session.sh"), "/usr/bin/git"],
+        &[],
+        &[],
+    )?;
+    let mut p = Pair::new_in(ctx, "gp-")?;
+    p.embed_r()?;
+    let printed = p.run_session("python3", &[&script("gitpython_session.py")])?;
+    let diffs = p.differences(ctx, printed)?;
+    ensure!(
+        diffs.is_empty(),
+        "GitPython over .git differs from the files repository: {:?}",
+        diffs.keys().collect::<Vec<_>>()
+    );
+    // While mounted.
+    let dotgit = p.r_work.join(".git");
+    let mut m = Mount::start_over(&p.r_work)?;
+    let head = fs::read_to_string(dotgit.join("HEAD"))?;
+    ensure!(head == "ref: refs/heads/main\n", ".git/HEAD is {head:?}");
+    expect_errno(
+        fs::metadata(dotgit.join("reftable")),
+        &[libc::ENOENT],
+        "stat .git/reftable",
+    )?;
+    let id = run(&p.home, &p.r_work, "/usr/bin/git", &["rev-parse", "HEAD"])?;
+    run(
+        &p.home,
+        &p.r_work,
+        "/usr/bin/git",
+        &["update-ref", "refs/heads/acked", id.trim()],
+    )?;
+    fs::File::open(&dotgit)?.sync_all()?;
+    m.kill9_only();
+    crate::harness::wait_for(std::time::Duration::from_secs(10), || {
+        if crate::harness::is_mounted(&dotgit) {
+            Err("still mounted".into())
+        } else {
+            Ok(())
+        }
+    })
+    .map_err(|e| format!("the killed --over mount did not detach itself: {e}"))?;
+    drop(m);
+    ensure!(
+        fs::read_to_string(dotgit.join("HEAD"))? == "ref: refs/heads/.invalid\n",
+        "the real .git is not back"
+    );
+    let got = run(
+        &p.home,
+        &p.r_work,
+        "git",
+        &["rev-parse", "refs/heads/acked"],
+    )?;
+    ensure!(got == id, "acknowledged update lost: {got} != {id}");
+    run(&p.home, &p.r_work, "git", &["status", "--short"])?;
     Ok(())
 }

@@ -287,6 +287,12 @@ const TESTS: &[Test] = &[
         timeout_secs: 180,
         run: crash::injected_faults_fail_the_batch_and_the_mount_keeps_serving,
     },
+    Test {
+        name: "clients::over_dotgit",
+        needs_mount: true,
+        timeout_secs: 300,
+        run: clients::over_dotgit,
+    },
 ];
 
 fn main() -> std::process::ExitCode {

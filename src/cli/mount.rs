@@ -1,5 +1,5 @@
 //! `reftablefs mount [--read-only] [--refs-only] [--no-kernel-passthrough] [--daemon] [--batch-window MS] [--batch-max N] [--no-fsync]
-//! GITDIR MOUNTPOINT` and `reftablefs unmount MOUNTPOINT`.
+//! (GITDIR MOUNTPOINT | --over WORKTREE)` and `reftablefs unmount MOUNTPOINT`.
 //!
 //! Foreground by default, one log line per error on stderr; exits 0 after a clean unmount.
 //! `--daemon` starts the same command in the background and returns once the mount is
@@ -19,7 +19,7 @@ use crate::{Error, Result};
 fn usage(msg: &str) -> Result<ExitCode> {
     eprintln!("reftablefs mount: {msg}");
     eprintln!(
-        "usage: reftablefs mount [--read-only] [--refs-only] [--no-kernel-passthrough] [--daemon [--log FILE]] [--batch-window MS] [--batch-max N] [--no-fsync] GITDIR MOUNTPOINT"
+        "usage: reftablefs mount [--read-only] [--refs-only] [--no-kernel-passthrough] [--daemon [--log FILE]] [--batch-window MS] [--batch-max N] [--no-fsync] (GITDIR MOUNTPOINT | --over WORKTREE)"
     );
     Ok(ExitCode::from(129))
 }
@@ -28,6 +28,7 @@ fn usage(msg: &str) -> Result<ExitCode> {
 pub fn run(mut args: Args) -> Result<ExitCode> {
     let mut opts = MountOptions::default();
     let mut daemon = false;
+    let mut over = false;
     let mut log: Option<PathBuf> = None;
     let mut positional: Vec<PathBuf> = Vec::new();
     while !args.is_empty() {
@@ -35,6 +36,8 @@ pub fn run(mut args: Args) -> Result<ExitCode> {
             opts.read_only = true;
         } else if args.flag("--refs-only") {
             opts.refs_only = true;
+        } else if args.flag("--over") {
+            over = true;
         } else if args.flag("--no-kernel-passthrough") {
             opts.kernel_passthrough = false;
         } else if args.flag("--daemon") {
@@ -66,6 +69,19 @@ pub fn run(mut args: Args) -> Result<ExitCode> {
             positional.push(p);
         }
     }
+    if over {
+        let [worktree] = positional.as_slice() else {
+            return usage("--over takes one WORKTREE (its .git directory is mounted over)");
+        };
+        if opts.refs_only {
+            return usage("--over serves the whole .git: it cannot be --refs-only");
+        }
+        let dotgit = worktree.join(".git");
+        if daemon {
+            return spawn_daemon(&dotgit, log);
+        }
+        return run_over(&dotgit, opts);
+    }
     let [gitdir, mountpoint] = positional.as_slice() else {
         return usage("expected GITDIR and MOUNTPOINT");
     };
@@ -76,6 +92,31 @@ pub fn run(mut args: Args) -> Result<ExitCode> {
     fs::check_mountpoint(mountpoint)?;
     let o = crate::fs::stack_source::open(gitdir, &opts)?;
     fs::mount(o.reader, o.writer, o.log, &reftable_dir, mountpoint, &opts)?;
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `mount --over WORKTREE`: mounts the view on `WORKTREE/.git` itself. The real directory
+/// is opened before mounting and reached as `/proc/self/fd/N` from then on (the stack,
+/// the watcher and the passthrough never go through the mount); the mount unmounts itself
+/// if the process dies (`auto_unmount`), so a killed mount gives the real `.git` back.
+fn run_over(dotgit: &Path, mut opts: MountOptions) -> Result<ExitCode> {
+    use std::os::fd::AsRawFd;
+    let meta = std::fs::symlink_metadata(dotgit).map_err(|e| Error::io(dotgit, e))?;
+    if !meta.is_dir() {
+        return Err(fs::fail(format!(
+            "cannot mount over {}: not a directory (a linked worktree's or submodule's .git file is not supported)",
+            dotgit.display()
+        )));
+    }
+    fs::check_mountpoint(dotgit)?;
+    let real = std::fs::File::open(dotgit).map_err(|e| Error::io(dotgit, e))?;
+    let gitdir = PathBuf::from(format!("/proc/self/fd/{}", real.as_raw_fd()));
+    let reftable_dir = reftable_dir(&gitdir)?;
+    opts.auto_unmount = true;
+    let o = crate::fs::stack_source::open(&gitdir, &opts)?;
+    let r = fs::mount(o.reader, o.writer, o.log, &reftable_dir, dotgit, &opts);
+    drop(real);
+    r?;
     Ok(ExitCode::SUCCESS)
 }
 

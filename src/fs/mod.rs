@@ -67,6 +67,10 @@ pub struct MountOptions {
     /// Use the kernel's FUSE passthrough for passed-through regular files when the kernel
     /// offers it (off: every read and write is forwarded by the mount).
     pub kernel_passthrough: bool,
+    /// Unmount when the mount process dies (fusermount3's `auto_unmount`; needs
+    /// `allow_root`, so `user_allow_other` in /etc/fuse.conf for a non-root user). Used by
+    /// `mount --over`, where a dead mount would hide the real `.git`.
+    pub auto_unmount: bool,
 }
 
 impl Default for MountOptions {
@@ -79,6 +83,7 @@ impl Default for MountOptions {
             threads: 4,
             refs_only: false,
             kernel_passthrough: true,
+            auto_unmount: false,
         }
     }
 }
@@ -226,6 +231,10 @@ pub fn mount(
             MountOption::RW
         },
     ];
+    if opts.auto_unmount {
+        config.mount_options.push(MountOption::AutoUnmount);
+        config.acl = fuser::SessionACL::RootAndOwner;
+    }
     config.n_threads = Some(opts.threads.max(2));
     // One /dev/fuse descriptor per event-loop thread (FUSE_DEV_IOC_CLONE): the threads
     // do not contend on one descriptor's queue.
