@@ -684,6 +684,12 @@ struct Cursor {
     pos: usize,
     key: Vec<u8>,
     single_block: bool,
+    /// The block the last seek started from (an index root or a section's first
+    /// block), kept so that reseeking the same section does not go through the cache.
+    root: Option<Block>,
+    /// A (section type, offset) known to hold no block of that section: where a scan
+    /// of the section stops, remembered so that it is not looked up again.
+    section_end: Option<(u8, u64)>,
 }
 
 impl Cursor {
@@ -694,7 +700,22 @@ impl Cursor {
             pos: 0,
             key: Vec::new(),
             single_block: false,
+            root: None,
+            section_end: None,
         }
+    }
+
+    /// The block after `b` if it belongs to the same section.
+    fn next_in_section(&mut self, b: &Block) -> Result<Option<Block>> {
+        let (typ, next) = (b.info.typ, b.info.offset + b.info.on_disk);
+        if self.section_end == Some((typ, next)) {
+            return Ok(None);
+        }
+        let nb = self.table.block_at(next, &[typ])?;
+        if nb.is_none() {
+            self.section_end = Some((typ, next));
+        }
+        Ok(nb)
     }
 
     fn set_block(&mut self, b: Block) {
@@ -765,14 +786,17 @@ impl Cursor {
 
     fn seek_linear(&mut self, start: u64, typ: u8, want: &[u8]) -> Result<()> {
         let t = self.table.clone();
-        let Some(mut cur) = t.block_at(start, &[typ])? else {
-            return Err(t.ferr(start, format!("expected a '{}' block", typ as char)));
+        let mut cur = match &self.root {
+            Some(b) if b.info.offset == start && b.info.typ == typ => b.clone(),
+            _ => {
+                let Some(b) = t.block_at(start, &[typ])? else {
+                    return Err(t.ferr(start, format!("expected a '{}' block", typ as char)));
+                };
+                self.root = Some(b.clone());
+                b
+            }
         };
-        loop {
-            let next = cur.info.offset + cur.info.on_disk;
-            let Some(nb) = t.block_at(next, &[typ])? else {
-                break;
-            };
+        while let Some(nb) = self.next_in_section(&cur)? {
             let first = restart_key(
                 nb.bytes()
                     .get(nb.first_record()..nb.records_end())
@@ -875,8 +899,8 @@ impl Cursor {
                 self.block = None;
                 return Ok(None);
             }
-            let (typ, next) = (b.info.typ, b.info.offset + b.info.on_disk);
-            let Some(nb) = self.table.block_at(next, &[typ])? else {
+            let b = b.clone();
+            let Some(nb) = self.next_in_section(&b)? else {
                 self.block = None;
                 return Ok(None);
             };
