@@ -26,8 +26,6 @@ use super::update_ref_parse::{
 };
 use super::Args;
 
-const USAGE: &str = "usage: reftablefs update-ref [-m MSG] [--no-deref] [--create-reflog] (--stdin [-z] | -d REF [OLD] | REF NEW [OLD])";
-
 struct Flags {
     message: Option<Vec<u8>>,
     no_deref: bool,
@@ -263,7 +261,7 @@ pub fn run(mut args: Args) -> Result<ExitCode> {
         } else if args.flag("-d") {
             delete = true;
         } else {
-            return Ok(common::unknown_option(&args, USAGE));
+            return Ok(common::unknown_option(&args, "update-ref"));
         }
     }
     let rest: Vec<String> = args.rest();
@@ -272,7 +270,7 @@ pub fn run(mut args: Args) -> Result<ExitCode> {
         if delete || !rest.is_empty() {
             return Ok(common::usage_error(
                 "--stdin takes no other arguments",
-                USAGE,
+                "update-ref",
             ));
         }
         return run_stdin(&repo, z, &flags);
@@ -280,7 +278,7 @@ pub fn run(mut args: Args) -> Result<ExitCode> {
     if z {
         return Ok(common::usage_error(
             "-z only makes sense with --stdin",
-            USAGE,
+            "update-ref",
         ));
     }
     let mut stack = RefStore::open(&repo)?;
@@ -334,7 +332,12 @@ pub fn run(mut args: Args) -> Result<ExitCode> {
                     no_deref: false,
                 }
             }
-            _ => return Ok(common::usage_error("wrong number of arguments", USAGE)),
+            _ => {
+                return Ok(common::usage_error(
+                    "wrong number of arguments",
+                    "update-ref",
+                ))
+            }
         }
     };
     crate::refname::check_for_update(&edit.name, !matches!(edit.new, NewValue::Delete))?;
