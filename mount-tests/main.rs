@@ -9,6 +9,7 @@ mod harness;
 mod expected;
 mod lifecycle;
 mod read_path;
+mod status;
 mod write_path;
 
 use harness::Test;
@@ -157,6 +158,12 @@ const TESTS: &[Test] = &[
         needs_mount: true,
         timeout_secs: 120,
         run: write_path::orphaned_lock_stays_until_unlinked,
+    },
+    Test {
+        name: "status::lists_live_mounts",
+        needs_mount: true,
+        timeout_secs: 120,
+        run: status::lists_live_mounts,
     },
 ];
 
