@@ -494,7 +494,7 @@ pub fn render_text(m: &Mount, d: &Details) -> String {
             for l in &r.stale_locks {
                 let age = l.age_s.map_or(String::new(), |a| format!(" ({a} s old)"));
                 s.push_str(&format!(
-                    "    warning: stale lock {}{age}: a crashed writer may have left it; 'reftablefs unlock' removes it\n",
+                    "    warning: stale lock {}{age}: a crashed writer may have left it\n",
                     l.path
                 ));
             }
