@@ -1280,6 +1280,16 @@ fn no_input_makes_the_binary_panic() {
         "--symbolic-full-name",
         "--include-root-refs",
         "migrate",
+        "status",
+        "--json",
+        "help",
+        "-h",
+        "--help",
+        "completions",
+        "bash",
+        "man",
+        "dump",
+        "--version",
     ];
     for _ in 0..150 {
         let n = 1 + rnd(4);

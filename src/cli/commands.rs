@@ -109,7 +109,7 @@ fn run_unmount(args: Args) -> Result<ExitCode> {
 
 #[cfg(not(feature = "fuse"))]
 fn run_mount(_: Args) -> Result<ExitCode> {
-    Err(crate::Error::Api(
+    Err(crate::Error::Transaction(
         "this reftablefs was built without FUSE support (feature \"fuse\")".into(),
     ))
 }
