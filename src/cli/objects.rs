@@ -1,6 +1,6 @@
 //! The few object-database questions the CLI needs (object types for
 //! `for-each-ref`'s `%(objecttype)`, peeling annotated tags during `migrate`), answered
-//! by one `git cat-file --batch-check` process per command: refs are our business,
+//! by one `git cat-file` process per command: refs are our business,
 //! objects stay git's. Everything is sent in one batch, so the cost is one process
 //! start whatever the number of refs.
 
@@ -104,12 +104,12 @@ pub fn loose_object_type(objects_dir: &Path, id: &ObjectId) -> Option<&'static s
 
 /// The object type of each id (`commit`, `tag`, …; `missing` when absent). Each
 /// distinct id is looked up once: loose objects in-process, the rest (packed objects,
-/// alternates) with one `git cat-file --batch-check`.
+/// alternates) with one `git cat-file` process.
 pub fn object_types(git_dir: &Path, ids: &[ObjectId]) -> Result<Vec<String>> {
     TypeLookup::new(git_dir).types(ids)
 }
 
-/// A running `git cat-file --batch-check=%(objecttype)`, asked in batches.
+/// A running `git cat-file --batch-command=%(objecttype) --buffer`, asked in batches.
 struct CatFile {
     child: std::process::Child,
     /// `None` only while dropping (closing it ends git).
@@ -123,7 +123,8 @@ impl CatFile {
             .arg("--git-dir")
             .arg(git_dir)
             .arg("cat-file")
-            .arg("--batch-check=%(objecttype)")
+            .arg("--batch-command=%(objecttype)")
+            .arg("--buffer")
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())
@@ -139,9 +140,9 @@ impl CatFile {
         })
     }
 
-    /// One answer line per id, in order. Without `--buffer` git flushes every answer,
-    /// and the questions are written from another thread, so neither side can block the
-    /// other on a full pipe.
+    /// One answer line per id, in order: `info <id>` for each, then `flush`, which
+    /// makes git write its buffered answers. The questions are written from another
+    /// thread, so neither side can block the other on a full pipe.
     fn ask(&mut self, ids: &[ObjectId]) -> Result<Vec<String>> {
         let Some(stdin) = self.stdin.as_mut() else {
             return Err(Error::Api("git cat-file: stdin closed".into()));
@@ -151,9 +152,11 @@ impl CatFile {
             let writer = scope.spawn(move || -> std::io::Result<()> {
                 let mut w = std::io::BufWriter::new(stdin);
                 for id in ids {
+                    w.write_all(b"info ")?;
                     w.write_all(id.to_hex().as_bytes())?;
                     w.write_all(b"\n")?;
                 }
+                w.write_all(b"flush\n")?;
                 w.flush()
             });
             let mut out = Vec::with_capacity(ids.len());
@@ -174,7 +177,7 @@ impl CatFile {
             wrote.map_err(|e| Error::io("git cat-file", e))?;
             if out.len() != ids.len() {
                 return Err(Error::Api(format!(
-                    "git cat-file --batch-check answered {} of {} queries",
+                    "git cat-file --batch-command answered {} of {} queries",
                     out.len(),
                     ids.len()
                 )));
@@ -193,7 +196,7 @@ impl Drop for CatFile {
 }
 
 /// Object types for a command: loose objects are read in-process, the rest go to one
-/// `git cat-file --batch-check` process, started on first need and kept for the
+/// `git cat-file --batch-command --buffer` process, started on first need and kept for the
 /// command's later batches (an `update-ref --stdin` session with many transactions
 /// starts one process, not one per transaction).
 pub struct TypeLookup {
