@@ -6,6 +6,8 @@
 
 #[macro_use]
 mod harness;
+mod clients;
+mod differential;
 mod expected;
 mod lifecycle;
 mod read_path;
@@ -158,6 +160,108 @@ const TESTS: &[Test] = &[
         needs_mount: true,
         timeout_secs: 120,
         run: write_path::orphaned_lock_stays_until_unlinked,
+    },
+    Test {
+        name: "differential::random_client_sequences",
+        needs_mount: true,
+        timeout_secs: 240,
+        run: differential::random_client_sequences,
+    },
+    Test {
+        name: "write_path::case1_head_and_referent_in_one_batch",
+        needs_mount: true,
+        timeout_secs: 120,
+        run: write_path::case1_head_and_referent_in_one_batch,
+    },
+    Test {
+        name: "write_path::case2_lock_then_foreign_update_fails_rename",
+        needs_mount: true,
+        timeout_secs: 120,
+        run: write_path::case2_lock_then_foreign_update_fails_rename,
+    },
+    Test {
+        name: "write_path::case3_conflict_at_commit_reaches_the_stager",
+        needs_mount: true,
+        timeout_secs: 120,
+        run: write_path::case3_conflict_at_commit_reaches_the_stager,
+    },
+    Test {
+        name: "write_path::case4_reflogs_like_files_backend",
+        needs_mount: true,
+        timeout_secs: 120,
+        run: write_path::case4_reflogs_like_files_backend,
+    },
+    Test {
+        name: "write_path::case5_non_ref_root_files_and_rw_reflogs",
+        needs_mount: true,
+        timeout_secs: 120,
+        run: write_path::case5_non_ref_root_files_and_rw_reflogs,
+    },
+    Test {
+        name: "write_path::case7_refusals",
+        needs_mount: true,
+        timeout_secs: 120,
+        run: write_path::case7_refusals,
+    },
+    Test {
+        name: "write_path::scratch_files_are_bounded",
+        needs_mount: true,
+        timeout_secs: 120,
+        run: write_path::scratch_files_are_bounded,
+    },
+    Test {
+        name: "write_path::stale_stack_lock_fails_fast",
+        needs_mount: true,
+        timeout_secs: 120,
+        run: write_path::stale_stack_lock_fails_fast,
+    },
+    Test {
+        name: "write_path::lock_create_latency_during_slow_commit",
+        needs_mount: true,
+        timeout_secs: 120,
+        run: write_path::lock_create_latency_during_slow_commit,
+    },
+    Test {
+        name: "clients::boundaries_and_bad_input",
+        needs_mount: true,
+        timeout_secs: 120,
+        run: clients::boundaries_and_bad_input,
+    },
+    Test {
+        name: "clients::config_keeps_extension",
+        needs_mount: true,
+        timeout_secs: 120,
+        run: clients::config_keeps_extension,
+    },
+    Test {
+        name: "clients::git239_session",
+        needs_mount: true,
+        timeout_secs: 300,
+        run: clients::git239_session,
+    },
+    Test {
+        name: "clients::git247_files_session",
+        needs_mount: true,
+        timeout_secs: 300,
+        run: clients::git247_files_session,
+    },
+    Test {
+        name: "clients::pygit2_session",
+        needs_mount: true,
+        timeout_secs: 300,
+        run: clients::pygit2_session,
+    },
+    Test {
+        name: "clients::dulwich_session",
+        needs_mount: true,
+        timeout_secs: 300,
+        run: clients::dulwich_session,
+    },
+    Test {
+        name: "clients::gitpython_session",
+        needs_mount: true,
+        timeout_secs: 300,
+        run: clients::gitpython_session,
     },
     Test {
         name: "status::lists_live_mounts",

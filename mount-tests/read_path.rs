@@ -607,6 +607,12 @@ pub fn length_changes_never_truncate(ctx: &Ctx) -> TestResult {
         let _ = finish(readers);
         return Err(e);
     }
+    // The mount's writes are durable before git writes the same refs directly (else a
+    // batch still pending would meet git's value as a conflict, or hold the stack lock
+    // beyond git's 100 ms lock timeout).
+    std::fs::File::open(m.path("HEAD"))
+        .and_then(|f| f.sync_all())
+        .map_err(|e| format!("fsync through the mount: {e}"))?;
     let mid = reads.load(Ordering::Relaxed);
     let by_git = (|| -> TestResult {
         for i in 0..60 {

@@ -608,6 +608,21 @@ pub fn parallel_writers_and_git(ctx: &Ctx) -> TestResult {
                     }
                     write_lock(f, &format!("{value}\n"))
                         .map_err(|e| format!("write {name}.lock: {e}"))?;
+                    // As git: the reflog line is appended before the rename.
+                    let old = match current.trim() {
+                        "" => "0".repeat(40),
+                        v => v.to_string(),
+                    };
+                    let log_path = root.join(format!("logs/{name}"));
+                    if let Some(dir) = log_path.parent() {
+                        // As git: the leading directories first.
+                        fs::create_dir_all(dir).map_err(|e| format!("mkdir -p logs/: {e}"))?;
+                    }
+                    append_log(
+                        &log_path,
+                        &log_line(&old, value, 1_800_000_000 + k, &format!("w{t} k{k}")),
+                    )
+                    .map_err(|e| format!("append to logs/{name}: {e}"))?;
                     let n = ticket.fetch_add(1, Ordering::SeqCst);
                     held.lock().map_err(|_| "poisoned")?.remove(&name);
                     fs::rename(&lockp, root.join(&name))
@@ -770,16 +785,19 @@ pub fn bad_inputs_change_nothing(ctx: &Ctx) -> TestResult {
     .iter()
     .enumerate()
     {
-        at(
-            write_lock(lock(&p("refs/heads/main.lock"))?, bad),
-            "write_lock",
-            line!(),
-        )?;
-        expect_errno(
-            fs::rename(p("refs/heads/main.lock"), p("refs/heads/main")),
-            &[libc::EINVAL],
-            &format!("rename of a lock holding {bad:?}"),
-        )?;
+        // Content that can no longer become a ref is refused by write() already;
+        // the rest by the rename.
+        match write_lock(lock(&p("refs/heads/main.lock"))?, bad) {
+            Err(e) if e.raw_os_error() == Some(libc::EINVAL) => {}
+            other => {
+                at(other, "write_lock", line!())?;
+                expect_errno(
+                    fs::rename(p("refs/heads/main.lock"), p("refs/heads/main")),
+                    &[libc::EINVAL],
+                    &format!("rename of a lock holding {bad:?}"),
+                )?;
+            }
+        }
         rollback("refs/heads/main.lock");
         unchanged(&format!("bad content #{i}"))?;
     }
@@ -1134,7 +1152,7 @@ pub fn orphaned_lock_stays_until_unlinked(ctx: &Ctx) -> TestResult {
     let lock_path = m.path("refs/heads/main.lock");
     let status = Command::new("sh")
         .arg("-c")
-        .arg("printf 'half-written' > \"$1\"")
+        .arg("printf '0123abc' > \"$1\"")
         .arg("sh")
         .arg(&lock_path)
         .status()?;
@@ -1168,4 +1186,465 @@ pub fn orphaned_lock_stays_until_unlinked(ctx: &Ctx) -> TestResult {
         "an orphaned lock caused a write"
     );
     Ok(())
+}
+
+// ---------------------------------------------------------------------------------------
+// The mount is a files backend: named regression tests (one per measured case).
+
+use crate::differential::{self as diff, Pair, Style};
+use std::os::unix::io::IntoRawFd;
+
+/// Case 1: `git update-ref HEAD <c> && git symbolic-ref HEAD refs/heads/dev` arrive in
+/// one batch (HEAD and its referent: one reftable transaction refuses that); both land,
+/// every round, as on a files `.git`.
+pub fn case1_head_and_referent_in_one_batch(ctx: &Ctx) -> TestResult {
+    let mut p = Pair::new(&ctx.path("pair"), 4, &[])?;
+    let c = p.commits.clone();
+    p.git(&["update-ref", "-m", "init", "refs/heads/main", &c[3]])?;
+    p.git(&["update-ref", "-m", "init", "refs/heads/dev", &c[0]])?;
+    for round in 0..12 {
+        let to = if round % 2 == 0 {
+            "refs/heads/dev"
+        } else {
+            "refs/heads/main"
+        };
+        p.git(&["update-ref", "-m", "reset", "HEAD", &c[round % 4]])?;
+        p.git(&["symbolic-ref", "-m", "to other", "HEAD", to])?;
+        p.compare(&format!("round {round}"))?;
+    }
+    let log = p.m.log();
+    ensure!(
+        !log.contains("not written"),
+        "the mount refused edits:\n{log}"
+    );
+    p.m.unmount()
+}
+
+/// Case 2: the value a lock holder saw when it took the lock is the expected old value:
+/// git 2.47 on the stack changes the ref meanwhile, the rename fails (EBUSY) and git's
+/// value stays.
+pub fn case2_lock_then_foreign_update_fails_rename(ctx: &Ctx) -> TestResult {
+    let repo = Repo::init(&ctx.path("repo"), "reftable")?;
+    let x0 = repo.commit("x0")?;
+    let x1 = repo.commit("x1")?;
+    let x2 = repo.commit("x2")?;
+    repo.git(&["branch", "shared", &x0])?;
+    let m = Mount::start(&repo.gitdir, &ctx.path("mnt"), &[])?;
+    let l = at(lock(&m.path("refs/heads/shared.lock")), "lock", line!())?;
+    let seen = at(
+        fs::read_to_string(m.path("refs/heads/shared")),
+        "read",
+        line!(),
+    )?;
+    ensure!(seen.trim() == x0, "lock holder read {seen:?}, not X0");
+    repo.git(&["update-ref", "refs/heads/shared", &x1, &x0])?;
+    at(write_lock(l, &format!("{x2}\n")), "write_lock", line!())?;
+    let renamed = fs::rename(
+        m.path("refs/heads/shared.lock"),
+        m.path("refs/heads/shared"),
+    );
+    let synced = File::open(m.path("refs/heads/shared")).and_then(|f| f.sync_all());
+    ensure!(
+        renamed.is_err() || synced.is_err(),
+        "rename and fsync both returned 0 although git changed the ref under the lock"
+    );
+    if let Err(e) = &renamed {
+        ensure!(
+            e.raw_os_error() == Some(libc::EBUSY),
+            "rename failed with {e}, expected EBUSY (docs/fuse.md)"
+        );
+        // The lock stays (as after a failed rename on disk); the holder removes it.
+        at(
+            fs::remove_file(m.path("refs/heads/shared.lock")),
+            "unlink",
+            line!(),
+        )?;
+    }
+    ensure!(
+        repo.rev_parse("refs/heads/shared")? == x1,
+        "git's X1 was overwritten"
+    );
+    m.unmount()
+}
+
+/// Case 3: a conflict found only at batch commit: the edit is not written, the process
+/// that staged it gets EIO from its next fsync (once) and from the close of its still
+/// open lock handle, although another process's fsync wrote the batch first (and got 0).
+pub fn case3_conflict_at_commit_reaches_the_stager(ctx: &Ctx) -> TestResult {
+    let repo = Repo::init(&ctx.path("repo"), "reftable")?;
+    let x0 = repo.commit("x0")?;
+    let x1 = repo.commit("x1")?;
+    let x2 = repo.commit("x2")?;
+    repo.git(&["branch", "shared", &x0])?;
+    let m = Mount::start(
+        &repo.gitdir,
+        &ctx.path("mnt"),
+        &["--batch-window", "60000", "--batch-max", "100000"],
+    )?;
+    let mut l = at(lock(&m.path("refs/heads/shared.lock")), "lock", line!())?;
+    at(l.write_all(format!("{x2}\n").as_bytes()), "write", line!())?;
+    at(
+        fs::rename(
+            m.path("refs/heads/shared.lock"),
+            m.path("refs/heads/shared"),
+        ),
+        "rename",
+        line!(),
+    )?;
+    // git changes the ref directly before the batch is written.
+    repo.git(&["update-ref", "refs/heads/shared", &x1, &x0])?;
+    // Another process's fsync writes the batch: not failed for someone else's edit.
+    let other = Command::new("python3")
+        .arg("-c")
+        .arg("import os,sys; fd=os.open(sys.argv[1], os.O_RDONLY); os.fsync(fd)")
+        .arg(&m.mnt)
+        .status()?;
+    ensure!(
+        other.success(),
+        "another process's fsync failed for this process's edit"
+    );
+    ensure!(
+        repo.rev_parse("refs/heads/shared")? == x1,
+        "the conflicting edit was written over git's value"
+    );
+    // This process: the still-open lock handle's close reports it…
+    let fd = l.into_raw_fd();
+    // SAFETY: closing the descriptor we own, once.
+    let closed = unsafe { libc::close(fd) };
+    let close_err = io::Error::last_os_error();
+    ensure!(
+        closed == -1 && close_err.raw_os_error() == Some(libc::EIO),
+        "close of the still-open lock handle: {closed} ({close_err}), expected EIO; log:\n{}",
+        m.log()
+    );
+    // …and its next fsync, once.
+    expect_errno(
+        File::open(m.path("refs/heads/main")).and_then(|f| f.sync_all()),
+        &[libc::EIO],
+        "fsync by the process whose edit was dropped",
+    )?;
+    sync_ref(&m, "refs/heads/main").map_err(|e| format!("second fsync (reported once): {e}"))?;
+    ensure!(
+        m.log().contains("refs/heads/shared"),
+        "no log line names the dropped edit"
+    );
+    m.unmount()
+}
+
+/// Case 4: reflogs exactly as the files backend keeps them, for each client pattern.
+pub fn case4_reflogs_like_files_backend(ctx: &Ctx) -> TestResult {
+    let mut p = Pair::new(&ctx.path("pair"), 5, &[])?;
+    let c = p.commits.clone();
+    p.git(&["update-ref", "-m", "init", "refs/heads/main", &c[4]])?;
+    p.git(&["update-ref", "-m", "init", "refs/heads/dev", &c[0]])?;
+    // A stale HEAD echo must not replace symbolic-ref's message.
+    p.git(&["update-ref", "-m", "reset: moving to HEAD~1", "HEAD", &c[3]])?;
+    p.git(&["symbolic-ref", "-m", "to dev", "HEAD", "refs/heads/dev"])?;
+    p.compare("update-ref HEAD; symbolic-ref -m 'to dev' HEAD")?;
+    // dulwich: fsync of the lock between the append and the rename: one entry.
+    diff::update(&mut p, Style::Dulwich, "refs/heads/dev", &c[1], "dulwich")?;
+    p.compare("dulwich update")?;
+    // GitPython: the line after the rename: one entry, the real one.
+    diff::update(
+        &mut p,
+        Style::GitPython,
+        "refs/heads/dev",
+        &c[2],
+        "gitpython",
+    )?;
+    p.compare("GitPython update")?;
+    // A script's `mv x.lock x` and a shell's `echo > x`: no entry.
+    diff::update(&mut p, Style::Mv, "refs/heads/main", &c[1], "")?;
+    diff::update(&mut p, Style::Echo, "refs/heads/new", &c[2], "")?;
+    p.compare("mv and echo without a reflog line")?;
+    // A line and its rename more than 100 ms apart: one entry.
+    let line = p.line(&c[1], &c[2], "slow");
+    let c2 = c[2].clone();
+    p.raw(
+        "git update with 150 ms between append and rename",
+        move |root| {
+            let mut f = fs::OpenOptions::new()
+                .write(true)
+                .create_new(true)
+                .open(root.join("refs/heads/main.lock"))?;
+            f.write_all(format!("{c2}\n").as_bytes())?;
+            drop(f);
+            fs::OpenOptions::new()
+                .append(true)
+                .open(root.join("logs/refs/heads/main"))?
+                .write_all(line.as_bytes())?;
+            std::thread::sleep(Duration::from_millis(150));
+            fs::rename(
+                root.join("refs/heads/main.lock"),
+                root.join("refs/heads/main"),
+            )
+        },
+    )?;
+    p.compare("append and rename 150 ms apart")?;
+    // libgit2's branch rename: unlink the ref first, then move its reflog.
+    ensure!(
+        diff::libgit2_rename(&mut p, "refs/heads/dev", "refs/heads/moved")?,
+        "libgit2 rename did not run"
+    );
+    p.compare("libgit2 branch rename")?;
+    // Unlinking a ref keeps its reflog.
+    p.raw("rm refs/heads/moved", |root| {
+        fs::remove_file(root.join("refs/heads/moved"))
+    })?;
+    p.compare("rm of a ref with a reflog")?;
+    // dulwich rewrites a reflog through a read-write handle.
+    diff::dulwich_drop_newest(&mut p, "refs/heads/main")?;
+    p.compare("dulwich rb+ reflog drop")?;
+    // A reflog rewritten to nothing stays, empty (stash pop of the last entry, expire).
+    p.git(&["reflog", "expire", "--expire=now", "--all"])?;
+    p.compare("reflog expire --expire=now --all")?;
+    p.git_stack(&["reflog", "exists", "refs/heads/main"])
+        .map_err(|e| format!("reflog of main gone after expire: {e}"))?;
+    p.m.unmount()
+}
+
+/// Case 5: files of the git directory that are not refs live as bounded scratch files;
+/// a reflog opened read-write can be read.
+pub fn case5_non_ref_root_files_and_rw_reflogs(ctx: &Ctx) -> TestResult {
+    let (_repo, m, model) = setup(ctx, &[])?;
+    for name in ["COMMIT_EDITMSG", "FETCH_HEAD", "MERGE_MSG", "gc.pid"] {
+        at(fs::write(m.path(name), b"some text\n"), name, line!())?;
+        let back = at(fs::read(m.path(name)), name, line!())?;
+        ensure!(back == b"some text\n", "{name} read back {back:?}");
+        at(fs::remove_file(m.path(name)), name, line!())?;
+    }
+    let mut f = at(
+        fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(m.path("logs/refs/heads/main")),
+        "open rb+",
+        line!(),
+    )?;
+    let mut text = Vec::new();
+    at(
+        io::Read::read_to_end(&mut f, &mut text),
+        "read rb+",
+        line!(),
+    )?;
+    ensure!(
+        Some(&text) == model.get("logs/refs/heads/main"),
+        "a reflog read through a read-write handle: {:?}",
+        String::from_utf8_lossy(&text)
+    );
+    drop(f);
+    m.unmount()
+}
+
+/// Case 7: what would break git is refused, with an error a shell sees.
+pub fn case7_refusals(ctx: &Ctx) -> TestResult {
+    let (repo, m, _) = setup(ctx, &[])?;
+    let tables = repo.tables_list()?;
+    expect_errno(fs::remove_file(m.path("HEAD")), &[libc::EPERM], "rm HEAD")?;
+    at(
+        write_lock(lock(&m.path("HEAD.lock"))?, "ref: foo/bar\n"),
+        "write HEAD.lock",
+        line!(),
+    )?;
+    expect_errno(
+        fs::rename(m.path("HEAD.lock"), m.path("HEAD")),
+        &[libc::EINVAL],
+        "HEAD outside refs/",
+    )?;
+    at(fs::remove_file(m.path("HEAD.lock")), "unlink", line!())?;
+    expect_errno(
+        File::create(m.path("refs/heads/a..b")),
+        &[libc::EINVAL],
+        "create refs/heads/a..b",
+    )?;
+    let out = Command::new("sh")
+        .arg("-c")
+        .arg("echo garbage > \"$1\"")
+        .arg("sh")
+        .arg(m.path("refs/heads/x"))
+        .output()?;
+    ensure!(
+        !out.status.success(),
+        "`echo garbage > refs/heads/x` reported success"
+    );
+    sync_ref(&m, "refs/heads/main")?;
+    ensure!(
+        repo.tables_list()? == tables,
+        "a refused write changed the stack"
+    );
+    m.unmount()
+}
+
+/// Resident memory of a process in KiB.
+fn rss_kib(pid: u32) -> u64 {
+    fs::read_to_string(format!("/proc/{pid}/status"))
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find_map(|l| l.strip_prefix("VmRSS:"))
+                .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        })
+        .unwrap_or(0)
+}
+
+/// Scratch files are bounded: `truncate -s 1T` of a ref and an `ftruncate` of a lock to
+/// 512 MiB are refused (EFBIG/EPERM), the mount lives on, its memory stays small.
+pub fn scratch_files_are_bounded(ctx: &Ctx) -> TestResult {
+    let (_repo, mut m, model) = setup(ctx, &[])?;
+    let out = Command::new("truncate")
+        .args(["-s", "1T"])
+        .arg(m.path("refs/heads/main"))
+        .output()?;
+    ensure!(!out.status.success(), "truncate -s 1T of a ref succeeded");
+    let l = at(lock(&m.path("refs/heads/main.lock")), "lock", line!())?;
+    expect_errno(
+        l.set_len(512 << 20),
+        &[libc::EFBIG],
+        "ftruncate of a lock to 512 MiB",
+    )?;
+    expect_errno(
+        l.set_len(1 << 40),
+        &[libc::EFBIG],
+        "ftruncate of a lock to 1 TiB",
+    )?;
+    drop(l);
+    let big = at(lock(&m.path("packed-refs.new")), "lock", line!())?;
+    expect_errno(
+        big.set_len(1 << 40),
+        &[libc::EFBIG],
+        "ftruncate of packed-refs.new to 1 TiB",
+    )?;
+    drop(big);
+    at(
+        fs::remove_file(m.path("packed-refs.new")),
+        "unlink",
+        line!(),
+    )?;
+    at(
+        fs::remove_file(m.path("refs/heads/main.lock")),
+        "unlink",
+        line!(),
+    )?;
+    ensure!(m.alive(), "the mount died");
+    let rss = m.pid().map(rss_kib).unwrap_or(0);
+    ensure!(
+        rss < 200 << 10,
+        "mount RSS {rss} KiB after refused truncates"
+    );
+    ensure_same_tree(&model, &mount_tree(&m)?, "after refused truncates")?;
+    m.unmount()
+}
+
+/// A `tables.list.lock` left by a killed writer: the batch fails within seconds (not a
+/// minute) with EIO and one log line naming the lock, its age and `reftablefs unlock`;
+/// once the lock is removed, writes work again.
+pub fn stale_stack_lock_fails_fast(ctx: &Ctx) -> TestResult {
+    let (repo, m, _) = setup(ctx, &[])?;
+    let stack_lock = repo.gitdir.join("reftable/tables.list.lock");
+    fs::write(&stack_lock, b"")?;
+    let status = Command::new("touch")
+        .args(["-d", "-1 minute"])
+        .arg(&stack_lock)
+        .status()?;
+    ensure!(status.success(), "touch -d");
+    let c = repo.rev_parse("HEAD~1")?;
+    let l = at(lock(&m.path("refs/heads/main.lock")), "lock", line!())?;
+    at(write_lock(l, &format!("{c}\n")), "write_lock", line!())?;
+    at(
+        fs::rename(m.path("refs/heads/main.lock"), m.path("refs/heads/main")),
+        "rename",
+        line!(),
+    )?;
+    let start = Instant::now();
+    expect_errno(
+        File::open(m.path("refs/heads/main")).and_then(|f| f.sync_all()),
+        &[libc::EIO],
+        "fsync while tables.list.lock is stale",
+    )?;
+    let took = start.elapsed();
+    ensure!(took < Duration::from_secs(5), "fsync took {took:?} to fail");
+    let log = m.log();
+    ensure!(
+        log.contains("tables.list.lock") && log.contains("reftablefs unlock"),
+        "no clear log line about the stale lock:\n{log}"
+    );
+    fs::remove_file(&stack_lock)?;
+    let l = at(lock(&m.path("refs/heads/main.lock")), "lock", line!())?;
+    at(write_lock(l, &format!("{c}\n")), "write_lock", line!())?;
+    at(
+        fs::rename(m.path("refs/heads/main.lock"), m.path("refs/heads/main")),
+        "rename",
+        line!(),
+    )?;
+    sync_ref(&m, "refs/heads/main")?;
+    ensure!(
+        repo.rev_parse("refs/heads/main")? == c,
+        "update after unlock lost"
+    );
+    m.unmount()
+}
+
+/// Requests never wait for a commit: with every commit slowed to 1 s (test-only knob
+/// `RTFS_TEST_COMMIT_DELAY_MS`), creating a lock stays fast. Prints p50/p99.
+pub fn lock_create_latency_during_slow_commit(ctx: &Ctx) -> TestResult {
+    let repo = Repo::init(&ctx.path("repo"), "reftable")?;
+    let c = repo.commit("c")?;
+    let m = Mount::start_env(
+        &repo.gitdir,
+        &ctx.path("mnt"),
+        &[],
+        &[("RTFS_TEST_COMMIT_DELAY_MS", "1000")],
+    )?;
+    let root = m.mnt.clone();
+    let c2 = c.clone();
+    // A writer keeps the batcher committing (each commit takes 1 s).
+    let stop = Arc::new(AtomicBool::new(false));
+    let stop2 = stop.clone();
+    let writer = std::thread::spawn(move || -> Result<u32, String> {
+        let mut n = 0;
+        while !stop2.load(Ordering::SeqCst) {
+            let name = format!("refs/heads/w{n}");
+            let f = lock(&root.join(format!("{name}.lock"))).map_err(|e| e.to_string())?;
+            write_lock(f, &format!("{c2}\n")).map_err(|e| e.to_string())?;
+            fs::rename(root.join(format!("{name}.lock")), root.join(&name))
+                .map_err(|e| e.to_string())?;
+            File::open(root.join(&name))
+                .and_then(|f| f.sync_all())
+                .map_err(|e| e.to_string())?;
+            n += 1;
+        }
+        Ok(n)
+    });
+    std::thread::sleep(Duration::from_millis(200));
+    let mut lat = Vec::new();
+    let deadline = Instant::now() + Duration::from_secs(4);
+    let mut k = 0;
+    while Instant::now() < deadline {
+        let p = m.path(&format!("refs/heads/probe{k}.lock"));
+        let t = Instant::now();
+        let f = at(lock(&p), "lock", line!())?;
+        lat.push(t.elapsed());
+        drop(f);
+        at(fs::remove_file(&p), "unlink", line!())?;
+        k += 1;
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    stop.store(true, Ordering::SeqCst);
+    let commits = writer.join().map_err(|_| "writer panicked")??;
+    lat.sort();
+    let pct = |q: f64| lat[((lat.len() as f64 - 1.0) * q) as usize];
+    let (p50, p99) = (pct(0.5), pct(0.99));
+    note(&format!(
+        "lock create with 1 s commits: n={} p50={:.3} ms p99={:.3} ms max={:.3} ms ({commits} commits)",
+        lat.len(),
+        p50.as_secs_f64() * 1e3,
+        p99.as_secs_f64() * 1e3,
+        lat.last().map_or(0.0, |d| d.as_secs_f64() * 1e3),
+    ));
+    ensure!(commits >= 2, "the writer made {commits} commits");
+    ensure!(
+        p99 < Duration::from_millis(100),
+        "lock creation waited for the commit: p99 {p99:?}"
+    );
+    m.unmount()
 }

@@ -43,8 +43,11 @@ pub enum Error {
     Refname { name: String, reason: String },
     /// The stack changed underneath us ("data concurrently modified").
     Outdated,
-    /// A transaction precondition failed (expected old value, D/F conflict, …).
+    /// A transaction precondition failed (D/F conflict, duplicate update, …).
     Transaction(String),
+    /// A transaction's expected old value of `refname` does not hold (someone else
+    /// changed the ref); `message` is git's.
+    Conflict { refname: Vec<u8>, message: String },
     /// Repository discovery or configuration problem (not a repository, bad config
     /// line, unsupported extension); the message says what and where.
     Repo(String),
@@ -78,7 +81,7 @@ impl Error {
                 libc::EINVAL
             }
             Error::EmptyTable => 0,
-            Error::Outdated | Error::Transaction(_) => libc::EAGAIN,
+            Error::Outdated | Error::Transaction(_) | Error::Conflict { .. } => libc::EAGAIN,
         }
     }
 }
@@ -105,6 +108,7 @@ impl fmt::Display for Error {
             Error::Refname { name, reason } => write!(f, "invalid ref name '{name}': {reason}"),
             Error::Outdated => write!(f, "data concurrently modified"),
             Error::Transaction(m) => write!(f, "{m}"),
+            Error::Conflict { message, .. } => write!(f, "{message}"),
             Error::Repo(m) => write!(f, "{m}"),
         }
     }

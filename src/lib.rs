@@ -19,6 +19,7 @@ pub mod files;
 pub mod format;
 #[cfg(feature = "fuse")]
 pub mod fs;
+pub mod fsio;
 pub mod lockfile;
 pub mod merged;
 pub mod refname;

@@ -4,13 +4,12 @@
 //! random parts of table names.
 
 use std::cell::Cell;
-use std::fs::{self, File, OpenOptions};
+use std::fs::{self, File};
 use std::io;
-use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use crate::{Error, Result};
+use crate::{fsio, Error, Result};
 
 /// A held `.lock` file. Dropping it removes the file unless it was committed.
 #[must_use = "a lock is released as soon as it is dropped"]
@@ -32,12 +31,7 @@ impl LockFile {
         let mut multiplier: u64 = 1;
         let mut n: u64 = 1;
         loop {
-            match OpenOptions::new()
-                .write(true)
-                .create_new(true)
-                .mode(0o666)
-                .open(&path)
-            {
+            match fsio::create_new(&path, 0o666) {
                 Ok(file) => {
                     return Ok(LockFile {
                         path,
@@ -66,12 +60,11 @@ impl LockFile {
         }
     }
 
-    /// Like [`acquire`](Self::acquire) without retry, closing the descriptor at once: the
-    /// `<table>.lock` markers of compaction.
+    /// Like [`acquire`](Self::acquire) without retry: the `<table>.lock` markers of
+    /// compaction. git closes its markers at once; ours stay open while held, so that
+    /// [`diagnose`] finds this process holding them.
     pub fn marker(lock_path: impl Into<PathBuf>) -> Result<LockFile> {
-        let mut lock = LockFile::acquire(lock_path, None)?;
-        lock.file = None;
-        Ok(lock)
+        LockFile::acquire(lock_path, None)
     }
 
     /// The lock file's path.
@@ -93,7 +86,7 @@ impl LockFile {
     /// Renames the lock over `target`. On failure the lock file is removed.
     pub fn commit(mut self, target: &Path) -> Result<()> {
         self.file = None;
-        fs::rename(&self.path, target).map_err(|e| Error::io(target, e))?;
+        fsio::rename(&self.path, target).map_err(|e| Error::io(target, e))?;
         self.done = true;
         Ok(())
     }
@@ -103,8 +96,133 @@ impl Drop for LockFile {
     fn drop(&mut self) {
         self.file = None;
         if !self.done {
-            let _ = fs::remove_file(&self.path);
+            let _ = fsio::remove_file(&self.path);
         }
+    }
+}
+
+/// What is known about a lock (or temporary) file found on disk: how old it is and which
+/// processes hold it open.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LockDiagnosis {
+    /// The file.
+    pub path: PathBuf,
+    /// Its `(dev, ino)` when diagnosed.
+    pub id: (u64, u64),
+    /// Time since its last modification (its creation, for a lock nobody wrote into).
+    pub age: Duration,
+    /// Processes with the file open: `(pid, command name)`.
+    pub holders: Vec<(u32, String)>,
+    /// Whether every process's descriptors could be read (false: some `/proc/PID/fd`
+    /// was unreadable, so a holder may be missing).
+    pub complete: bool,
+}
+
+impl LockDiagnosis {
+    /// Proven stale: nobody holds it open (every process was checked) and it is at
+    /// least `min_age` old. A lock whose holder closed it (git closes its table-lock
+    /// markers) is only protected by `min_age`.
+    pub fn is_stale(&self, min_age: Duration) -> bool {
+        self.complete && self.holders.is_empty() && self.age >= min_age
+    }
+}
+
+impl std::fmt::Display for LockDiagnosis {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}: {} s old, ", self.path.display(), self.age.as_secs())?;
+        if self.holders.is_empty() {
+            if self.complete {
+                write!(f, "held open by no process")
+            } else {
+                write!(f, "no holder found (some processes could not be inspected)")
+            }
+        } else {
+            write!(f, "held open by")?;
+            for (i, (pid, name)) in self.holders.iter().enumerate() {
+                let sep = if i == 0 { " " } else { ", " };
+                write!(f, "{sep}pid {pid} ({name})")?;
+            }
+            Ok(())
+        }
+    }
+}
+
+/// Diagnoses the lock (or temporary) file at `path`: its age, and which processes hold
+/// it open (a scan of `/proc/*/fd`). `Ok(None)` when it does not exist.
+pub fn diagnose(path: &Path) -> Result<Option<LockDiagnosis>> {
+    use std::os::unix::fs::MetadataExt;
+    let meta = match fs::symlink_metadata(path) {
+        Ok(m) => m,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(Error::io(path, e)),
+    };
+    let id = (meta.dev(), meta.ino());
+    let age = meta
+        .modified()
+        .ok()
+        .and_then(|m| SystemTime::now().duration_since(m).ok())
+        .unwrap_or_default();
+    let (holders, complete) = holders_of(id);
+    Ok(Some(LockDiagnosis {
+        path: path.to_path_buf(),
+        id,
+        age,
+        holders,
+        complete,
+    }))
+}
+
+/// Processes with a descriptor on the file `(dev, ino)`, and whether the scan saw every
+/// process.
+fn holders_of(id: (u64, u64)) -> (Vec<(u32, String)>, bool) {
+    use std::os::unix::fs::MetadataExt;
+    let mut holders = Vec::new();
+    let Ok(procs) = fs::read_dir("/proc") else {
+        return (holders, false);
+    };
+    let mut complete = true;
+    for p in procs.flatten() {
+        let Some(pid) = p.file_name().to_str().and_then(|s| s.parse::<u32>().ok()) else {
+            continue;
+        };
+        let fds = match fs::read_dir(p.path().join("fd")) {
+            Ok(fds) => fds,
+            // The process exited meanwhile: it holds nothing.
+            Err(e) if e.kind() == io::ErrorKind::NotFound => continue,
+            Err(_) => {
+                complete = false;
+                continue;
+            }
+        };
+        for fd in fds.flatten() {
+            // stat through the magic link: the open file itself, even if unlinked.
+            if let Ok(m) = fs::metadata(fd.path()) {
+                if (m.dev(), m.ino()) == id {
+                    let name = fs::read_to_string(p.path().join("comm")).unwrap_or_default();
+                    holders.push((pid, name.trim_end().to_owned()));
+                    break;
+                }
+            }
+        }
+    }
+    (holders, complete)
+}
+
+/// Removes the lock or temporary file `diag` describes, if it is still the same file
+/// (same `(dev, ino)`): a lock released and taken again by someone else in between is
+/// a new file and is left alone. Returns whether it was removed.
+pub fn remove_diagnosed(diag: &LockDiagnosis) -> Result<bool> {
+    use std::os::unix::fs::MetadataExt;
+    match fs::symlink_metadata(&diag.path) {
+        Ok(m) if (m.dev(), m.ino()) == diag.id => {}
+        Ok(_) => return Ok(false),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(false),
+        Err(e) => return Err(Error::io(&diag.path, e)),
+    }
+    match fsio::remove_file(&diag.path) {
+        Ok(()) => Ok(true),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(false),
+        Err(e) => Err(Error::io(&diag.path, e)),
     }
 }
 
@@ -121,12 +239,7 @@ pub fn create_temp(dir: &Path, prefix: &str) -> Result<(File, PathBuf)> {
             r /= CHARS.len() as u64;
         }
         let path = dir.join(name);
-        match OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .mode(0o600)
-            .open(&path)
-        {
+        match fsio::create_new(&path, 0o600) {
             Ok(f) => return Ok((f, path)),
             Err(e) if e.kind() == io::ErrorKind::AlreadyExists => continue,
             Err(e) => return Err(Error::io(path, e)),
@@ -143,13 +256,12 @@ pub fn create_temp(dir: &Path, prefix: &str) -> Result<(File, PathBuf)> {
 
 /// Sets the permission bits of `path`.
 pub fn chmod(path: &Path, mode: u32) -> Result<()> {
-    fs::set_permissions(path, fs::Permissions::from_mode(mode)).map_err(|e| Error::io(path, e))
+    fsio::chmod(path, mode).map_err(|e| Error::io(path, e))
 }
 
 /// Fsyncs a directory (so that renames in it are durable).
 pub fn sync_dir(dir: &Path) -> Result<()> {
-    let f = File::open(dir).map_err(|e| Error::io(dir, e))?;
-    f.sync_all().map_err(|e| Error::io(dir, e))
+    fsio::fsync_dir(dir).map_err(|e| Error::io(dir, e))
 }
 
 /// The process umask, read from `/proc/self/status` (changing it to read it would race
@@ -216,6 +328,7 @@ pub fn rand_u32() -> u32 {
 mod tests {
     use super::*;
     use std::io::Write;
+    use std::os::unix::fs::PermissionsExt;
 
     #[test]
     fn lock_is_exclusive_and_released_on_drop() {
@@ -250,6 +363,39 @@ mod tests {
         let got = LockFile::acquire(&p, Some(Duration::from_secs(5)));
         releaser.join().unwrap();
         assert!(got.is_ok(), "lock acquired after release");
+    }
+
+    #[test]
+    fn diagnosis_sees_this_process_holding_a_lock() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("tables.list.lock");
+        assert_eq!(diagnose(&p).unwrap(), None);
+        let lock = LockFile::acquire(&p, None).unwrap();
+        let d = diagnose(&p).unwrap().unwrap();
+        assert!(
+            d.holders.iter().any(|(pid, _)| *pid == std::process::id()),
+            "{d}"
+        );
+        assert!(!d.is_stale(Duration::ZERO), "a held lock is not stale: {d}");
+        // A leftover (as after kill -9): the file without an open descriptor.
+        std::mem::forget(lock);
+        let p2 = dir.path().join("left.lock");
+        drop(File::create(&p2).unwrap());
+        let d = diagnose(&p2).unwrap().unwrap();
+        assert!(d.holders.is_empty(), "{d}");
+        assert!(d.is_stale(Duration::ZERO), "{d}");
+        assert!(!d.is_stale(Duration::from_secs(3600)), "too young: {d}");
+        assert!(d.to_string().contains("held open by no process"), "{d}");
+        // Replaced by a new lock in between: not removed.
+        fs::remove_file(&p2).unwrap();
+        drop(File::create(&p2).unwrap());
+        let same_ino = diagnose(&p2).unwrap().unwrap().id == d.id;
+        assert_eq!(remove_diagnosed(&d).unwrap(), same_ino);
+        let d = diagnose(&p2).unwrap();
+        if let Some(d) = d {
+            assert!(remove_diagnosed(&d).unwrap());
+        }
+        assert!(!p2.exists());
     }
 
     #[test]

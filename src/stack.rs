@@ -10,13 +10,14 @@
 //!   safe (§7.6, §7.7).
 
 use std::fs::{self, File};
-use std::io::{self, Read, Write};
+use std::io;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::format::{HashKind, LogRecord, RefRecord, RefValue};
+use crate::fsio;
 use crate::lockfile::{self, LockFile};
 use crate::merged::{BoxLogIter, BoxRefIter, MergedLogIter, MergedRefIter};
 use crate::table::{LogIter, RefIter, Table, TableWriter, WriteOptions};
@@ -94,6 +95,32 @@ pub struct CompactionProgress {
 /// An open `tables.list` and its `(dev, ino)`.
 type ListHandle = (File, (u64, u64));
 
+/// What identifies a table file's content on disk: device, inode, size and
+/// modification time (seconds, nanoseconds). A table is reused across reloads only while
+/// its file keeps the identity it had when it was opened.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct FileId {
+    dev: u64,
+    ino: u64,
+    size: u64,
+    mtime: (i64, i64),
+}
+
+impl FileId {
+    fn of(m: &fs::Metadata) -> FileId {
+        FileId {
+            dev: m.dev(),
+            ino: m.ino(),
+            size: m.size(),
+            mtime: (m.mtime(), m.mtime_nsec()),
+        }
+    }
+}
+
+/// How often [`Stack::reload`] re-checks the identity of every table file when
+/// `tables.list` itself did not change (the list is checked on every call).
+pub const TABLE_RECHECK_INTERVAL: Duration = Duration::from_secs(1);
+
 /// Reflog expiry applied while compacting (git's `reftable_log_expiry_config`).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct LogExpiry {
@@ -115,6 +142,10 @@ pub struct Stack {
     perms: u32,
     names: Vec<String>,
     tables: Vec<Arc<Table>>,
+    /// The identity of each table's file when it was opened (parallel to `tables`).
+    ids: Vec<FileId>,
+    /// When the table identities were last compared with the files.
+    tables_checked: Instant,
     /// `tables.list` kept open after a reload so its inode cannot be reused while cached.
     list_file: Option<File>,
     list_id: Option<(u64, u64)>,
@@ -205,25 +236,70 @@ fn is_not_found(e: &Error) -> bool {
     }
 }
 
+/// Whether `name` is a table file name (git's `is_table_name`: it ends in `.ref`).
+fn is_table_name(name: &str) -> bool {
+    name.ends_with(".ref")
+}
+
 /// Reads `tables.list` through an open descriptor so that the `(dev, ino)` cached with
-/// the names belongs to the content read. A missing file is an empty stack.
+/// the names belongs to the content read.
+///
+/// A missing `tables.list` is an empty stack only in a directory without tables (a
+/// fresh repository, as git reads it); next to tables it is an error naming the file:
+/// the list was moved or deleted, and "empty" would hide every ref (and let cleanup
+/// delete the tables).
 fn read_list(path: &Path) -> Result<(Vec<String>, Option<ListHandle>)> {
-    let mut f = match File::open(path) {
+    let mut f = match fsio::open(path) {
         Ok(f) => f,
-        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok((Vec::new(), None)),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => {
+            missing_list_error(path)?;
+            return Ok((Vec::new(), None));
+        }
         Err(e) => return Err(Error::io(path, e)),
     };
     let meta = f.metadata().map_err(|e| Error::io(path, e))?;
-    let mut content = Vec::with_capacity(meta.len() as usize);
-    f.read_to_end(&mut content)
-        .map_err(|e| Error::io(path, e))?;
+    let mut content = Vec::with_capacity(meta.len().min(1 << 20) as usize);
+    fsio::read_to_end(&mut f, path, &mut content).map_err(|e| Error::io(path, e))?;
     let names = parse_tables_list(&content, &path.display().to_string())?;
     Ok((names, Some((f, (meta.dev(), meta.ino())))))
 }
 
+/// For a missing `tables.list`: `Ok` when its directory holds no table, else the error
+/// that says so.
+fn missing_list_error(list: &Path) -> Result<()> {
+    let dir = list.parent().unwrap_or(Path::new("."));
+    let entries = fsio::read_dir(dir).map_err(|e| Error::io(dir, e))?;
+    let mut tables = 0usize;
+    let mut example = String::new();
+    for e in entries {
+        let e = e.map_err(|e| Error::io(dir, e))?;
+        if let Some(n) = e.file_name().to_str().filter(|n| is_table_name(n)) {
+            tables += 1;
+            if example.is_empty() {
+                example = n.to_owned();
+            }
+        }
+    }
+    if tables == 0 {
+        return Ok(());
+    }
+    Err(Error::io(
+        list,
+        io::Error::new(
+            io::ErrorKind::NotFound,
+            format!(
+                "missing, but the directory holds {tables} table(s) ({example}{}); refusing \
+                 to read the stack as empty: restore tables.list",
+                if tables > 1 { ", ..." } else { "" }
+            ),
+        ),
+    ))
+}
+
 impl Stack {
     /// Opens the stack in `dir` (`$GIT_DIR/reftable`), which must exist. A missing
-    /// `tables.list` is an empty stack.
+    /// `tables.list` is an empty stack when the directory holds no table, and an
+    /// error otherwise.
     pub fn open(dir: impl Into<PathBuf>, mut opts: StackOptions) -> Result<Stack> {
         let dir = dir.into();
         let meta = fs::metadata(&dir).map_err(|e| Error::io(&dir, e))?;
@@ -246,6 +322,8 @@ impl Stack {
             perms,
             names: Vec::new(),
             tables: Vec::new(),
+            ids: Vec::new(),
+            tables_checked: Instant::now(),
             list_file: None,
             list_id: None,
             generation: 0,
@@ -320,9 +398,14 @@ impl Stack {
         self.tables.last().map_or(1, |t| t.max_update_index() + 1)
     }
 
-    /// Whether the loaded table set is current: one `stat` of `tables.list` when its
-    /// `(dev, ino)` is cached, else a comparison of its names.
+    /// Whether the loaded table set is current: `tables.list` unchanged (one `stat` when
+    /// its `(dev, ino)` is cached, else a comparison of its names) and every table file
+    /// still the file that was opened (device, inode, size, mtime).
     pub fn is_up_to_date(&self) -> Result<bool> {
+        Ok(self.list_up_to_date()? && !self.tables_changed())
+    }
+
+    fn list_up_to_date(&self) -> Result<bool> {
         if let Some(id) = self.list_id {
             return match fs::metadata(&self.list_path) {
                 Ok(m) => Ok((m.dev(), m.ino()) == id),
@@ -334,10 +417,26 @@ impl Stack {
         Ok(names == self.names)
     }
 
-    /// Reloads if `tables.list` changed. Returns whether the table set changed.
+    /// Whether some table file is no longer the file that was opened (replaced,
+    /// rewritten or gone).
+    fn tables_changed(&self) -> bool {
+        self.names.iter().zip(&self.ids).any(|(name, id)| {
+            fs::metadata(self.dir.join(name)).map_or(true, |m| FileId::of(&m) != *id)
+        })
+    }
+
+    /// Reloads if `tables.list` changed, or (checked at most every
+    /// [`TABLE_RECHECK_INTERVAL`]) a table file changed on disk. Returns whether the
+    /// table set changed.
     pub fn reload(&mut self) -> Result<bool> {
-        if self.is_up_to_date()? {
-            return Ok(false);
+        if self.list_up_to_date()? {
+            if self.tables_checked.elapsed() < TABLE_RECHECK_INTERVAL {
+                return Ok(false);
+            }
+            self.tables_checked = Instant::now();
+            if !self.tables_changed() {
+                return Ok(false);
+            }
         }
         self.reload_now()
     }
@@ -354,9 +453,9 @@ impl Stack {
             tries += 1;
             let (names, handle) = read_list(&self.list_path)?;
             match self.open_tables(&names) {
-                Ok(tables) => {
-                    let changed = names != self.names;
-                    self.install(names, tables, handle);
+                Ok((tables, ids, reopened)) => {
+                    let changed = reopened || names != self.names;
+                    self.install(names, tables, ids, handle, changed);
                     return Ok(changed);
                 }
                 Err(e) if is_not_found(&e) => {
@@ -376,23 +475,39 @@ impl Stack {
         }
     }
 
-    fn open_tables(&self, names: &[String]) -> Result<Vec<Arc<Table>>> {
+    /// Opens the tables `names`, reusing open ones whose file kept its identity. Returns
+    /// the tables, their identities, and whether a table of the same name was re-opened
+    /// because its file changed.
+    fn open_tables(&self, names: &[String]) -> Result<(Vec<Arc<Table>>, Vec<FileId>, bool)> {
         let mut out = Vec::with_capacity(names.len());
+        let mut ids = Vec::with_capacity(names.len());
+        let mut reopened = false;
         for name in names {
-            if let Some(pos) = self.names.iter().position(|n| n == name) {
-                if let Some(t) = self.tables.get(pos) {
-                    out.push(Arc::clone(t));
-                    continue;
-                }
-            }
             let path = self.dir.join(name);
-            let table = Table::open(&path).map_err(|e| {
+            let not_exist = |e: Error| {
                 if is_not_found(&e) {
                     Error::NotExist(path.clone())
                 } else {
                     e
                 }
-            })?;
+            };
+            // The identity is taken before opening: a file replaced in between is
+            // noticed (and re-opened) at the next check, never missed.
+            let id = fs::metadata(&path)
+                .map(|m| FileId::of(&m))
+                .map_err(|e| not_exist(Error::io(&path, e)))?;
+            if let Some(pos) = self.names.iter().position(|n| n == name) {
+                if let (Some(t), Some(old)) = (self.tables.get(pos), self.ids.get(pos)) {
+                    if *old == id {
+                        out.push(Arc::clone(t));
+                        ids.push(id);
+                        continue;
+                    }
+                    reopened = true;
+                }
+            }
+            fsio::before_open(&path).map_err(|e| not_exist(Error::io(&path, e)))?;
+            let table = Table::open(&path).map_err(not_exist)?;
             if table.hash_kind() != self.opts.hash {
                 return Err(Error::format(
                     name.clone(),
@@ -405,21 +520,28 @@ impl Stack {
                 ));
             }
             out.push(table);
+            ids.push(id);
         }
-        Ok(out)
+        Ok((out, ids, reopened))
     }
 
-    fn install(&mut self, names: Vec<String>, tables: Vec<Arc<Table>>, handle: Option<ListHandle>) {
-        let changed = names != self.names;
-        // As git: tables of the old set that were not reused are obsolete (compacted
-        // away by someone); unlink them (usually already gone).
-        for old in &self.names {
-            if !names.contains(old) {
-                let _ = fs::remove_file(self.dir.join(old));
-            }
-        }
+    /// Installs a freshly read table set. Tables of the old set that are not in the new
+    /// one are only closed, never unlinked: git's reload unlinks them (for Windows), but
+    /// a reload cannot prove them garbage (a list moved away and back, a list another
+    /// tool wrote wrongly); the compaction that replaced them unlinks them itself, and
+    /// [`Stack::clean`] removes leftovers under the lock.
+    fn install(
+        &mut self,
+        names: Vec<String>,
+        tables: Vec<Arc<Table>>,
+        ids: Vec<FileId>,
+        handle: Option<ListHandle>,
+        changed: bool,
+    ) {
         self.names = names;
         self.tables = tables;
+        self.ids = ids;
+        self.tables_checked = Instant::now();
         match handle {
             Some((f, id)) => {
                 self.list_file = Some(f);
@@ -574,7 +696,7 @@ impl Stack {
 
     fn sync_file(&mut self, f: &File, path: &Path) -> Result<()> {
         if self.opts.fsync {
-            f.sync_all().map_err(|e| Error::io(path, e))?;
+            fsio::fsync(f, path).map_err(|e| Error::io(path, e))?;
             self.stats.file_fsyncs += 1;
         }
         Ok(())
@@ -595,38 +717,49 @@ impl Stack {
         let (mut f, tmp) = lockfile::create_temp(&self.dir, &prefix)?;
         let result = (|| {
             lockfile::chmod(&tmp, self.perms)?;
-            f.write_all(bytes).map_err(|e| Error::io(&tmp, e))?;
+            fsio::write_all(&mut f, &tmp, bytes).map_err(|e| Error::io(&tmp, e))?;
             self.sync_file(&f, &tmp)?;
             drop(f);
             let name = table_name(min, max, lockfile::rand_u32());
-            fs::rename(&tmp, self.dir.join(&name)).map_err(|e| Error::io(&tmp, e))?;
+            let path = self.dir.join(&name);
+            fsio::rename(&tmp, &path).map_err(|e| Error::io(&path, e))?;
             Ok(name)
         })();
         if result.is_err() {
-            let _ = fs::remove_file(&tmp);
+            // Never listed: garbage (git's reftable_addition_close).
+            let _ = fsio::remove_file(&tmp);
         }
         result
     }
 
     /// Writes `names` into the held list lock, fsyncs it, renames it over `tables.list`
-    /// and fsyncs the directory.
-    fn commit_list(&mut self, mut lock: LockFile, names: &[String]) -> Result<()> {
+    /// and fsyncs the directory. The error says whether the rename happened: once it
+    /// did, the new list is what every reader sees, and the tables it names must stay.
+    fn commit_list(&mut self, mut lock: LockFile, names: &[String]) -> Result<(), CommitError> {
         let mut content = Vec::with_capacity(names.len() * 48);
         for n in names {
             content.extend_from_slice(n.as_bytes());
             content.push(b'\n');
         }
         let path = lock.path().to_path_buf();
+        let before = |e| CommitError {
+            committed: false,
+            error: e,
+        };
         {
-            let f = lock.file()?;
-            f.write_all(&content).map_err(|e| Error::io(&path, e))?;
+            let f = lock.file().map_err(before)?;
+            fsio::write_all(f, &path, &content).map_err(|e| before(Error::io(&path, e)))?;
         }
         if self.opts.fsync {
-            lock.file()?.sync_all().map_err(|e| Error::io(&path, e))?;
+            let f = lock.file().map_err(before)?;
+            fsio::fsync(f, &path).map_err(|e| before(Error::io(&path, e)))?;
             self.stats.file_fsyncs += 1;
         }
-        lock.commit(&self.list_path)?;
-        self.sync_dir()
+        lock.commit(&self.list_path).map_err(before)?;
+        self.sync_dir().map_err(|error| CommitError {
+            committed: true,
+            error,
+        })
     }
 
     /// Takes the writer (created on first use) out of the stack; put it back with
@@ -669,11 +802,19 @@ impl Stack {
         let mut names = self.names.clone();
         names.push(name.clone());
         if let Err(e) = self.commit_list(lock, &names) {
-            let _ = fs::remove_file(self.dir.join(&name));
-            // The list may or may not have been replaced: re-read it before trusting
-            // the in-memory view.
-            self.list_id = None;
-            return Err(e);
+            if e.committed {
+                // tables.list names the new table: it stays. The commit is visible but
+                // not known durable; report that, and re-read the stack.
+                self.stats.tables_added += 1;
+                if self.reload_now().is_err() {
+                    self.list_id = None;
+                }
+            } else {
+                // Never listed: garbage (git's reftable_addition_close).
+                let _ = fsio::remove_file(&self.dir.join(&name));
+                self.list_id = None;
+            }
+            return Err(e.error);
         }
         self.stats.tables_added += 1;
         // The table is committed: a failing reload must not report the commit as failed.
@@ -870,9 +1011,10 @@ impl Stack {
         };
         self.put_writer(w);
 
+        // The new table is garbage until the new list names it.
         let cleanup = |tmp: &Option<PathBuf>| {
             if let Some(t) = tmp {
-                let _ = fs::remove_file(t);
+                let _ = fsio::remove_file(t);
             }
         };
         let list_lock = match self.lock_list() {
@@ -902,28 +1044,42 @@ impl Stack {
             return Err(Error::Outdated);
         };
         let mut names: Vec<String> = current[..pos].to_vec();
+        let mut final_path = None;
         if let Some(tmp) = &new_name {
             let final_name = table_name(min, max, lockfile::rand_u32());
-            if let Err(e) = fs::rename(tmp, self.dir.join(&final_name)) {
+            let path = self.dir.join(&final_name);
+            if let Err(e) = fsio::rename(tmp, &path) {
                 cleanup(&new_name);
-                return Err(Error::io(tmp, e));
+                return Err(Error::io(&path, e));
             }
             names.push(final_name);
+            final_path = Some(path);
         }
         names.extend_from_slice(&current[pos + old_names.len()..]);
         if let Err(e) = self.commit_list(list_lock, &names) {
-            if let Some(n) = names.get(pos) {
-                if new_name.is_some() {
-                    let _ = fs::remove_file(self.dir.join(n));
+            if e.committed {
+                // The new list names the new table and no longer the old ones, but it is
+                // not known durable (a crash could bring the old list back): keep every
+                // table; `clean` removes the old ones later.
+                self.stats.compactions += 1;
+                if self.reload_now().is_err() {
+                    self.list_id = None;
                 }
+            } else {
+                // Not listed: garbage (git unlinks the new table on these errors too).
+                if let Some(p) = &final_path {
+                    let _ = fsio::remove_file(p);
+                }
+                self.list_id = None;
             }
-            self.list_id = None;
-            return Err(e);
+            return Err(e.error);
         }
         self.stats.compactions += 1;
         let reload = self.reload_now();
+        // Replaced by the committed list, and locked by us since before it was read:
+        // garbage (git unlinks them here too; a reader may still have them open).
         for n in &old_names {
-            let _ = fs::remove_file(self.dir.join(n));
+            let _ = fsio::remove_file(&self.dir.join(n));
         }
         drop(table_locks);
         if reload.is_err() {
@@ -936,13 +1092,13 @@ impl Stack {
         let (mut f, tmp) = lockfile::create_temp(&self.dir, prefix)?;
         let r = (|| {
             lockfile::chmod(&tmp, self.perms)?;
-            f.write_all(bytes).map_err(|e| Error::io(&tmp, e))?;
+            fsio::write_all(&mut f, &tmp, bytes).map_err(|e| Error::io(&tmp, e))?;
             self.sync_file(&f, &tmp)
         })();
         match r {
             Ok(()) => Ok(tmp),
             Err(e) => {
-                let _ = fs::remove_file(&tmp);
+                let _ = fsio::remove_file(&tmp);
                 Err(e)
             }
         }
@@ -1008,21 +1164,131 @@ impl Stack {
         let _lock = self.lock_list()?;
         self.reload()?;
         let max = self.next_update_index() - 1;
-        let entries = fs::read_dir(&self.dir).map_err(|e| Error::io(&self.dir, e))?;
+        let entries = fsio::read_dir(&self.dir).map_err(|e| Error::io(&self.dir, e))?;
         for entry in entries.flatten() {
             let name = entry.file_name();
             let Some(name) = name.to_str() else { continue };
-            if !name.ends_with(".ref") || self.names.iter().any(|n| n == name) {
+            if !is_table_name(name) || self.names.iter().any(|n| n == name) {
                 continue;
             }
             let path = entry.path();
+            if fsio::before_open(&path).is_err() {
+                continue;
+            }
             if let Ok(t) = Table::open(&path) {
                 if t.max_update_index() <= max {
-                    let _ = fs::remove_file(&path);
+                    let _ = fsio::remove_file(&path);
                 }
             }
         }
         Ok(())
+    }
+}
+
+/// What [`Stack::clean_orphans`] did: files removed and files kept, each with the reason.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct OrphanReport {
+    /// Removed files and why they were garbage.
+    pub removed: Vec<(PathBuf, String)>,
+    /// Leftovers not removed and why.
+    pub kept: Vec<(PathBuf, String)>,
+}
+
+/// Whether `name` is a temporary table (`0x…-0x…-….temp.XXXXXX`, git's and ours).
+fn is_temp_table_name(name: &str) -> bool {
+    name.starts_with("0x") && name.contains(".temp.")
+}
+
+/// A failed [`Stack::commit_list`]: the error, and whether `tables.list` was already
+/// replaced when it happened.
+struct CommitError {
+    committed: bool,
+    error: Error,
+}
+
+impl Stack {
+    /// Removes the leftovers of killed writers that can be proven garbage, holding
+    /// `tables.list.lock` (so no addition is running: additions hold it throughout):
+    ///
+    /// * `<table>.ref.lock` of a table `tables.list` does not name: only the holder of a
+    ///   table's lock can drop the table from the list, so its holder is done with it;
+    /// * `<table>.ref.lock` of a listed table only with `stale_locks = Some(min_age)`,
+    ///   when nobody holds it open and it is at least `min_age` old (git closes its
+    ///   table locks while compacting, so age is what protects a running git);
+    /// * `*.temp.*` tables, when no listed table is locked any more: a live temporary
+    ///   table belongs to an addition (which would hold the list lock we hold) or to a
+    ///   compaction (which holds the locks of its listed input tables until it commits).
+    ///
+    /// Anything else (and anything held open by a process) is kept and reported.
+    pub fn clean_orphans(&mut self, stale_locks: Option<Duration>) -> Result<OrphanReport> {
+        let _lock = self.lock_list()?;
+        self.reload()?;
+        let mut report = OrphanReport::default();
+        let mut temps = Vec::new();
+        let mut listed_locks = 0usize;
+        let entries = fsio::read_dir(&self.dir).map_err(|e| Error::io(&self.dir, e))?;
+        let mut names: Vec<String> = entries
+            .flatten()
+            .filter_map(|e| e.file_name().to_str().map(str::to_owned))
+            .collect();
+        names.sort();
+        for name in names {
+            let path = self.dir.join(&name);
+            if is_temp_table_name(&name) {
+                temps.push(path);
+                continue;
+            }
+            let Some(table) = name.strip_suffix(".lock").filter(|t| is_table_name(t)) else {
+                continue;
+            };
+            let Some(diag) = lockfile::diagnose(&path)? else {
+                continue;
+            };
+            let listed = self.names.iter().any(|n| n == table);
+            let why = if !diag.holders.is_empty() {
+                None
+            } else if !listed {
+                Some(format!("lock of {table}, which tables.list does not name"))
+            } else if stale_locks.is_some_and(|age| diag.is_stale(age)) {
+                Some(format!("stale lock: {diag}"))
+            } else {
+                None
+            };
+            match why {
+                Some(why) if lockfile::remove_diagnosed(&diag)? => report.removed.push((path, why)),
+                Some(_) => {}
+                None => {
+                    if listed {
+                        listed_locks += 1;
+                    }
+                    let what = if listed {
+                        "lock of a listed table"
+                    } else {
+                        "held open"
+                    };
+                    report.kept.push((path, format!("{what}: {diag}")));
+                }
+            }
+        }
+        for path in temps {
+            let Some(diag) = lockfile::diagnose(&path)? else {
+                continue;
+            };
+            if listed_locks > 0 || !diag.holders.is_empty() || !diag.complete {
+                let why = if listed_locks > 0 {
+                    "a compaction may still be writing it (a listed table is locked)"
+                } else {
+                    "held open"
+                };
+                report.kept.push((path, format!("{why}: {diag}")));
+            } else if lockfile::remove_diagnosed(&diag)? {
+                report.removed.push((
+                    path,
+                    "temporary table of a writer that is gone (no list or table lock held)".into(),
+                ));
+            }
+        }
+        Ok(report)
     }
 }
 

@@ -84,6 +84,12 @@ pub struct RefEdit {
     pub skip_create_reflog: bool,
     /// Skip ref-name checks (`REF_SKIP_REFNAME_VERIFICATION`).
     pub skip_refname_verification: bool,
+    /// Files-backend reflog semantics (the mount replaying a files-backend client): the
+    /// only log record written for this edit is [`log`](Self::log) — no generated entry,
+    /// no HEAD entry for an update of HEAD's referent — and deleting the ref keeps its
+    /// reflog (in the files backend a reflog goes only when `logs/…` is removed, which
+    /// the mount sends as a [`LogEdit::Delete`]).
+    pub files_reflog: bool,
 }
 
 impl RefEdit {
@@ -325,6 +331,14 @@ fn tx_err(msg: String) -> Error {
     Error::Transaction(msg)
 }
 
+/// An expected old value that does not hold: git's message, typed with the ref's name.
+fn conflict(name: &[u8], message: String) -> Error {
+    Error::Conflict {
+        refname: name.to_vec(),
+        message,
+    }
+}
+
 fn lossy(b: &[u8]) -> std::borrow::Cow<'_, str> {
     String::from_utf8_lossy(b)
 }
@@ -522,6 +536,9 @@ impl<'a> Transaction<'a> {
         if edit.log.is_some() {
             return Ok(true);
         }
+        if edit.files_reflog {
+            return Ok(false);
+        }
         if edit.skip_create_reflog {
             return Ok(false);
         }
@@ -583,7 +600,8 @@ impl<'a> Transaction<'a> {
             let edit = &self.edits[updates[i].edit];
             let name = updates[i].name.clone();
             if let Some(h) = &head_referent {
-                if !updates[i].log_only && !updates[i].via_head && name == *h {
+                if !updates[i].log_only && !updates[i].via_head && !edit.files_reflog && name == *h
+                {
                     if affected.contains(b"HEAD".as_slice()) {
                         return Err(tx_err(format!(
                             "multiple updates for 'HEAD' (including one via its referent '{}') are not allowed",
@@ -615,11 +633,14 @@ impl<'a> Transaction<'a> {
                 );
             let Some(cur) = cur else {
                 if expects_existing {
-                    return Err(tx_err(format!(
-                        "cannot lock ref '{}': unable to resolve reference '{}'",
-                        lossy(&edit.name),
-                        lossy(&name)
-                    )));
+                    return Err(conflict(
+                        &edit.name,
+                        format!(
+                            "cannot lock ref '{}': unable to resolve reference '{}'",
+                            lossy(&edit.name),
+                            lossy(&name)
+                        ),
+                    ));
                 }
                 if !updates[i].log_only {
                     Self::check_available(self.stack, &name, &affected, &mut scratch)?;
@@ -694,19 +715,24 @@ impl<'a> Transaction<'a> {
                 };
                 match expected {
                     Some(x) if x != cur_oid && x.is_null() => {
-                        return Err(tx_err(
+                        return Err(conflict(
+                            &edit.name,
                             "cannot lock ref 'HEAD': reference already exists".into(),
                         ));
                     }
                     Some(x) if x != cur_oid && cur_oid.is_null() => {
-                        return Err(tx_err(format!(
-                            "cannot lock ref 'HEAD': reference is missing but expected {x}"
-                        )));
+                        return Err(conflict(
+                            &edit.name,
+                            format!(
+                                "cannot lock ref 'HEAD': reference is missing but expected {x}"
+                            ),
+                        ));
                     }
                     Some(x) if x != cur_oid => {
-                        return Err(tx_err(format!(
-                            "cannot lock ref 'HEAD': is at {cur_oid} but expected {x}"
-                        )));
+                        return Err(conflict(
+                            &edit.name,
+                            format!("cannot lock ref 'HEAD': is at {cur_oid} but expected {x}"),
+                        ));
                     }
                     _ => {}
                 }
@@ -717,39 +743,51 @@ impl<'a> Transaction<'a> {
                     // so a dangling symref passes "must not exist".
                     Expected::MustNotExist if cur_oid.is_null() => {}
                     Expected::MustNotExist => {
-                        return Err(tx_err(format!(
-                            "cannot lock ref '{}': reference already exists",
-                            lossy(&edit.name)
-                        )));
+                        return Err(conflict(
+                            &edit.name,
+                            format!(
+                                "cannot lock ref '{}': reference already exists",
+                                lossy(&edit.name)
+                            ),
+                        ));
                     }
                     Expected::Oid(x) if cur_oid.is_null() && *x != cur_oid => {
-                        return Err(tx_err(format!(
-                            "cannot lock ref '{}': reference is missing but expected {x}",
-                            lossy(&edit.name),
-                        )));
+                        return Err(conflict(
+                            &edit.name,
+                            format!(
+                                "cannot lock ref '{}': reference is missing but expected {x}",
+                                lossy(&edit.name),
+                            ),
+                        ));
                     }
                     Expected::Oid(x) => {
                         if cur_oid != *x {
-                            return Err(tx_err(format!(
-                                "cannot lock ref '{}': is at {} but expected {}",
-                                lossy(&edit.name),
-                                cur_oid,
-                                x
-                            )));
+                            return Err(conflict(
+                                &edit.name,
+                                format!(
+                                    "cannot lock ref '{}': is at {} but expected {}",
+                                    lossy(&edit.name),
+                                    cur_oid,
+                                    x
+                                ),
+                            ));
                         }
                     }
                     Expected::Symref(t) => match &cur {
                         RefValue::Symref(actual) if actual == t => {}
                         RefValue::Symref(actual) => {
-                            return Err(tx_err(format!(
-                                "verifying symref target: '{}': is at {} but expected {}",
-                                lossy(&edit.name),
-                                lossy(actual),
-                                lossy(t)
-                            )));
+                            return Err(conflict(
+                                &edit.name,
+                                format!(
+                                    "verifying symref target: '{}': is at {} but expected {}",
+                                    lossy(&edit.name),
+                                    lossy(actual),
+                                    lossy(t)
+                                ),
+                            ));
                         }
                         _ => {
-                            return Err(tx_err(format!(
+                            return Err(conflict(&edit.name, format!(
                                 "cannot lock ref '{}': expected symref with target '{}': but is a regular ref",
                                 lossy(&edit.name),
                                 lossy(t)
@@ -803,7 +841,7 @@ impl<'a> Transaction<'a> {
             }
             let edit = &self.edits[u.edit];
             let deleting = matches!(edit.new, Some(NewValue::Delete));
-            if deleting && !u.cur_symref {
+            if deleting && !u.cur_symref && !edit.files_reflog {
                 let mut it = self.stack.log_iter();
                 crate::table::LogIter::seek(&mut it, &u.name, u64::MAX)?;
                 while let Some(l) = crate::table::LogIter::next(&mut it)? {
@@ -829,6 +867,9 @@ impl<'a> Transaction<'a> {
                 };
                 if let Some(id) = new_id {
                     new_ids[idx] = id;
+                    logs.push(LogSrc::Update(idx));
+                } else if edit.log.is_some() {
+                    // A supplied record is the entry, whatever the target resolves to.
                     logs.push(LogSrc::Update(idx));
                 }
             }

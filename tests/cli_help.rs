@@ -146,6 +146,7 @@ fn source_of(c: &Cmd) -> &'static str {
         "migrate" => "migrate.rs",
         "dump" => "dump.rs",
         "status" => "status.rs",
+        "unlock" => "unlock.rs",
         _ => "",
     }
 }

@@ -160,11 +160,12 @@ fn view_and_batches_over_a_git_made_stack() {
     assert_eq!(git(dir, &["rev-parse", "ORIG_HEAD"]).trim(), head);
     // The reader sees it after a reload.
     assert!(src.reload().unwrap());
-    // feature/deep/x's reflog went with it; the new symref got one (a branch).
+    // As in the files backend: feature/deep/x's reflog stays (only removing logs/…
+    // deletes a reflog), and the new symref, written with no reflog line, has none.
     view::list_dir(src, &mut s, b"logs/refs/heads", &mut out).unwrap();
     assert_eq!(
         names(&out),
-        [("main".into(), Kind::Log), ("new".into(), Kind::Log)]
+        [("feature".into(), Kind::Dir), ("main".into(), Kind::Log)]
     );
 }
 

@@ -1,11 +1,60 @@
 //! Property tests: random record sets round-trip through writer and reader, whatever the
 //! options; seek finds every key and the right successor of every absent key.
+//!
+//! Bounded and replayable: a global allocator caps the live heap of this binary at
+//! [`HEAP_CAP`] (a runaway writer aborts with a message instead of exhausting the
+//! machine); the run's RNG seed goes to stderr before the first case
+//! (`PROPTEST_RNG_SEED=<seed> cargo test --test props` replays it), and shrunk failures
+//! are persisted in `tests/props.proptest-regressions`.
 
 use std::collections::BTreeMap;
 
+use std::io::Write;
+use std::sync::OnceLock;
+
 use proptest::prelude::*;
+use proptest::test_runner::RngSeed;
 use reftablefs::table::{LogIter, RefIter, Table, TableWriter, WriteOptions};
 use reftablefs::{Error, HashKind, LogRecord, ObjectId, RefRecord, RefValue};
+
+#[path = "support/capped_alloc.rs"]
+mod capped_alloc;
+
+/// The most heap this test binary may hold at once; a case needs a few MiB.
+const HEAP_CAP: usize = 1 << 30;
+
+#[global_allocator]
+static GLOBAL: capped_alloc::Capped<HEAP_CAP> = capped_alloc::Capped;
+
+/// The run's seed: `PROPTEST_RNG_SEED` when set, else from the clock; printed once to
+/// stderr (unbuffered, not captured by the test harness) so an aborted run is replayable.
+fn seed() -> u64 {
+    static SEED: OnceLock<u64> = OnceLock::new();
+    *SEED.get_or_init(|| {
+        let seed = std::env::var("PROPTEST_RNG_SEED")
+            .ok()
+            .and_then(|v| v.trim().parse().ok())
+            .unwrap_or_else(|| {
+                std::time::SystemTime::now()
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .map(|d| d.as_nanos() as u64)
+                    .unwrap_or(1)
+            });
+        let _ = writeln!(
+            std::io::stderr(),
+            "props: seed {seed} (replay: PROPTEST_RNG_SEED={seed} cargo test --test props)"
+        );
+        seed
+    })
+}
+
+fn config() -> ProptestConfig {
+    ProptestConfig {
+        cases: 96,
+        rng_seed: RngSeed::Fixed(seed()),
+        ..ProptestConfig::default()
+    }
+}
 
 fn name() -> impl Strategy<Value = Vec<u8>> {
     prop_oneof![
@@ -158,7 +207,7 @@ fn log_key(name: &[u8], ui: u64) -> Vec<u8> {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig { cases: 96, ..ProptestConfig::default() })]
+    #![proptest_config(config())]
 
     #[test]
     fn round_trip_and_seek(c in case()) {
@@ -230,4 +279,78 @@ proptest! {
             prop_assert_eq!(w.finish().unwrap(), bytes.as_slice());
         }
     }
+}
+
+/// Long keys in small blocks: every index record fills an index block on its own, so no
+/// index level is smaller than the one below it. The writer reports `EntryTooBig` instead
+/// of writing levels forever (the case that took `props` to 24 GiB).
+#[test]
+fn index_that_cannot_shrink_is_entry_too_big() {
+    let id = ObjectId::from_bytes(&[3; 20]).unwrap();
+    let mut w = TableWriter::new(WriteOptions {
+        block_size: 256,
+        ..WriteOptions::default()
+    });
+    w.begin(1, 1).unwrap();
+    let mut result = Ok(());
+    for i in 0..6u8 {
+        // Distinct first bytes: no prefix compression between neighbours.
+        let mut name = vec![b'a' + i];
+        name.extend_from_slice(&[b'z'; 180]);
+        result = w.add_ref(&RefRecord {
+            name,
+            update_index: 1,
+            value: RefValue::Val1(id),
+        });
+        if result.is_err() {
+            break;
+        }
+    }
+    if result.is_ok() {
+        result = w.finish().map(|_| ());
+    }
+    assert!(matches!(result, Err(Error::EntryTooBig)), "{result:?}");
+
+    // The same for the log section, reached from add_log (finish_public_section).
+    w.begin(1, 1).unwrap();
+    let mut result = Ok(());
+    for i in 0..6u8 {
+        // Distinct first bytes: no prefix compression between neighbours.
+        let mut name = vec![b'a' + i];
+        name.extend_from_slice(&[b'y'; 180]);
+        result = w.add_ref(&RefRecord {
+            name,
+            update_index: 1,
+            value: RefValue::Val1(id),
+        });
+        if result.is_err() {
+            break;
+        }
+    }
+    if result.is_ok() {
+        result = w.add_log(&LogRecord {
+            refname: b"refs/heads/a".to_vec(),
+            update_index: 1,
+            old_id: id,
+            new_id: id,
+            message: b"m".to_vec(),
+            ..LogRecord::default()
+        });
+    }
+    assert!(matches!(result, Err(Error::EntryTooBig)), "{result:?}");
+
+    // Keys that still let two index records share a block give a valid table.
+    w.begin(1, 1).unwrap();
+    for i in 0..20u8 {
+        let mut name = vec![b'x'; 60];
+        name.push(b'a' + i);
+        w.add_ref(&RefRecord {
+            name,
+            update_index: 1,
+            value: RefValue::Val1(id),
+        })
+        .unwrap();
+    }
+    let bytes = w.finish().unwrap().to_vec();
+    Table::from_bytes("t", bytes).unwrap().verify().unwrap();
 }

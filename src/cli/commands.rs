@@ -310,13 +310,17 @@ pub const COMMANDS: &[Command] = &[
     Command {
         name: "mount",
         summary: "mount a reftable repository as git's files layout (FUSE)",
-        usage: &["[--read-only] [--daemon [--log=<file>]] [--batch-window=<ms>] [--batch-max=<n>] [--no-fsync] <gitdir> <mountpoint>"],
-        description: "Serves <gitdir> on <mountpoint> as a files-backend git directory (loose \
-            refs, packed-refs, logs/), so tools that only know that layout work on it. Writes \
-            are batched into one table per window. Runs in the foreground until unmounted \
-            (unmount, fusermount3 -u, SIGINT, SIGTERM) unless --daemon.",
+        usage: &["[--read-only] [--refs-only] [--no-kernel-passthrough] [--daemon [--log=<file>]] [--batch-window=<ms>] [--batch-max=<n>] [--no-fsync] <gitdir> <mountpoint>"],
+        description: "Serves <gitdir> on <mountpoint> as a complete files-backend git \
+            directory: refs as loose refs, packed-refs and logs/ from the reftable stack, \
+            everything else (objects, config, index, ...) passed through to <gitdir>, so \
+            tools that only know the files layout work on it. Ref writes are batched into one \
+            table per window. Runs in the foreground until unmounted (unmount, fusermount3 -u, \
+            SIGINT, SIGTERM) unless --daemon.",
         options: &[
             Opt { spelling: "--read-only", help: "refuse every write (EROFS)" },
+            Opt { spelling: "--refs-only", help: "serve the ref view alone, without the rest of <gitdir>" },
+            Opt { spelling: "--no-kernel-passthrough", help: "forward reads and writes of passed-through files instead of kernel FUSE passthrough" },
             Opt { spelling: "--daemon", help: "run in the background; return once the mount is ready" },
             Opt { spelling: "--log=<file>", help: "with --daemon, where log lines go (default $TMPDIR/reftablefs-mount.<pid>.log)" },
             Opt { spelling: "--batch-window=<ms>", help: "how long writes are gathered into one table (default 5)" },
@@ -359,6 +363,25 @@ pub const COMMANDS: &[Command] = &[
         run: super::status::run,
     },
     Command {
+        name: "unlock",
+        summary: "remove a stale tables.list.lock and what killed writers left behind",
+        usage: &["[-f | --force] [--min-age=<seconds>] [-n | --dry-run] [<gitdir>]"],
+        description: "Diagnoses tables.list.lock (age, processes holding it open) and removes \
+            it only when no process holds it open and it is at least --min-age seconds old; \
+            then, holding the list lock, removes locks of tables the list no longer names, \
+            stale locks of listed tables and leftover temporary tables. Says what it did.",
+        options: &[
+            Opt { spelling: "-f, --force", help: "remove the lock whatever its age (never a lock held open)" },
+            Opt { spelling: "--min-age=<seconds>", help: "how old a lock nobody holds must be to be removed (default 10)" },
+            Opt { spelling: "-n, --dry-run", help: "say what would be removed, remove nothing" },
+        ],
+        words: &[],
+        operands: Operands::Dirs,
+        examples: &[("reftablefs unlock --dry-run repo/.git", "see whether a stale lock blocks the stack")],
+        exit_codes: &[(1, "a lock was kept (held open, or too young)")],
+        run: super::unlock::run,
+    },
+    Command {
         name: "completions",
         summary: "print a shell completion script (bash, zsh or fish)",
         usage: &["<shell>"],
@@ -396,8 +419,6 @@ pub const COMMANDS: &[Command] = &[
         exit_codes: &[(1, "no such command")],
         run: super::gen::run_help,
     },
-    // `unlock` (src/cli/unlock.rs) is registered here, before `help`, as:
-    // Command { name: "unlock", summary: ..., usage: &["<gitdir>"], ..., run: super::unlock::run },
 ];
 
 /// The command called `name`.

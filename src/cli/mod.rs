@@ -24,6 +24,7 @@ pub mod resolve;
 pub mod show_ref;
 pub mod status;
 pub mod store;
+pub mod unlock;
 pub mod update_ref;
 pub mod update_ref_parse;
 pub mod verify;

@@ -1,4 +1,4 @@
-//! `reftablefs mount [--read-only] [--daemon] [--batch-window MS] [--batch-max N] [--no-fsync]
+//! `reftablefs mount [--read-only] [--refs-only] [--no-kernel-passthrough] [--daemon] [--batch-window MS] [--batch-max N] [--no-fsync]
 //! GITDIR MOUNTPOINT` and `reftablefs unmount MOUNTPOINT`.
 //!
 //! Foreground by default, one log line per error on stderr; exits 0 after a clean unmount.
@@ -29,6 +29,10 @@ pub fn run(mut args: Args) -> Result<ExitCode> {
     while !args.is_empty() {
         if args.flag("--read-only") {
             opts.read_only = true;
+        } else if args.flag("--refs-only") {
+            opts.refs_only = true;
+        } else if args.flag("--no-kernel-passthrough") {
+            opts.kernel_passthrough = false;
         } else if args.flag("--daemon") {
             daemon = true;
         } else if let Some(v) = args.value("--log") {

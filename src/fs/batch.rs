@@ -9,6 +9,7 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
+use crate::fs::source::{BatchEdit, CommitOutcome};
 use crate::fs::state::{log_error, Shared};
 use crate::fs::write::Batch;
 
@@ -29,39 +30,34 @@ fn maintain(shared: &Shared, urgent_only: bool) {
     }
 }
 
-/// How long a batch keeps retrying while another writer holds `tables.list.lock`.
-const LOCK_RETRY_FOR: Duration = Duration::from_secs(60);
+/// Writes a batch through the writer source (its lock is held only by the batcher, so
+/// no request waits for it). The source waits briefly for a `tables.list.lock` held by a
+/// live commit and gives up on one held for longer (see `stack_source.rs`).
+fn commit(shared: &Shared, batch: &Batch) -> crate::Result<CommitOutcome> {
+    let mut w = shared.writer.lock().unwrap_or_else(|p| p.into_inner());
+    match w.as_mut() {
+        Some(src) => src.commit(&batch.edits),
+        None => Err(crate::Error::Api("read-only mount".into())),
+    }
+}
 
-/// Commits a batch; a held stack lock (git committing at the same moment) is transient,
-/// so the batch is retried with a growing pause instead of being given up.
-fn commit_with_retry(
-    shared: &Shared,
-    batch: &Batch,
-) -> crate::Result<crate::fs::source::CommitOutcome> {
-    let start = Instant::now();
-    let mut pause = Duration::from_millis(5);
-    loop {
-        let result = {
-            let mut w = shared.writer.lock().unwrap_or_else(|p| p.into_inner());
-            match w.as_mut() {
-                Some(src) => src.commit(&batch.edits),
-                None => Err(crate::Error::Api("read-only mount".into())),
-            }
-        };
-        match result {
-            Err(crate::Error::Lock(path)) if start.elapsed() < LOCK_RETRY_FOR => {
-                if start.elapsed() > Duration::from_secs(1) && pause >= Duration::from_millis(500) {
-                    log_error(
-                        "commit",
-                        path.as_os_str().as_encoded_bytes(),
-                        &"held by another writer; retrying",
-                    );
-                }
-                std::thread::sleep(pause);
-                pause = (pause * 2).min(Duration::from_millis(500));
-            }
-            other => return other,
+/// Why a whole batch could not be written, for its log line: a held `tables.list.lock`
+/// says how old it is and how to remove a stale one.
+fn why_not_written(e: &crate::Error) -> String {
+    match e {
+        crate::Error::Lock(path) => {
+            let age = crate::fs::stack_source::lock_age(path)
+                .map(|a| format!("{:.1} s", a.as_secs_f64()))
+                .unwrap_or_else(|| "an unknown time".into());
+            format!(
+                "{} is held by another writer (for {age}); a live git holds it for \
+                 milliseconds, so a git or mount that was killed probably left it: if no \
+                 git process uses the repository, `reftablefs unlock GITDIR` removes a \
+                 lock proven stale",
+                path.display()
+            )
         }
+        e => e.to_string(),
     }
 }
 
@@ -131,46 +127,59 @@ fn next_batch(shared: &Shared) -> Option<Batch> {
 
 fn run(shared: &Shared) {
     while let Some(batch) = next_batch(shared) {
-        let result = commit_with_retry(shared, &batch);
+        let result = commit(shared, &batch);
         let mut g = shared.lock();
         // The reader must see the new table before the pending entries go away.
         let _ = g.refresh();
-        match result {
+        let mut lost: Vec<&BatchEdit> = Vec::new();
+        match &result {
             Ok(out) => {
-                let mut conflicted = Vec::new();
-                for (name, found) in out.conflicts {
-                    let mine = batch.edits.iter().find(|e| e.name == name);
+                for (name, found) in &out.conflicts {
+                    let Some(mine) = batch.edits.iter().find(|e| &e.name == name) else {
+                        continue;
+                    };
                     log_error(
                         "commit",
-                        &name,
+                        name,
                         &format!(
-                            "conflict with a concurrent writer: expected {:?}, found {:?}; \
-                             the concurrent value wins, this update ({:?}) was not written",
-                            mine.and_then(|e| e.expected_old.as_ref()),
-                            found,
-                            mine.and_then(|e| e.new.as_ref())
+                            "conflict with a concurrent writer: expected {}, found {}; \
+                             the concurrent value stays, this update ({}) was not written",
+                            show(mine.expected_old.as_ref()),
+                            show(found.as_ref()),
+                            show(mine.new.as_ref())
                         ),
                     );
-                    conflicted.push(name);
+                    lost.push(mine);
                 }
-                if !conflicted.is_empty() {
-                    g.failed.insert(batch.seq, "conflict".into());
+                for (name, why) in &out.failed {
+                    let Some(mine) = batch.edits.iter().find(|e| &e.name == name) else {
+                        continue;
+                    };
+                    log_error("commit", name, &format!("not written: {why}"));
+                    lost.push(mine);
                 }
-                g.w.batch_done(batch.seq, &conflicted);
             }
             Err(e) => {
+                let why = why_not_written(e);
+                eprintln!(
+                    "reftablefs: commit: batch of {} edits not written: {why}",
+                    batch.len()
+                );
                 for edit in &batch.edits {
-                    log_error(
-                        "commit",
-                        &edit.name,
-                        &format!("batch of {} edits not written: {e}", batch.len()),
-                    );
+                    log_error("commit", &edit.name, &"not written (see above)");
                 }
-                let names: Vec<Vec<u8>> = batch.edits.iter().map(|e| e.name.clone()).collect();
-                g.failed.insert(batch.seq, e.to_string());
-                g.w.batch_done(batch.seq, &names);
+                lost.extend(batch.edits.iter());
             }
         }
+        if !lost.is_empty() {
+            g.failed
+                .insert(batch.seq, format!("{} edits not written", lost.len()));
+        }
+        let names: Vec<Vec<u8>> = lost.iter().map(|e| e.name.clone()).collect();
+        for edit in &lost {
+            g.record_failure(edit);
+        }
+        g.w.batch_done(batch.seq, &names);
         drop(g);
         let names: Vec<&[u8]> = batch.edits.iter().map(|e| e.name.as_slice()).collect();
         shared.queue_changed_dirs(&names);
@@ -187,4 +196,14 @@ fn run(shared: &Shared) {
     }
     // Unmounting: leave the stack compacted.
     maintain(shared, false);
+}
+
+/// A ref value for a log line.
+fn show(v: Option<&crate::format::RefValue>) -> String {
+    use crate::format::RefValue;
+    match v {
+        None | Some(RefValue::Deletion) => "absent".into(),
+        Some(RefValue::Val1(id)) | Some(RefValue::Val2 { value: id, .. }) => id.to_string(),
+        Some(RefValue::Symref(t)) => format!("ref: {}", String::from_utf8_lossy(t)),
+    }
 }

@@ -7,7 +7,26 @@
 //! inode numbers), `state` (caches and handles behind one mutex), `fuse` (the request
 //! handlers), `watch` (inotify → reload → kernel invalidation).
 
+//! # Locks and their order
+//!
+//! * `Shared::inner` — the state lock (`state::Inner`: reader source, caches, handles,
+//!   write overlay with the open and sealed batches, batch bookkeeping). Request handlers,
+//!   the watcher and the batcher take it for moments; nothing that waits for the disk
+//!   beyond one `stat` and the opening of a new table runs under it, and replies to the
+//!   kernel are sent after it is dropped. `fsync` waits on `Shared::cv` (releasing it).
+//! * `Shared::writer` — the writer source, taken by the batcher only (a commit with its
+//!   fsyncs, compaction). The batcher never takes the state lock while holding it, and no
+//!   request handler ever takes it (read-only is a plain flag).
+//! * `stack_source::OwnTables` — which tables are the mount's own: a leaf lock, held for
+//!   moments under either lock above (never across a commit: the update index of the
+//!   table being committed is recorded first).
+//! * `Shared::tgids` — thread id → process cache: a leaf lock, taken before the state lock.
+//!
+//! Order: state → own tables; writer → own tables; never writer → state or state → writer.
+
+pub mod config_view;
 pub mod inode;
+pub mod passthrough;
 pub mod source;
 pub mod stack_source;
 pub mod view;
@@ -42,6 +61,12 @@ pub struct MountOptions {
     pub fsync: bool,
     /// Number of FUSE event-loop threads (at least 2).
     pub threads: usize,
+    /// Serve only the ref view (`HEAD`, `refs/`, `logs/`, `packed-refs`); by default
+    /// everything else of the git directory is passed through (`passthrough.rs`).
+    pub refs_only: bool,
+    /// Use the kernel's FUSE passthrough for passed-through regular files when the kernel
+    /// offers it (off: every read and write is forwarded by the mount).
+    pub kernel_passthrough: bool,
 }
 
 impl Default for MountOptions {
@@ -52,6 +77,8 @@ impl Default for MountOptions {
             batch_max: 10_000,
             fsync: true,
             threads: 4,
+            refs_only: false,
+            kernel_passthrough: true,
         }
     }
 }
@@ -174,8 +201,18 @@ pub fn mount(
             max: opts.batch_max.max(1),
         },
     );
+    // The real git directory, opened before mounting: passthrough never goes through
+    // the mount.
+    let pass = match (opts.refs_only, reftable_dir.parent()) {
+        (false, Some(gitdir)) => Some(std::sync::Arc::new(
+            passthrough::Passthrough::new(gitdir).map_err(|e| Error::io(gitdir, e))?,
+        )),
+        _ => None,
+    };
     let fs = fuse::RefFs {
         shared: shared.clone(),
+        pass,
+        kernel_passthrough: opts.kernel_passthrough,
     };
     let mut config = Config::default();
     config.mount_options = vec![

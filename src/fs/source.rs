@@ -15,8 +15,8 @@ use crate::{Error, Result};
 pub struct BatchEdit {
     /// Full refname (`HEAD`, `refs/heads/x`).
     pub name: Vec<u8>,
-    /// The new value (`RefValue::Deletion` deletes the ref and its reflog); `None` for a
-    /// log-only edit.
+    /// The new value (`RefValue::Deletion` deletes the ref, not its reflog: in the files
+    /// backend a reflog goes only with `logs/…`); `None` for a log-only edit.
     pub new: Option<RefValue>,
     /// The value the mount believed the ref had when the edit was accepted (`None`:
     /// absent). Checked under the stack lock at commit time (only when `new` is set).
@@ -24,8 +24,14 @@ pub struct BatchEdit {
     /// Log records to add. With `replace_logs` unset, at most one, whose update index is
     /// assigned by the commit; with it set, each carries its own update index.
     pub logs: Vec<LogRecord>,
-    /// Delete every existing log record of `name` first (reflog rewrite or deletion).
+    /// The reflog becomes exactly `logs` (a rewrite; with no records it stays as an
+    /// empty reflog, git's existence marker).
     pub replace_logs: bool,
+    /// The reflog is deleted (`unlink logs/x`, a move away).
+    pub delete_log: bool,
+    /// The processes (thread group ids; 0 unknown) that staged this edit: if it cannot
+    /// be written, their next `fsync` fails.
+    pub pids: Vec<u32>,
 }
 
 /// What a commit of a batch did.
@@ -36,6 +42,10 @@ pub struct CommitOutcome {
     /// Edits whose expected old value no longer matched (a concurrent writer won): their
     /// names, with the value found. These were *not* written.
     pub conflicts: Vec<(Vec<u8>, Option<RefValue>)>,
+    /// Edits that could not be written for another reason (a D/F conflict with a ref
+    /// another writer made, an I/O error after part of a split batch was written): their
+    /// names and why. These were *not* written.
+    pub failed: Vec<(Vec<u8>, String)>,
 }
 
 /// What a [`RefSource::scan_refs`] visitor wants next.
@@ -95,12 +105,6 @@ pub trait RefSource: Send {
     /// holds under the stack lock; edits whose expectation fails are reported in
     /// [`CommitOutcome::conflicts`] and not written, the others are.
     fn commit(&mut self, edits: &[BatchEdit]) -> Result<CommitOutcome>;
-    /// Whether a commit that updates the ref HEAD points to also writes HEAD's reflog
-    /// entry by itself (git's reftable backend does): then the mount drops the HEAD line
-    /// a files-backend git appends after such an update, instead of writing it twice.
-    fn logs_head_with_referent(&self) -> bool {
-        false
-    }
     /// Whether the last reload that changed something brought tables another writer made
     /// (then names the kernel caches may be stale); `false` when every new table is the
     /// mount's own (its changes went through the kernel already).
@@ -257,15 +261,25 @@ impl RefSource for MemSource {
                 match new {
                     RefValue::Deletion => {
                         self.refs.remove(&e.name);
-                        self.drop_logs(&e.name);
                     }
                     v => {
                         self.refs.insert(e.name.clone(), v.clone());
                     }
                 }
             }
-            if e.replace_logs {
+            if e.replace_logs || e.delete_log {
                 self.drop_logs(&e.name);
+            }
+            if e.replace_logs && e.logs.is_empty() {
+                // git's existence marker: the reflog exists, empty.
+                self.logs.insert(
+                    (e.name.clone(), !ui),
+                    LogRecord {
+                        refname: e.name.clone(),
+                        update_index: ui,
+                        ..LogRecord::default()
+                    },
+                );
             }
             for l in &e.logs {
                 let mut l = l.clone();

@@ -6,6 +6,7 @@
 use std::collections::HashSet;
 use std::path::Path;
 use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use crate::format::{HashKind, LogRecord, RefRecord, RefValue};
 use crate::fs::source::{BatchEdit, CommitOutcome, RefSource, Step};
@@ -15,7 +16,9 @@ use crate::merged::MergedLogIter;
 use crate::repo::Repo;
 use crate::stack::{Stack, StackOptions};
 use crate::table::{LogIter, RefIter, WriteOptions};
-use crate::transaction::{Expected, Identity, LogAllRefUpdates, LogEdit, NewValue, RefEdit};
+use crate::transaction::{
+    Committed, Expected, Identity, LogAllRefUpdates, LogEdit, NewValue, RefEdit,
+};
 use crate::{Error, Result};
 
 /// What the mount needs from a repository: a reader and a writer over its stack, and how
@@ -26,10 +29,61 @@ pub struct Opened {
     pub log: LogSettings,
 }
 
-/// Names of the tables the mount itself wrote (batches and compactions), shared by the
-/// writer (which records them) and the reader (which tells its own changes from another
+/// The tables the mount itself wrote (batches and compactions), shared by the writer
+/// (which records them) and the reader (which tells its own changes from another
 /// writer's: only the latter need a kernel invalidation pass).
-pub type OwnTables = Arc<Mutex<HashSet<String>>>;
+#[derive(Debug, Default)]
+pub struct Own {
+    /// Names of the mount's own tables.
+    pub names: HashSet<String>,
+    /// The update index of the table being committed right now: a table whose name
+    /// starts with it is the mount's own even before its name is recorded (the writer
+    /// holds `tables.list.lock`, so no other writer can add a table at that index).
+    pub inflight: Option<u64>,
+}
+
+impl Own {
+    /// Whether `table` is one of the mount's own tables.
+    pub fn contains(&self, table: &str) -> bool {
+        self.names.contains(table)
+            || self.inflight.is_some_and(|ui| {
+                table
+                    .strip_prefix("0x")
+                    .and_then(|t| t.get(..12))
+                    .and_then(|h| u64::from_str_radix(h, 16).ok())
+                    == Some(ui)
+            })
+    }
+}
+
+/// The shared [`Own`] record (locked only for moments, never across a commit).
+pub type OwnTables = Arc<Mutex<Own>>;
+
+/// How long a batch waits for a `tables.list.lock` held by another writer (git holds it
+/// for milliseconds) before its edits fail.
+const LOCK_WAIT: Duration = Duration::from_secs(3);
+/// A `tables.list.lock` older than this is not a live commit (a killed git or mount
+/// left it): the batch fails at once.
+const LOCK_STALE_AFTER: Duration = Duration::from_secs(2);
+
+/// Test-only: `RTFS_TEST_COMMIT_DELAY_MS` (read once when the mount opens the stack)
+/// makes every batch commit sleep that long while holding `tables.list.lock`, to
+/// measure that requests never wait for a commit.
+fn commit_delay_from_env() -> Option<Duration> {
+    std::env::var("RTFS_TEST_COMMIT_DELAY_MS")
+        .ok()
+        .and_then(|v| v.parse::<u64>().ok())
+        .filter(|&ms| ms > 0)
+        .map(Duration::from_millis)
+}
+
+/// Age of the lock file at `path` (by its mtime), if it can be told.
+pub fn lock_age(path: &Path) -> Option<Duration> {
+    std::fs::metadata(path)
+        .and_then(|m| m.modified())
+        .ok()
+        .and_then(|t| t.elapsed().ok())
+}
 
 /// A stack as a [`RefSource`].
 pub struct StackSource {
@@ -38,6 +92,7 @@ pub struct StackSource {
     log: LogSettings,
     own: OwnTables,
     external: bool,
+    commit_delay: Option<Duration>,
 }
 
 impl StackSource {
@@ -49,6 +104,7 @@ impl StackSource {
             log,
             own,
             external: true,
+            commit_delay: None,
         }
     }
 
@@ -56,11 +112,11 @@ impl StackSource {
         let mut own = self.own.lock().unwrap_or_else(|p| p.into_inner());
         for n in self.stack.table_names() {
             if !before.contains(n) {
-                own.insert(n.clone());
+                own.names.insert(n.clone());
             }
         }
         // Forget names that are gone (compacted away) to stay small.
-        own.retain(|n| self.stack.table_names().contains(n));
+        own.names.retain(|n| self.stack.table_names().contains(n));
     }
 
     /// The underlying stack.
@@ -89,18 +145,18 @@ impl StackSource {
                         new: Some(new_value(new)),
                         expected: expected(e.expected_old.as_ref()),
                         no_deref: true,
-                        message: Some(b"reftablefs: updated through the mount".to_vec()),
+                        files_reflog: true,
                         ..RefEdit::default()
                     };
                     if !e.replace_logs {
                         re.log = e.logs.first().cloned();
                     }
                     tx.edit(re);
-                    if e.replace_logs {
+                    if e.replace_logs || e.delete_log {
                         tx.log_edit(rewrite(e));
                     }
                 }
-                None if e.replace_logs => {
+                None if e.replace_logs || e.delete_log => {
                     tx.log_edit(rewrite(e));
                 }
                 None => {
@@ -113,23 +169,52 @@ impl StackSource {
                 }
             }
         }
-        // The set of own tables stays locked from before the new `tables.list` appears
-        // until the new table's name is in it: a reader that reloads in between waits
-        // for it instead of taking the mount's own table for another writer's (which
-        // costs a kernel invalidation pass over every known inode — per batch, an
-        // O(known inodes) cost that grew with every ref written through the mount).
-        let own = self.own.clone();
-        let mut own = own.lock().unwrap_or_else(|p| p.into_inner());
-        let committed = tx.commit()?;
-        if let Some(t) = committed.table {
-            own.insert(t);
+        let prepared = tx.prepare()?;
+        let ui = prepared.update_index();
+        self.own.lock().unwrap_or_else(|p| p.into_inner()).inflight = Some(ui);
+        if let Some(d) = self.commit_delay {
+            std::thread::sleep(d);
         }
-        Ok(())
+        let committed = prepared.commit(&mut self.stack);
+        let mut own = self.own.lock().unwrap_or_else(|p| p.into_inner());
+        own.inflight = None;
+        if let Ok(Committed { table: Some(t), .. }) = &committed {
+            own.names.insert(t.clone());
+        }
+        committed.map(|_| ())
+    }
+
+    /// [`Self::try_commit`], waiting while another writer holds `tables.list.lock` for a
+    /// live commit (a short wait); a lock older than [`LOCK_STALE_AFTER`], or still held
+    /// after [`LOCK_WAIT`], is given up on: `Error::Lock` (the batcher logs its age).
+    fn try_commit_waiting(&mut self, edits: &[&BatchEdit]) -> Result<()> {
+        let start = Instant::now();
+        let mut pause = Duration::from_millis(1);
+        loop {
+            match self.try_commit(edits) {
+                Err(Error::Lock(path)) => {
+                    let stale = lock_age(&path).is_some_and(|a| a >= LOCK_STALE_AFTER);
+                    if stale || start.elapsed() >= LOCK_WAIT {
+                        return Err(Error::Lock(path));
+                    }
+                    std::thread::sleep(pause);
+                    pause = (pause * 2).min(Duration::from_millis(100));
+                }
+                other => return other,
+            }
+        }
+    }
+
+    /// The value `name` has in the stack now (after a reload), for a conflict report.
+    fn found(&mut self, name: &[u8]) -> Option<RefValue> {
+        let _ = self.stack.reload();
+        self.stack.read_ref(name).ok().flatten().map(|r| r.value)
     }
 }
 
+/// The log edit of a reflog rewrite or deletion.
 fn rewrite(e: &BatchEdit) -> LogEdit {
-    if e.logs.is_empty() {
+    if e.delete_log {
         LogEdit::Delete {
             refname: e.name.clone(),
         }
@@ -250,52 +335,60 @@ impl RefSource for StackSource {
     fn commit(&mut self, edits: &[BatchEdit]) -> Result<CommitOutcome> {
         self.stack.reload()?;
         let mut outcome = CommitOutcome::default();
-        let mut skip: HashSet<&[u8]> = HashSet::new();
+        let mut todo: Vec<&BatchEdit> = edits.iter().collect();
+        // The whole batch as one transaction; an edit whose expected old value no longer
+        // holds (a concurrent writer won) is reported and left out, the rest retried.
         loop {
-            let todo: Vec<&BatchEdit> = edits
-                .iter()
-                .filter(|e| !skip.contains(e.name.as_slice()))
-                .collect();
             if todo.is_empty() {
                 return Ok(outcome);
             }
-            match self.try_commit(&todo) {
+            match self.try_commit_waiting(&todo) {
                 Ok(()) => {
-                    outcome.applied = todo.len();
+                    outcome.applied += todo.len();
                     return Ok(outcome);
                 }
+                Err(Error::Conflict { refname, .. }) if todo.iter().any(|e| e.name == refname) => {
+                    let found = self.found(&refname);
+                    todo.retain(|e| e.name != refname);
+                    outcome.conflicts.push((refname, found));
+                }
+                // A restriction of reftable transactions that a files backend does not
+                // have (HEAD and its referent, or `a` and `a/b`, in one transaction):
+                // split the batch, one transaction per edit, in order.
+                Err(Error::Transaction(_)) if todo.len() > 1 => break,
                 Err(Error::Transaction(msg)) => {
-                    // Find the edits whose expected old value no longer holds (a
-                    // concurrent writer won): report them, write the others.
-                    self.stack.reload()?;
-                    let mut found = false;
-                    for e in &todo {
-                        if e.new.is_none() {
-                            continue;
-                        }
-                        let cur = self.stack.read_ref(&e.name)?.map(|r| r.value);
-                        if cur != e.expected_old {
-                            outcome.conflicts.push((e.name.clone(), cur));
-                            skip.insert(e.name.as_slice());
-                            found = true;
-                        }
-                    }
-                    if !found {
-                        return Err(Error::Transaction(msg));
-                    }
+                    outcome
+                        .failed
+                        .extend(todo.iter().map(|e| (e.name.clone(), msg.clone())));
+                    return Ok(outcome);
                 }
                 Err(e) => return Err(e),
             }
         }
+        for (k, e) in todo.iter().enumerate() {
+            match self.try_commit_waiting(&[e]) {
+                Ok(()) => outcome.applied += 1,
+                Err(Error::Conflict { .. }) => {
+                    let found = self.found(&e.name);
+                    outcome.conflicts.push((e.name.clone(), found));
+                }
+                Err(Error::Transaction(msg)) => outcome.failed.push((e.name.clone(), msg)),
+                Err(err) => {
+                    // Nothing more can be written now: this edit and the later ones fail.
+                    let msg = err.to_string();
+                    outcome
+                        .failed
+                        .extend(todo.iter().skip(k).map(|e| (e.name.clone(), msg.clone())));
+                    return Ok(outcome);
+                }
+            }
+        }
+        Ok(outcome)
     }
 
     fn fsync_count(&self) -> u64 {
         let s = self.stack.stats();
         s.file_fsyncs + s.dir_fsyncs
-    }
-
-    fn logs_head_with_referent(&self) -> bool {
-        true
     }
 
     fn maintenance_due(&self) -> Option<bool> {
@@ -358,11 +451,9 @@ pub fn open(gitdir: &Path, opts: &MountOptions) -> Result<Opened> {
     let writer: Option<Box<dyn RefSource>> = if opts.read_only {
         None
     } else {
-        Some(Box::new(StackSource::new(
-            Stack::open(&dir, sopts)?,
-            log.clone(),
-            own,
-        )))
+        let mut w = StackSource::new(Stack::open(&dir, sopts)?, log.clone(), own);
+        w.commit_delay = commit_delay_from_env();
+        Some(Box::new(w))
     };
     Ok(Opened {
         reader: Box::new(reader),

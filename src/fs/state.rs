@@ -48,12 +48,14 @@ pub enum Handle {
         path: Vec<u8>,
         entries: Arc<Listing>,
     },
-    /// A file opened for writing.
+    /// A file opened for writing. `failed`: an edit staged through this file could not
+    /// be written; every later `flush` (close) and `fsync` of it reports EIO.
     Write {
         path: Vec<u8>,
         target: Target,
         data: Vec<u8>,
         dirty: bool,
+        failed: bool,
     },
 }
 
@@ -90,7 +92,25 @@ pub struct Inner {
     /// Names a request found resolved to an inode of a ref's old size: the watcher sends
     /// `inval_entry` for them.
     stale_names: Vec<(u64, Vec<u8>)>,
+    /// Edits that could not be written, by the process that staged them (thread group
+    /// id): its next `fsync` on the mount fails with EIO and takes the record (Linux's
+    /// errseq rule for writeback errors: each failure is reported once, to whoever
+    /// wrote the data).
+    pub(crate) proc_failures: HashMap<u32, ProcFailure>,
 }
+
+/// Failed edits of one process (see [`Inner::proc_failures`]).
+#[derive(Debug, Default)]
+pub struct ProcFailure {
+    /// The process's start time (`/proc/<pid>/stat` field 22), so that a new process
+    /// reusing the id is not told of another's failure.
+    pub start: Option<u64>,
+    /// The refs whose edits failed.
+    pub names: Vec<Vec<u8>>,
+}
+
+/// At most this many processes keep a failure record (the oldest are dropped, logged).
+const PROC_FAILURES_MAX: usize = 4096;
 
 /// Batching settings.
 #[derive(Clone, Copy, Debug)]
@@ -108,6 +128,9 @@ pub struct Shared {
     /// read-only mount.
     pub(crate) writer: Mutex<Option<Box<dyn RefSource>>>,
     pub(crate) batch: BatchSettings,
+    read_only: bool,
+    /// Thread id → thread group id, cached for a second (see [`Shared::tgid`]).
+    tgids: Mutex<HashMap<u32, (u32, Instant)>>,
     uid: u32,
     gid: u32,
     stopping: AtomicBool,
@@ -126,6 +149,22 @@ impl Drop for Shared {
             }
         }
     }
+}
+
+/// The `Tgid:` of `/proc/<pid>/status`.
+fn read_tgid(pid: u32) -> Option<u32> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("Tgid:"))
+        .and_then(|v| v.trim().parse().ok())
+}
+
+/// A process's start time (`/proc/<pid>/stat` field 22, clock ticks since boot).
+pub(crate) fn proc_start_time(pid: u32) -> Option<u64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let rest = stat.get(stat.rfind(')')? + 1..)?;
+    rest.split_whitespace().nth(19)?.parse().ok()
 }
 
 /// Logs one error line: what failed, on which path, and why.
@@ -154,7 +193,6 @@ impl Shared {
         let (uid, gid) = unsafe { (libc::getuid(), libc::getgid()) };
         let generation = src.generation();
         let hash: HashKind = src.hash_kind();
-        let source_logs_head = src.logs_head_with_referent();
         Arc::new(Shared {
             inner: Mutex::new(Inner {
                 src,
@@ -168,11 +206,8 @@ impl Shared {
                 buf: Vec::new(),
                 changed_at: SystemTime::now(),
                 needs_invalidation: false,
-                w: {
-                    let mut w = WriteState::new(hash, log);
-                    w.source_logs_head = source_logs_head;
-                    w
-                },
+                w: WriteState::new(hash, log),
+                proc_failures: HashMap::new(),
                 durable_seq: 0,
                 failed: BTreeMap::new(),
                 flush_requested: false,
@@ -181,6 +216,8 @@ impl Shared {
                 stale_names: Vec::new(),
             }),
             cv: Condvar::new(),
+            read_only: writer.is_none(),
+            tgids: Mutex::new(HashMap::new()),
             writer: Mutex::new(writer),
             batch,
             uid,
@@ -214,7 +251,27 @@ impl Shared {
     }
 
     fn read_only(&self) -> bool {
-        self.writer.lock().map(|w| w.is_none()).unwrap_or(true)
+        self.read_only
+    }
+
+    /// The thread group (process) of the thread `pid` that sent a request: FUSE
+    /// requests carry the calling thread's id. Cached for a second per thread id.
+    pub(crate) fn tgid(&self, pid: u32) -> u32 {
+        if pid == 0 {
+            return 0;
+        }
+        let mut cache = self.tgids.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(&(tgid, at)) = cache.get(&pid) {
+            if at.elapsed() < Duration::from_secs(1) {
+                return tgid;
+            }
+        }
+        let tgid = read_tgid(pid).unwrap_or(pid);
+        if cache.len() >= 1024 {
+            cache.retain(|_, (_, at)| at.elapsed() < Duration::from_secs(1));
+        }
+        cache.insert(pid, (tgid, Instant::now()));
+        tgid
     }
 
     /// Reloads the source if the stack changed; drops caches when it did.
@@ -401,7 +458,22 @@ impl Shared {
             return Ok((self.attr_of(&g, ino, kind, size), fh));
         }
         // A new file. Reflogs and refs written in place get a handle that commits on
-        // flush; anything else (locks, packed-refs.new, temporary names) is scratch.
+        // flush; anything else (locks, packed-refs.new, temporary names, files of the
+        // git directory that are not refs such as COMMIT_EDITMSG) is scratch. Below
+        // `refs/` only a valid ref name or its lock can ever be a file.
+        if let view::Area::Refs(n) = view::area(&path) {
+            let base = n.strip_suffix(b".lock").unwrap_or(n);
+            if n.starts_with(b"refs/") && !crate::fs::write::valid_ref_name(base) {
+                return Err(refuse(
+                    "create",
+                    &path,
+                    Refusal {
+                        errno: libc::EINVAL,
+                        reason: "not a valid ref name (git check-ref-format), nor its lock".into(),
+                    },
+                ));
+            }
+        }
         let target = match view::area(&path) {
             view::Area::Logs(Some(n)) if !is_lockish(n) && crate::fs::write::valid_ref_name(n) => {
                 g.w.note_new_log(n);
@@ -423,6 +495,23 @@ impl Shared {
         let kind = match target {
             Target::Log { .. } => Kind::Log,
             _ => {
+                if g.w.files.len() >= SCRATCH_FILES_MAX {
+                    return Err(refuse(
+                        "create",
+                        &path,
+                        Refusal {
+                            errno: libc::ENOSPC,
+                            reason: format!(
+                                "{SCRATCH_FILES_MAX} lock and scratch files exist already"
+                            ),
+                        },
+                    ));
+                }
+                if matches!(target, Target::Scratch) {
+                    let Inner { w, src, .. } = &mut *g;
+                    w.note_lock(src.as_mut(), &path)
+                        .map_err(|r| refuse("create", &path, r))?;
+                }
                 g.w.files.insert(path.clone(), Vec::new());
                 Kind::Scratch
             }
@@ -432,41 +521,90 @@ impl Shared {
             target,
             data: Vec::new(),
             dirty: false,
+            failed: false,
         });
         let ino = g.inodes.remember(parent, name, &path, kind, None);
         Ok((self.attr_of(&g, ino, kind, 0), fh))
     }
 
-    pub(crate) fn write(&self, fh: u64, offset: u64, data: &[u8], flags: i32) -> Result<u32, i32> {
+    pub(crate) fn write(
+        &self,
+        fh: u64,
+        offset: u64,
+        data: &[u8],
+        flags: i32,
+        pid: u32,
+    ) -> Result<u32, i32> {
+        let actor = self.tgid(pid);
         let mut g = self.lock();
         let g = &mut *g;
+        let total = g.w.scratch_bytes();
         let Some(Handle::Write {
             path,
             target,
             data: buf,
             dirty,
+            ..
         }) = g.handles.get_mut(&fh)
         else {
             return Err(libc::EBADF);
         };
         let n = u32::try_from(data.len()).map_err(|_| libc::EFBIG)?;
+        let append = flags & libc::O_APPEND != 0;
         match target {
             Target::Log { name } => {
                 let name = name.clone();
                 let path = path.clone();
+                g.w.actor = actor;
                 g.w.append_log(&name, data)
                     .map_err(|r| refuse("append", &path, r))?;
                 g.after_staging(&self.cv, self.batch.max);
                 return Ok(n);
             }
             Target::Scratch => {
+                let hash = g.w.hash;
                 let Some(content) = g.w.files.get_mut(path.as_slice()) else {
                     return Err(libc::ENOENT);
                 };
-                splice(content, offset, data, flags & libc::O_APPEND != 0)?;
+                let limit = scratch_limit(path);
+                let old_len = content.len();
+                let mut next = std::mem::take(content);
+                let r = splice(&mut next, offset, data, append, limit, total - old_len);
+                let r = r.and_then(|()| {
+                    check_ref_prefix(path, &next, hash).map_err(|why| {
+                        refuse(
+                            "write",
+                            path,
+                            Refusal {
+                                errno: libc::EINVAL,
+                                reason: why,
+                            },
+                        )
+                    })
+                });
+                match r {
+                    Ok(()) => *content = next,
+                    Err(e) => {
+                        next.truncate(old_len);
+                        *content = next;
+                        return Err(e);
+                    }
+                }
             }
             Target::Ref { .. } => {
-                splice(buf, offset, data, flags & libc::O_APPEND != 0)?;
+                let mut next = buf.clone();
+                splice(&mut next, offset, data, append, REF_FILE_MAX, 0)?;
+                check_ref_prefix(path, &next, g.w.hash).map_err(|why| {
+                    refuse(
+                        "write",
+                        path,
+                        Refusal {
+                            errno: libc::EINVAL,
+                            reason: why,
+                        },
+                    )
+                })?;
+                *buf = next;
                 *dirty = true;
             }
         }
@@ -474,46 +612,99 @@ impl Shared {
     }
 
     /// `flush` (every close): a ref written in place is committed here, so that close()
-    /// reports a refusal.
-    pub(crate) fn flush(&self, fh: u64) -> Result<(), i32> {
+    /// reports a refusal; EIO if an edit staged through this file could not be written.
+    pub(crate) fn flush(&self, fh: u64, pid: u32) -> Result<(), i32> {
+        let actor = self.tgid(pid);
         let mut g = self.lock();
+        // Every close of the handle reports it (a forked child's close of an inherited
+        // descriptor sends a flush too).
+        if let Some(Handle::Write { failed: true, .. }) = g.handles.get(&fh) {
+            return Err(libc::EIO);
+        }
+        g.w.actor = actor;
         g.commit_direct(fh, &self.cv, self.batch.max)
     }
 
-    pub(crate) fn fsync(&self, fh: u64) -> Result<(), i32> {
-        {
+    /// `fsync` of a file: commits a ref written in place, then waits until everything
+    /// staged so far is written. EIO if an edit the calling process staged could not be
+    /// written (reported once), or if this file's handle saw such a failure.
+    pub(crate) fn fsync(&self, fh: u64, pid: u32) -> Result<(), i32> {
+        let actor = self.tgid(pid);
+        let handle_failed = {
             let mut g = self.lock();
+            g.w.actor = actor;
             g.commit_direct(fh, &self.cv, self.batch.max)?;
+            matches!(g.handles.get(&fh), Some(Handle::Write { failed: true, .. }))
+        };
+        let own = self.sync_for(actor);
+        if handle_failed {
+            return Err(libc::EIO);
         }
-        self.flush_all()
+        own
     }
 
-    pub(crate) fn truncate(&self, ino: u64, fh: Option<u64>, size: u64) -> Result<(), i32> {
+    /// Waits until everything staged so far is written (group commit), then reports the
+    /// failures of process `actor`'s edits (EIO, once).
+    pub(crate) fn sync_for(&self, actor: u32) -> Result<(), i32> {
+        let mut g = self.wait_written()?;
+        match g.proc_failures.remove(&actor) {
+            Some(f) if f.start == proc_start_time(actor) => {
+                drop(g);
+                let names: Vec<_> = f.names.iter().map(|n| String::from_utf8_lossy(n)).collect();
+                eprintln!(
+                    "reftablefs: fsync by process {actor}: EIO, its updates of {} were not \
+                     written (logged above)",
+                    names.join(", ")
+                );
+                Err(libc::EIO)
+            }
+            _ => Ok(()),
+        }
+    }
+
+    pub(crate) fn truncate(
+        &self,
+        ino: u64,
+        fh: Option<u64>,
+        size: u64,
+        pid: u32,
+    ) -> Result<(), i32> {
         if self.read_only() {
             return Err(libc::EROFS);
         }
+        let actor = self.tgid(pid);
         let mut g = self.lock();
         let g = &mut *g;
         g.inodes.suspect(ino);
-        let size = usize::try_from(size).map_err(|_| libc::EFBIG)?;
+        let total = g.w.scratch_bytes();
         if let Some(Handle::Write {
             path,
             target,
             data,
             dirty,
+            ..
         }) = fh.and_then(|f| g.handles.get_mut(&f))
         {
             match target {
                 Target::Scratch => {
                     if let Some(c) = g.w.files.get_mut(path.as_slice()) {
-                        c.resize(size, 0);
+                        let others = total - c.len();
+                        resize_bounded(c, size, scratch_limit(path), others)?;
                     }
                 }
                 Target::Ref { .. } => {
-                    data.resize(size, 0);
+                    resize_bounded(data, size, REF_FILE_MAX, 0)?;
                     *dirty = true;
                 }
-                Target::Log { .. } if size == 0 => {}
+                // A reflog emptied in place (dulwich rewrites one through a read-write
+                // handle: truncate, then write the lines it keeps): the reflog stays,
+                // empty, and what is written next is appended.
+                Target::Log { name } if size == 0 => {
+                    let name = name.clone();
+                    g.w.actor = actor;
+                    g.w.replace_log(&name, Vec::new());
+                    g.after_staging(&self.cv, self.batch.max);
+                }
                 Target::Log { .. } => return Err(libc::EINVAL),
             }
             return Ok(());
@@ -522,7 +713,8 @@ impl Shared {
         match kind {
             Kind::Scratch => {
                 if let Some(c) = g.w.files.get_mut(&path) {
-                    c.resize(size, 0);
+                    let others = total - c.len();
+                    resize_bounded(c, size, scratch_limit(&path), others)?;
                 }
                 Ok(())
             }
@@ -578,32 +770,48 @@ impl Shared {
         self.wake_fd
     }
 
-    /// Answers a read of an open file from its content as of `open`.
-    pub(crate) fn read_file<R>(
+    /// The bytes a read of an open file returns: a read handle answers from its content
+    /// as of `open`; a read-write handle (a reflog opened `rb+`) from the file as it is
+    /// now through the overlay.
+    pub(crate) fn read_file(
         &self,
         ino: u64,
         fh: u64,
         offset: u64,
         size: u32,
-        f: impl FnOnce(Result<&[u8], i32>) -> R,
-    ) -> R {
+    ) -> Result<Vec<u8>, i32> {
         let mut g = self.lock();
-        let fp = match g.handles.get(&fh) {
-            Some(Handle::File { fp, .. }) => *fp,
-            _ => return f(Err(libc::EBADF)),
+        let slice = |data: &[u8]| -> Vec<u8> {
+            let start = usize::try_from(offset)
+                .unwrap_or(usize::MAX)
+                .min(data.len());
+            let end = start.saturating_add(size as usize).min(data.len());
+            data.get(start..end).unwrap_or_default().to_vec()
         };
-        if let Some(fp) = fp {
-            g.inodes.pages_filled(ino, fp);
-        }
         match g.handles.get(&fh) {
-            Some(Handle::File { data, .. }) => {
-                let start = usize::try_from(offset)
-                    .unwrap_or(usize::MAX)
-                    .min(data.len());
-                let end = start.saturating_add(size as usize).min(data.len());
-                f(Ok(data.get(start..end).unwrap_or_default()))
+            Some(Handle::File { fp, data }) => {
+                let (fp, out) = (*fp, slice(data));
+                if let Some(fp) = fp {
+                    g.inodes.pages_filled(ino, fp);
+                }
+                Ok(out)
             }
-            _ => f(Err(libc::EBADF)),
+            Some(Handle::Write {
+                target: Target::Ref { .. },
+                data,
+                ..
+            }) => Ok(slice(data)),
+            Some(Handle::Write { path, target, .. }) => {
+                let kind = match target {
+                    Target::Log { .. } => Kind::Log,
+                    _ => Kind::Scratch,
+                };
+                let path = path.clone();
+                let mut buf = Vec::new();
+                g.render(&path, kind, &mut buf)?;
+                Ok(slice(&buf))
+            }
+            _ => Err(libc::EBADF),
         }
     }
 
@@ -627,24 +835,37 @@ impl Shared {
         }
     }
 
-    pub(crate) fn unlink(&self, parent: u64, name: &[u8]) -> Result<(), i32> {
+    pub(crate) fn unlink(&self, parent: u64, name: &[u8], pid: u32) -> Result<(), i32> {
         if self.read_only() {
             return Err(libc::EROFS);
         }
+        let actor = self.tgid(pid);
         let mut g = self.lock();
         g.fresh()?;
         let path = g.child_path(parent, name)?;
         let kind = g.classify(&path)?.ok_or(libc::ENOENT)?;
+        if path == b"HEAD" && kind == Kind::Ref {
+            return Err(refuse(
+                "unlink",
+                &path,
+                Refusal {
+                    errno: libc::EPERM,
+                    reason: "HEAD is never deleted (git would no longer see a repository)".into(),
+                },
+            ));
+        }
         let Inner { w, src, .. } = &mut *g;
+        w.actor = actor;
         let r = match kind {
             Kind::Scratch => {
                 w.files.remove(&path);
+                w.locks.remove(&path);
                 Ok(())
             }
             Kind::Ref => w.unlink_ref(src.as_mut(), &path),
             Kind::Log => {
                 let n = path.get(5..).unwrap_or_default().to_vec();
-                w.replace_log(&n, Vec::new());
+                w.delete_log(&n);
                 Ok(())
             }
             Kind::Dir => return Err(libc::EISDIR),
@@ -720,12 +941,15 @@ impl Shared {
         name: &[u8],
         newparent: u64,
         newname: &[u8],
+        pid: u32,
     ) -> Result<(), i32> {
         if self.read_only() {
             return Err(libc::EROFS);
         }
+        let actor = self.tgid(pid);
         let mut g = self.lock();
         g.fresh()?;
+        g.w.actor = actor;
         let from = g.child_path(parent, name)?;
         let to = g.child_path(newparent, newname)?;
         let kind = g.classify(&from)?.ok_or(libc::ENOENT)?;
@@ -746,11 +970,11 @@ impl Shared {
     }
 
     /// Seals the open batch and waits until everything staged so far is written
-    /// (group commit: every waiter shares the next batch). EIO if a batch failed.
-    pub fn flush_all(&self) -> Result<(), i32> {
+    /// (group commit: every waiter shares the next batch). Returns the state lock; EIO
+    /// if the batcher is gone with batches unwritten.
+    fn wait_written(&self) -> Result<MutexGuard<'_, Inner>, i32> {
         let mut g = self.lock();
         let target = g.w.seal_all();
-        let first_unwritten = g.durable_seq + 1;
         g.flush_requested = true;
         self.cv.notify_all();
         while g.durable_seq < target && !self.batcher_gone.load(Ordering::SeqCst) {
@@ -763,10 +987,19 @@ impl Shared {
         if g.durable_seq < target {
             return Err(libc::EIO);
         }
-        if first_unwritten <= target && g.failed.range(first_unwritten..=target).next().is_some() {
-            return Err(libc::EIO);
+        Ok(g)
+    }
+
+    /// Writes everything staged (unmount): EIO if a batch written meanwhile failed in
+    /// part or whole (each failure was logged).
+    pub fn flush_all(&self) -> Result<(), i32> {
+        let first_unwritten = self.lock().durable_seq + 1;
+        let g = self.wait_written()?;
+        if g.failed.range(first_unwritten..).next().is_some() {
+            Err(libc::EIO)
+        } else {
+            Ok(())
         }
-        Ok(())
     }
 
     /// What the kernel holds that went stale since it was looked up or read: (parent
@@ -858,17 +1091,56 @@ fn is_lockish(name: &[u8]) -> bool {
     name.ends_with(b".lock") || name.ends_with(b".new")
 }
 
-/// Writes `data` into `buf` at `offset` (or at the end for O_APPEND).
-fn splice(buf: &mut Vec<u8>, offset: u64, data: &[u8], append: bool) -> Result<(), i32> {
+/// Largest ref file, ref lock or in-place ref write (a ref holds a few hundred bytes).
+pub const REF_FILE_MAX: usize = 64 << 10;
+/// Largest other scratch file (`packed-refs.new` of 1M refs is about 100 MB, a reflog
+/// moved through a temporary name, files of the git directory such as `COMMIT_EDITMSG`).
+pub const SCRATCH_FILE_MAX: usize = 256 << 20;
+/// All scratch files together.
+pub const SCRATCH_TOTAL_MAX: usize = 512 << 20;
+/// Number of scratch files (locks and others) at most.
+pub const SCRATCH_FILES_MAX: usize = 1 << 16;
+
+/// The size limit of scratch file `path`: a ref's lock is a ref file.
+fn scratch_limit(path: &[u8]) -> usize {
+    let base = path.strip_suffix(b".lock").unwrap_or(path);
+    if crate::fs::write::valid_ref_name(base) {
+        REF_FILE_MAX
+    } else {
+        SCRATCH_FILE_MAX
+    }
+}
+
+/// Refuses content written into a ref file or a ref's lock that can no longer become a
+/// valid ref value (shells ignore errors from `close`, so `write` must say it).
+fn check_ref_prefix(path: &[u8], data: &[u8], hash: HashKind) -> Result<(), String> {
+    let base = path.strip_suffix(b".lock").unwrap_or(path);
+    if !crate::fs::write::valid_ref_name(base) {
+        return Ok(());
+    }
+    crate::fs::write::ref_content_prefix_ok(data, hash)
+}
+
+/// Writes `data` into `buf` at `offset` (or at the end for O_APPEND), refusing (EFBIG)
+/// a file beyond `limit` or beyond the total scratch budget (`others`: bytes held by
+/// the other scratch files).
+fn splice(
+    buf: &mut Vec<u8>,
+    offset: u64,
+    data: &[u8],
+    append: bool,
+    limit: usize,
+    others: usize,
+) -> Result<(), i32> {
     let at = if append {
         buf.len()
     } else {
         usize::try_from(offset).map_err(|_| libc::EFBIG)?
     };
-    if at > (64 << 20) {
+    let end = at.checked_add(data.len()).ok_or(libc::EFBIG)?;
+    if end > limit || others.saturating_add(end) > SCRATCH_TOTAL_MAX {
         return Err(libc::EFBIG);
     }
-    let end = at + data.len();
     if buf.len() < end {
         buf.resize(end, 0);
     }
@@ -878,7 +1150,59 @@ fn splice(buf: &mut Vec<u8>, offset: u64, data: &[u8], append: bool) -> Result<(
     Ok(())
 }
 
+/// `truncate`/`ftruncate` of a scratch file or in-place ref write, bounded as [`splice`].
+fn resize_bounded(buf: &mut Vec<u8>, size: u64, limit: usize, others: usize) -> Result<(), i32> {
+    let size = usize::try_from(size).map_err(|_| libc::EFBIG)?;
+    if size > limit || others.saturating_add(size) > SCRATCH_TOTAL_MAX {
+        return Err(libc::EFBIG);
+    }
+    buf.resize(size, 0);
+    buf.shrink_to(size.max(64));
+    Ok(())
+}
+
 impl Inner {
+    /// An edit could not be written: the processes that staged it get EIO from their
+    /// next `fsync` (a process that is gone has no one to tell), and so does the next
+    /// `close` of every file still open on its ref, lock or reflog.
+    pub(crate) fn record_failure(&mut self, edit: &crate::fs::source::BatchEdit) {
+        for &pid in &edit.pids {
+            let Some(start) = (pid != 0).then(|| proc_start_time(pid)).flatten() else {
+                continue;
+            };
+            if !self.proc_failures.contains_key(&pid)
+                && self.proc_failures.len() >= PROC_FAILURES_MAX
+            {
+                if let Some(&old) = self.proc_failures.keys().next() {
+                    self.proc_failures.remove(&old);
+                    eprintln!(
+                        "reftablefs: too many processes with unreported failures: \
+                         process {old} will not be told by fsync"
+                    );
+                }
+            }
+            let f = self.proc_failures.entry(pid).or_default();
+            if f.start != Some(start) {
+                f.start = Some(start);
+                f.names.clear();
+            }
+            if f.names.len() < 64 {
+                f.names.push(edit.name.clone());
+            }
+        }
+        let name = &edit.name;
+        for h in self.handles.values_mut() {
+            if let Handle::Write { path, failed, .. } = h {
+                let same = path == name
+                    || path.strip_suffix(b".lock") == Some(name.as_slice())
+                    || path.strip_prefix(b"logs/") == Some(name.as_slice());
+                if same {
+                    *failed = true;
+                }
+            }
+        }
+    }
+
     pub(crate) fn refresh(&mut self) -> Result<Option<u64>, i32> {
         if let Err(e) = self.src.reload() {
             let msg = e.to_string();
@@ -902,9 +1226,12 @@ impl Inner {
             self.changed_at = SystemTime::now();
             if self.src.last_change_external() {
                 self.needs_invalidation = true;
+                // Another writer: packed entries it contradicts would resurface on `rm`.
+                // (The mount's own batches leave the packed layer as a files backend
+                // leaves packed-refs: shadowed by loose values.)
+                let Inner { w, src, .. } = self;
+                w.revalidate_packed(src.as_mut());
             }
-            let Inner { w, src, .. } = self;
-            w.revalidate_packed(src.as_mut());
             return Ok(Some(gen));
         }
         Ok(None)
@@ -1079,6 +1406,7 @@ impl Inner {
             target,
             data,
             dirty: trunc,
+            failed: false,
         }))
     }
 
@@ -1089,6 +1417,7 @@ impl Inner {
             target: Target::Ref { name, placeholder },
             data,
             dirty,
+            ..
         }) = self.handles.get_mut(&fh)
         else {
             return Ok(());
@@ -1159,6 +1488,9 @@ impl Inner {
                     w.replace_log(n, entries);
                 } else if let Some(n) = to_ref {
                     let v = w.parse_ref_content(&content)?;
+                    if from.strip_suffix(b".lock") == Some(n) {
+                        w.check_lock_base(src, from)?;
+                    }
                     w.commit_ref(src, n, v)?;
                 } else if to_kind.is_none_or(is_scratch_kind) {
                     w.files.insert(to.to_vec(), content);
@@ -1166,6 +1498,7 @@ impl Inner {
                     return Err(bad("cannot replace this file with a scratch file"));
                 }
                 w.files.remove(from);
+                w.locks.remove(from);
                 Ok(())
             }
             Kind::Log => {
@@ -1174,13 +1507,13 @@ impl Inner {
                 w.render_log(src, &name, &mut text)?;
                 if let Some(n) = to_log {
                     let entries = w.parse_log_text(&text)?;
-                    w.replace_log(&name, Vec::new());
+                    w.delete_log(&name);
                     w.replace_log(n, entries);
                 } else if to_kind.is_none_or(is_scratch_kind)
                     && !matches!(view::area(to), view::Area::Refs(_))
                 {
                     w.files.insert(to.to_vec(), text);
-                    w.replace_log(&name, Vec::new());
+                    w.delete_log(&name);
                 } else {
                     return Err(bad(
                         "a reflog can only move to another reflog or a temporary name",

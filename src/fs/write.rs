@@ -94,12 +94,32 @@ pub struct Pending {
 }
 
 /// A pending reflog state of one ref: `base` replaces the stack's entries (a rewrite or
-/// deletion) when set; `appended` lines follow (oldest first).
+/// deletion, carried by batch `base_seq`) when set; `appended` lines follow (oldest
+/// first, each with the batch that carries it). `deleted`: the reflog was removed
+/// (`unlink logs/x`, a move away); a reflog rewritten to nothing still exists (an empty
+/// file), as in the files backend. Each part is dropped once its batch is written (the
+/// stack then shows it), the whole entry once batch `seq` is.
 #[derive(Clone, Debug, Default)]
 pub struct PendingLog {
     pub base: Option<Vec<LogRecord>>,
-    pub appended: Vec<LogRecord>,
+    pub base_seq: u64,
+    pub appended: Vec<(u64, LogRecord)>,
+    pub deleted: bool,
     pub seq: u64,
+}
+
+/// What a lock (`x.lock` created with `O_EXCL`) saw of its ref when it was taken: the
+/// files backend guarantees the holder that nobody else changes the ref until it
+/// renames the lock or unlinks it, so this value is the update's expected old value.
+#[derive(Clone, Debug)]
+pub struct LockBase {
+    /// The ref's name (the lock's path without `.lock`).
+    pub name: Vec<u8>,
+    /// The ref's effective value when the lock was created.
+    pub value: Option<RefValue>,
+    /// A commit point through the mount changed the ref since (a files-backend client
+    /// ignoring the lock: as on disk, its change is simply overwritten by the rename).
+    pub changed_through_mount: bool,
 }
 
 /// One batch under construction or waiting to be written.
@@ -152,12 +172,21 @@ pub struct WriteState {
     pub sealed: std::collections::VecDeque<Batch>,
     /// Highest sequence number handed out.
     pub last_seq: u64,
-    /// The source logs HEAD by itself when HEAD's referent is updated.
-    pub source_logs_head: bool,
-    /// The id HEAD's referent was last set to through the mount, until git's matching
-    /// `logs/HEAD` line arrives (and is then not written twice).
-    head_echo: Option<ObjectId>,
+    /// Ref locks held (by lock path), with what they saw of their ref.
+    pub locks: HashMap<Vec<u8>, LockBase>,
+    /// The process (thread group id, 0 when unknown) whose request is being served: the
+    /// edits it stages record it, so that a failure is reported to it.
+    pub actor: u32,
     rec: RefRecord,
+}
+
+/// A ref value for a log line (`absent` when the ref does not exist).
+fn show_value(v: Option<&RefValue>) -> String {
+    match v {
+        None | Some(RefValue::Deletion) => "absent".into(),
+        Some(RefValue::Val1(id)) | Some(RefValue::Val2 { value: id, .. }) => id.to_string(),
+        Some(RefValue::Symref(t)) => format!("ref: {}", String::from_utf8_lossy(t)),
+    }
 }
 
 /// Splits a mount path into a ref name if it is a ref path (`HEAD`, `refs/…`), not a
@@ -170,12 +199,56 @@ pub fn ref_name_of(path: &[u8]) -> Option<&[u8]> {
     }
 }
 
+/// Whether `data`, written so far into a ref file or a ref's lock, can still become a
+/// valid loose ref (`<hex id>` then whitespace, or `ref: <name>`); the reason if not.
+/// Everything after a NUL is ignored, as git does.
+pub fn ref_content_prefix_ok(data: &[u8], hash: HashKind) -> Result<(), String> {
+    let data = match data.iter().position(|&b| b == 0) {
+        Some(nul) => data.get(..nul).unwrap_or_default(),
+        None => data,
+    };
+    let is_space = |b: u8| matches!(b, b' ' | b'\t' | b'\n' | b'\r' | 0x0b | 0x0c);
+    let hex_len = hash.hex_len();
+    let hex_ok = data.iter().take(hex_len).all(|b| b.is_ascii_hexdigit())
+        && data.get(hex_len).is_none_or(|&b| is_space(b));
+    if hex_ok {
+        return Ok(());
+    }
+    let head = data.get(..data.len().min(4)).unwrap_or_default();
+    if !b"ref:".starts_with(head) {
+        return Err(format!(
+            "content can no longer become a ref value ({hex_len} hex digits or 'ref: <name>')"
+        ));
+    }
+    let rest = data.get(4..).unwrap_or_default();
+    let start = rest
+        .iter()
+        .position(|&b| !is_space(b))
+        .unwrap_or(rest.len());
+    let target = rest.get(start..).unwrap_or_default();
+    let end = target
+        .iter()
+        .position(|&b| is_space(b))
+        .unwrap_or(target.len());
+    let (name, tail) = target.split_at(end);
+    let bad = |b: u8| b < 0x20 || b == 0x7f || b" ~^:?*[\\".contains(&b);
+    if name.iter().any(|&b| bad(b)) || !tail.iter().all(|&b| is_space(b)) {
+        return Err("symbolic ref target can no longer become a valid ref name".into());
+    }
+    Ok(())
+}
+
 /// Whether `name` may be written as a ref (refname rules, `refs/…` or root-ref syntax).
 pub fn valid_ref_name(name: &[u8]) -> bool {
     ref_name_of(name).is_some() && check_for_update(name, true).is_ok()
 }
 
 impl WriteState {
+    /// Bytes held by scratch files.
+    pub fn scratch_bytes(&self) -> usize {
+        self.files.values().map(Vec::len).sum()
+    }
+
     /// Whether the overlay is empty (reads can skip it).
     pub fn is_idle(&self) -> bool {
         self.files.is_empty()
@@ -193,6 +266,8 @@ impl WriteState {
             .or_insert(PendingLog {
                 base: None,
                 appended: Vec::new(),
+                deleted: false,
+                base_seq: seq,
                 seq,
             });
     }
@@ -269,10 +344,7 @@ impl WriteState {
     /// Whether the reflog of `name` exists (as a file) through the overlay.
     fn log_exists(&self, src: &mut dyn RefSource, name: &[u8], buf: &mut Vec<u8>) -> R<bool> {
         if let Some(pl) = self.pending_logs.get(name) {
-            return match &pl.base {
-                Some(base) => Ok(!base.is_empty() || !pl.appended.is_empty()),
-                None => Ok(true),
-            };
+            return Ok(!pl.deleted || !pl.appended.is_empty());
         }
         Ok(src.first_log_at_or_after(name, buf).map_err(source_err)? && buf == name)
     }
@@ -315,7 +387,7 @@ impl WriteState {
                     .pending_logs
                     .range(name_sub.to_vec()..)
                     .take_while(|(n, _)| n.starts_with(name_sub))
-                    .any(|(_, pl)| pl.base.is_none() || !pl.appended.is_empty());
+                    .any(|(_, pl)| !pl.deleted || !pl.appended.is_empty());
                 if pending_below {
                     return Ok(Some(Kind::Dir));
                 }
@@ -409,11 +481,7 @@ impl WriteState {
                 let logs: Vec<Vec<u8>> = self
                     .pending_logs
                     .iter()
-                    .filter(|(n, pl)| {
-                        n.starts_with(lp)
-                            && (pl.base.as_ref().is_none_or(|b| !b.is_empty())
-                                || !pl.appended.is_empty())
-                    })
+                    .filter(|(n, pl)| n.starts_with(lp) && (!pl.deleted || !pl.appended.is_empty()))
                     .map(|(n, _)| n.clone())
                     .collect();
                 if path.starts_with(b"logs") {
@@ -456,7 +524,7 @@ impl WriteState {
         }
         // `recs` is newest first; pending appends are newer still.
         if let Some(pl) = pl {
-            for a in &pl.appended {
+            for (_, a) in &pl.appended {
                 recs.insert(0, a.clone());
             }
         }
@@ -521,6 +589,11 @@ impl WriteState {
         for e in waiting {
             if let Some(pl) = self.pending_logs.get_mut(&e.name) {
                 pl.seq = seq;
+                for (s, _) in pl.appended.iter_mut() {
+                    if *s == seq - 1 {
+                        *s = seq;
+                    }
+                }
             }
             if let Some(t) = awaiting.get(&e.name) {
                 self.open.awaiting.insert(e.name.clone(), *t);
@@ -546,6 +619,7 @@ impl WriteState {
             let e = &self.open.edits[i];
             let own_line = self.open.awaiting.contains_key(name);
             let clash = e.replace_logs
+                || e.delete_log
                 || (wants_value && (e.new.is_some() || (!e.logs.is_empty() && !own_line)))
                 // A line is appended before its own commit point: never onto a value.
                 || (wants_log && (!e.logs.is_empty() || e.new.is_some()));
@@ -560,6 +634,18 @@ impl WriteState {
             ..Default::default()
         });
         self.open.index.insert(name.to_vec(), i);
+        i
+    }
+
+    /// [`Self::edit_slot`], recording the serving process as one that staged the edit.
+    fn edit_for(&mut self, name: &[u8], wants_value: bool, wants_log: bool) -> usize {
+        let i = self.edit_slot(name, wants_value, wants_log);
+        let actor = self.actor;
+        if let Some(e) = self.open.edits.get_mut(i) {
+            if !e.pids.contains(&actor) {
+                e.pids.push(actor);
+            }
+        }
         i
     }
 
@@ -614,7 +700,9 @@ impl WriteState {
     }
 
     /// A commit point: `name` takes `value` (a rename of a lock, a direct write, an unlink).
-    /// Validates first; on refusal nothing changes.
+    /// Validates first; on refusal nothing changes. The update's reflog entry is only
+    /// what the writer appended to `logs/<name>` (as in the files backend, a ref written
+    /// without a line gets no entry, and a deleted ref keeps its reflog).
     pub fn commit_ref(&mut self, src: &mut dyn RefSource, name: &[u8], value: RefValue) -> R<()> {
         let old = self.effective(src, name)?;
         if !matches!(value, RefValue::Deletion) {
@@ -624,6 +712,24 @@ impl WriteState {
                 check_for_update(name, true)
                     .map_err(|e| Refusal::new(libc::EINVAL, e.to_string()))?;
             }
+            if name == b"HEAD" {
+                if let RefValue::Symref(t) = &value {
+                    if !t.starts_with(b"refs/") {
+                        return Err(Refusal::new(
+                            libc::EINVAL,
+                            format!(
+                                "refusing to point HEAD outside of refs/ ('{}')",
+                                String::from_utf8_lossy(t)
+                            ),
+                        ));
+                    }
+                }
+            }
+        }
+        let mut lock = name.to_vec();
+        lock.extend_from_slice(b".lock");
+        if let Some(l) = self.locks.get_mut(&lock) {
+            l.changed_through_mount = true;
         }
         let unchanged = match (&old, &value) {
             (None, RefValue::Deletion) => true,
@@ -631,84 +737,67 @@ impl WriteState {
             _ => false,
         };
         if unchanged {
-            // Same value: nothing to write, but the update still gets its reflog entry
-            // (unless the writer appended one itself, which is already staged).
-            if let RefValue::Val1(id) = &value {
-                // A line the writer appended just before this commit point is this
-                // update's own entry.
-                let has_line = self.open.awaiting.remove(name).is_some();
-                if !has_line && self.log.log_all.autocreates(name) {
-                    let rec = self.generated_log(name, *id, *id);
-                    let i = self.edit_slot(name, false, true);
-                    let seq = self.open.seq;
-                    self.open.edits[i].logs.push(rec.clone());
-                    let pl = self.pending_logs.entry(name.to_vec()).or_default();
-                    pl.appended.push(rec);
-                    pl.seq = seq;
-                }
-            }
+            // Nothing to write; a line the writer appended just before stays the
+            // log-only edit it is.
+            self.open.awaiting.remove(name);
             return Ok(());
         }
-        // Keep a loose-over-packed value consistent: a new loose value shadows the packed
-        // one, which stays listed in packed-refs as git would leave it.
-        let i = self.edit_slot(name, true, false);
+        let i = self.edit_for(name, true, false);
         self.open.awaiting.remove(name);
         let seq = self.open.seq;
         let e = &mut self.open.edits[i];
         e.new = Some(value.clone());
-        e.expected_old = old.clone();
-        if e.logs.is_empty() && !matches!(value, RefValue::Deletion) {
-            if let (RefValue::Val1(new_id), true) = (&value, self.log.log_all.autocreates(name)) {
-                let old_id = match &old {
-                    Some(RefValue::Val1(id)) | Some(RefValue::Val2 { value: id, .. }) => *id,
-                    _ => self.hash.null_id(),
-                };
-                let rec = self.generated_log(name, old_id, *new_id);
-                self.open.edits[i].logs.push(rec);
-            }
-        }
-        let e = &mut self.open.edits[i];
-        if matches!(value, RefValue::Deletion) {
-            e.logs.clear();
-            self.pending_logs.insert(
-                name.to_vec(),
-                PendingLog {
-                    base: Some(Vec::new()),
-                    appended: Vec::new(),
-                    seq,
-                },
-            );
-        }
-        if let RefValue::Val1(id) | RefValue::Val2 { value: id, .. } = &value {
-            let head = self.pending.get(&b"HEAD"[..]).map(|p| p.value.clone());
-            let head = match head {
-                Some(v) => Some(v),
-                None => crate::fs::source::read_ref(src, b"HEAD", &mut self.rec)
-                    .ok()
-                    .and_then(|found| found.then(|| self.rec.value.clone())),
-            };
-            if matches!(head, Some(RefValue::Symref(t)) if t == name) {
-                self.head_echo = Some(*id);
-            }
-        }
+        e.expected_old = old;
         self.pending.insert(name.to_vec(), Pending { value, seq });
         Ok(())
     }
 
-    /// A reflog entry for an update that came without a line of its own.
-    fn generated_log(&self, name: &[u8], old_id: ObjectId, new_id: ObjectId) -> LogRecord {
-        let (time, tz) = crate::repo::now_with_local_tz();
-        LogRecord {
-            refname: name.to_vec(),
-            old_id,
-            new_id,
-            name: self.log.name.clone(),
-            email: self.log.email.clone(),
-            time,
-            tz_offset: tz,
-            message: b"reftablefs: updated through the mount\n".to_vec(),
-            ..Default::default()
+    /// A lock was created (`open(x.lock, O_CREAT|O_EXCL)`): if `x` is a ref name,
+    /// remember what the ref is now (see [`LockBase`]).
+    pub fn note_lock(&mut self, src: &mut dyn RefSource, lock_path: &[u8]) -> R<()> {
+        let Some(name) = lock_path.strip_suffix(b".lock") else {
+            return Ok(());
+        };
+        if !valid_ref_name(name) {
+            return Ok(());
         }
+        let value = self.effective(src, name)?;
+        self.locks.insert(
+            lock_path.to_vec(),
+            LockBase {
+                name: name.to_vec(),
+                value,
+                changed_through_mount: false,
+            },
+        );
+        Ok(())
+    }
+
+    /// A lock is renamed onto its ref: unless a commit point through the mount changed
+    /// the ref meanwhile, the ref must still have the value it had when the lock was
+    /// taken. Otherwise another writer (git on the stack) changed it under the lock:
+    /// `EBUSY`, nothing is written, the lock stays.
+    pub fn check_lock_base(&mut self, src: &mut dyn RefSource, lock_path: &[u8]) -> R<()> {
+        let Some(base) = self.locks.get(lock_path).cloned() else {
+            return Ok(());
+        };
+        if base.changed_through_mount {
+            return Ok(());
+        }
+        let now = self.effective(src, &base.name)?;
+        if now != base.value {
+            return Err(Refusal::new(
+                libc::EBUSY,
+                format!(
+                    "another writer changed '{}' while the lock was held: it was {} when \
+                     the lock was taken and is {} now; the update was not written",
+                    String::from_utf8_lossy(&base.name),
+                    show_value(base.value.as_ref()),
+                    show_value(now.as_ref())
+                ),
+            ));
+        }
+        Ok(())
     }
 
     /// `unlink` of a loose ref: loose-over-packed semantics. With a packed value the ref
@@ -732,6 +821,28 @@ impl WriteState {
         }
     }
 
+    /// `unlink(logs/<name>)` or a move of the reflog away: the reflog is deleted.
+    pub fn delete_log(&mut self, name: &[u8]) {
+        if self.open.index.contains_key(name) {
+            self.seal();
+        }
+        let i = self.edit_for(name, false, true);
+        let seq = self.open.seq;
+        let e = &mut self.open.edits[i];
+        e.delete_log = true;
+        self.open.awaiting.remove(name);
+        self.pending_logs.insert(
+            name.to_vec(),
+            PendingLog {
+                base: Some(Vec::new()),
+                appended: Vec::new(),
+                deleted: true,
+                base_seq: seq,
+                seq,
+            },
+        );
+    }
+
     /// A reflog line appended to `logs/<name>`: becomes the log record of the update.
     pub fn append_log(&mut self, name: &[u8], data: &[u8]) -> R<usize> {
         let mut recs = Vec::new();
@@ -742,31 +853,21 @@ impl WriteState {
         }
         for mut rec in recs {
             rec.refname = name.to_vec();
-            if name == b"HEAD" && self.source_logs_head && self.head_echo == Some(rec.new_id) {
-                // The stack writes this HEAD entry itself with the referent's update;
-                // show it until then, but do not write it twice.
-                self.head_echo = None;
-                let seq = self.open.seq;
-                let pl = self.pending_logs.entry(name.to_vec()).or_default();
-                pl.appended.push(rec);
-                pl.seq = seq;
-                continue;
-            }
-            let i = self.edit_slot(name, false, true);
+            let i = self.edit_for(name, false, true);
             let seq = self.open.seq;
             self.open.edits[i].logs.push(rec.clone());
             self.open
                 .awaiting
                 .insert(name.to_vec(), std::time::Instant::now());
             let pl = self.pending_logs.entry(name.to_vec()).or_default();
-            pl.appended.push(rec);
+            pl.appended.push((seq, rec));
             pl.seq = seq;
         }
         Ok(data.len())
     }
 
-    /// Replaces the whole reflog of `name` (a rewrite through `logs/x.lock`, a move, or a
-    /// deletion with `entries` empty). `entries` are oldest first.
+    /// Replaces the whole reflog of `name` (a rewrite through `logs/x.lock`, the target of
+    /// a move). `entries` are oldest first; with none the reflog stays, empty.
     pub fn replace_log(&mut self, name: &[u8], entries: Vec<LogRecord>) {
         let mut base: Vec<LogRecord> = entries;
         for (i, r) in base.iter_mut().enumerate() {
@@ -776,7 +877,7 @@ impl WriteState {
         if self.open.index.contains_key(name) {
             self.seal();
         }
-        let i = self.edit_slot(name, false, true);
+        let i = self.edit_for(name, false, true);
         let seq = self.open.seq;
         let e = &mut self.open.edits[i];
         e.replace_logs = true;
@@ -787,6 +888,8 @@ impl WriteState {
             PendingLog {
                 base: Some(base),
                 appended: Vec::new(),
+                deleted: false,
+                base_seq: seq,
                 seq,
             },
         );
@@ -840,6 +943,13 @@ impl WriteState {
     pub fn batch_done(&mut self, seq: u64, conflicted: &[Vec<u8>]) {
         self.pending.retain(|_, p| p.seq > seq);
         self.pending_logs.retain(|_, p| p.seq > seq);
+        for pl in self.pending_logs.values_mut() {
+            pl.appended.retain(|(s, _)| *s > seq);
+            if pl.base_seq <= seq {
+                pl.base = None;
+                pl.deleted = false;
+            }
+        }
         for n in conflicted {
             self.pending.remove(n);
             self.pending_logs.remove(n);
@@ -926,11 +1036,11 @@ mod tests {
         assert_eq!(m.commits, 1, "one table for the whole batch");
         assert_eq!(m.refs.get(&b"refs/heads/main"[..]), Some(&v));
         assert!(w.pending.is_empty());
-        // A generated reflog entry for a branch (logAllRefUpdates=true).
+        // As in the files backend, an update that came without a reflog line gets no
+        // reflog entry.
         let mut logs = Vec::new();
         m.read_log(b"refs/heads/main", &mut logs).unwrap();
-        assert_eq!(logs.len(), 1);
-        assert_eq!(logs[0].old_id, id(1));
+        assert!(logs.is_empty(), "invented reflog entry: {logs:?}");
     }
 
     #[test]
@@ -1170,11 +1280,127 @@ mod tests {
         flush(&mut w, &mut m);
         w.render_log(&mut m, b"refs/heads/topic", &mut out).unwrap();
         assert_eq!(String::from_utf8(out.clone()).unwrap(), text);
+        // Rewritten to nothing (reflog expire, stash pop of the last entry): the reflog
+        // stays, empty, before and after the batch.
         w.replace_log(b"refs/heads/topic", Vec::new());
+        for _ in 0..2 {
+            assert_eq!(
+                w.classify(&mut m, &mut s, b"logs/refs/heads/topic")
+                    .unwrap(),
+                Some(Kind::Log)
+            );
+            w.render_log(&mut m, b"refs/heads/topic", &mut out).unwrap();
+            assert!(out.is_empty());
+            flush(&mut w, &mut m);
+        }
+        // Only removing the reflog file deletes it.
+        w.delete_log(b"refs/heads/topic");
+        for _ in 0..2 {
+            assert_eq!(
+                w.classify(&mut m, &mut s, b"logs/refs/heads/topic")
+                    .unwrap(),
+                None
+            );
+            flush(&mut w, &mut m);
+        }
+    }
+
+    #[test]
+    fn deleting_a_ref_keeps_its_reflog() {
+        let (mut m, mut w, mut s) = setup();
+        let line = format!("{} {} A <a@b> 1700000000 +0000\tone\n", hex(0), hex(2));
+        w.append_log(b"refs/heads/topic", line.as_bytes()).unwrap();
+        flush(&mut w, &mut m);
+        w.unlink_ref(&mut m, b"refs/heads/topic").unwrap();
+        flush(&mut w, &mut m);
+        assert!(!m.refs.contains_key(&b"refs/heads/topic"[..]));
         assert_eq!(
             w.classify(&mut m, &mut s, b"logs/refs/heads/topic")
                 .unwrap(),
-            None
+            Some(Kind::Log),
+            "unlinking a ref deleted its reflog (libgit2's branch rename moves it after)"
         );
+        let mut out = Vec::new();
+        w.render_log(&mut m, b"refs/heads/topic", &mut out).unwrap();
+        assert_eq!(
+            String::from_utf8(out).unwrap(),
+            line.replace(&hex(0), &"0".repeat(40))
+        );
+    }
+
+    #[test]
+    fn no_invented_entries_and_late_lines_are_the_only_entry() {
+        let (mut m, mut w, _) = setup();
+        // A shell: `mv x.lock x` with no line: no entry.
+        w.commit_ref(&mut m, b"refs/heads/topic", RefValue::Val1(id(7)))
+            .unwrap();
+        // GitPython: lock + rename, then the line.
+        w.commit_ref(&mut m, b"refs/heads/main", RefValue::Val1(id(8)))
+            .unwrap();
+        let line = format!("{} {} A <a@b> 1700000000 +0000\tlate\n", hex(1), hex(8));
+        w.append_log(b"refs/heads/main", line.as_bytes()).unwrap();
+        // A HEAD line for HEAD's referent's update is HEAD's entry, as written.
+        let head = format!("{} {} A <a@b> 1700000000 +0000\tto dev\n", hex(1), hex(8));
+        w.append_log(b"HEAD", head.as_bytes()).unwrap();
+        flush(&mut w, &mut m);
+        let mut logs = Vec::new();
+        m.read_log(b"refs/heads/topic", &mut logs).unwrap();
+        assert!(logs.is_empty(), "{logs:?}");
+        m.read_log(b"refs/heads/main", &mut logs).unwrap();
+        assert_eq!(logs.len(), 1, "{logs:?}");
+        assert_eq!(logs[0].message, b"late\n");
+        m.read_log(b"HEAD", &mut logs).unwrap();
+        assert_eq!(logs.len(), 1, "{logs:?}");
+        assert_eq!(logs[0].message, b"to dev\n");
+    }
+
+    #[test]
+    fn a_lock_expects_the_value_it_saw() {
+        let (mut m, mut w, _) = setup();
+        w.note_lock(&mut m, b"refs/heads/topic.lock").unwrap();
+        // Unchanged: the rename goes through.
+        w.check_lock_base(&mut m, b"refs/heads/topic.lock").unwrap();
+        // Another writer changes the ref under the lock: the rename fails.
+        m.set("refs/heads/topic", RefValue::Val1(id(6)));
+        let e = w
+            .check_lock_base(&mut m, b"refs/heads/topic.lock")
+            .unwrap_err();
+        assert_eq!(e.errno, libc::EBUSY);
+        // A change through the mount itself (a client ignoring the lock) is overwritten
+        // by the rename, as on disk.
+        w.locks.clear();
+        w.note_lock(&mut m, b"refs/heads/topic.lock").unwrap();
+        w.commit_ref(&mut m, b"refs/heads/topic", RefValue::Val1(id(5)))
+            .unwrap();
+        w.check_lock_base(&mut m, b"refs/heads/topic.lock").unwrap();
+    }
+
+    #[test]
+    fn ref_content_prefixes() {
+        let h = HashKind::Sha1;
+        for ok in [
+            &b""[..],
+            b"0123",
+            b"ref",
+            b"ref:",
+            b"ref: refs/heads/x",
+            b"ref: refs/heads/x\n",
+            b"e",
+        ] {
+            assert!(ref_content_prefix_ok(ok, h).is_ok(), "{ok:?}");
+        }
+        let full = format!("{}\n", hex(3));
+        assert!(ref_content_prefix_ok(full.as_bytes(), h).is_ok());
+        for bad in [
+            &b"garbage\n"[..],
+            b"xyz",
+            b"ref: a b",
+            b"ref: refs/heads/a\nb",
+            b"ref: refs/heads/a:b",
+        ] {
+            assert!(ref_content_prefix_ok(bad, h).is_err(), "{bad:?}");
+        }
+        let long = format!("{}0", hex(3));
+        assert!(ref_content_prefix_ok(long.as_bytes(), h).is_err());
     }
 }

@@ -517,6 +517,11 @@ impl TableWriter {
                 self.add_to_block(BLOCK_INDEX, 0)?;
             }
             self.flush_block()?;
+            // A level that holds one record per block does not shrink, and neither would
+            // any level above it (same keys): git's writer loops forever here.
+            if self.index_len >= n {
+                return Err(Error::EntryTooBig);
+            }
         }
         self.index_len = 0;
         let index_blocks = self.stats.index_blocks - before;

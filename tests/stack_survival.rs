@@ -1,0 +1,321 @@
+//! The stack against faults and foreign hands: a failed directory fsync after the commit
+//! keeps the new table; a moved `tables.list` is an error and deletes nothing; a table
+//! file changed on disk is re-read. Integrity is checked with `verify_stack` (what
+//! `reftablefs verify` runs) and the refs' values, read by us and by git.
+
+#[path = "stack_util/mod.rs"]
+mod util;
+
+use std::fs;
+use std::path::Path;
+
+use reftablefs::cli::verify::verify_stack;
+use reftablefs::fsio::{self, Op};
+use reftablefs::stack::{Stack, StackOptions};
+use reftablefs::transaction::RefEdit;
+use reftablefs::{HashKind, ObjectId, RefValue};
+use util::Repo;
+
+fn assert_verifies(dir: &Path) {
+    let rep = verify_stack(dir, HashKind::Sha1).expect("verify runs");
+    assert!(rep.errors.is_empty(), "verify: {:?}", rep.errors);
+}
+
+fn value(st: &mut Stack, name: &str) -> Option<ObjectId> {
+    st.read_ref(name.as_bytes())
+        .expect("read")
+        .and_then(|r| match r.value {
+            RefValue::Val1(id) => Some(id),
+            _ => None,
+        })
+}
+
+fn commit_one(st: &mut Stack, name: &str, id: ObjectId) -> reftablefs::Result<()> {
+    let mut tx = st.transaction();
+    tx.edit(RefEdit::update(name, id));
+    tx.commit().map(|_| ())
+}
+
+/// Index of the first recorded step of kind `op`.
+fn step_of(steps: &[fsio::Step], op: Op) -> usize {
+    steps
+        .iter()
+        .position(|s| s.op == op)
+        .unwrap_or_else(|| panic!("no {op:?} step in {steps:#?}"))
+}
+
+fn listed_tables_exist(dir: &Path) {
+    let list = fs::read_to_string(dir.join("tables.list")).expect("tables.list");
+    for name in list.lines().filter(|l| !l.is_empty()) {
+        assert!(dir.join(name).exists(), "listed table {name} was deleted");
+    }
+}
+
+#[test]
+fn dir_fsync_failure_after_commit_keeps_the_new_table() {
+    let repo = Repo::new(HashKind::Sha1);
+    let ids = repo.commits(2);
+    let mut st = repo.open_with(|o| {
+        o.fsync = true;
+        o.auto_compact = false;
+    });
+    commit_one(&mut st, "refs/heads/a", ids[0]).unwrap();
+    // Where the directory fsync comes in a commit, then fail exactly that call.
+    let (r, steps) = fsio::record(|| commit_one(&mut st, "refs/heads/b", ids[0]));
+    r.unwrap();
+    let at = step_of(&steps, Op::FsyncDir);
+    let (r, _) = fsio::inject(at, libc::EIO, || {
+        commit_one(&mut st, "refs/heads/c", ids[1])
+    });
+    let err = r.expect_err("the failed fsync is reported");
+    assert!(err.to_string().contains("Input/output error"), "{err}");
+    // The list was renamed before the fsync: the new table is listed and kept, and the
+    // stack was re-read.
+    let dir = repo.reftable_dir();
+    listed_tables_exist(&dir);
+    assert_eq!(value(&mut st, "refs/heads/c"), Some(ids[1]));
+    let mut fresh = repo.open();
+    assert_eq!(value(&mut fresh, "refs/heads/c"), Some(ids[1]));
+    assert_eq!(value(&mut fresh, "refs/heads/a"), Some(ids[0]));
+    assert_verifies(&dir);
+    assert_eq!(
+        repo.git(&["rev-parse", "refs/heads/c"]).trim(),
+        ids[1].to_hex()
+    );
+}
+
+#[test]
+fn dir_fsync_failure_after_compaction_keeps_every_table() {
+    let repo = Repo::new(HashKind::Sha1);
+    let ids = repo.commits(3);
+    let mut st = repo.open_with(|o| {
+        o.fsync = true;
+        o.auto_compact = false;
+    });
+    for (i, id) in ids.iter().enumerate() {
+        commit_one(&mut st, &format!("refs/heads/b{i}"), *id).unwrap();
+    }
+    let dir = repo.reftable_dir();
+    let before: Vec<String> = st.table_names().to_vec();
+    // Record on a copy of the stack to find the step, then fail it on the real one.
+    let copy = tempfile::tempdir().unwrap();
+    for e in fs::read_dir(&dir).unwrap() {
+        let e = e.unwrap();
+        fs::copy(e.path(), copy.path().join(e.file_name())).unwrap();
+    }
+    let mut st2 = Stack::open(copy.path(), st.options().clone()).unwrap();
+    let (r, steps) = fsio::record(|| st2.compact_all());
+    assert!(r.unwrap());
+    let at = step_of(&steps, Op::FsyncDir);
+    let (r, _) = fsio::inject(at, libc::EIO, || st.compact_all());
+    r.expect_err("the failed fsync is reported");
+    listed_tables_exist(&dir);
+    assert_eq!(st.table_names().len(), 1, "the stack was re-read");
+    // Not known durable: the replaced tables are kept (clean removes them later).
+    for name in &before {
+        assert!(dir.join(name).exists(), "{name} removed before durability");
+    }
+    assert_verifies(&dir);
+    let mut fresh = repo.open();
+    for (i, id) in ids.iter().enumerate() {
+        assert_eq!(value(&mut fresh, &format!("refs/heads/b{i}")), Some(*id));
+    }
+    st.clean().unwrap();
+    for name in &before {
+        assert!(!dir.join(name).exists(), "clean removes {name}");
+    }
+}
+
+#[test]
+fn missing_tables_list_is_an_error_and_deletes_nothing() {
+    let repo = Repo::new(HashKind::Sha1);
+    let ids = repo.commits(1);
+    let mut st = repo.open_with(|o| o.auto_compact = false);
+    for i in 0..3 {
+        commit_one(&mut st, &format!("refs/heads/b{i}"), ids[0]).unwrap();
+    }
+    let dir = repo.reftable_dir();
+    let saved = repo.path().join("saved.list");
+    fs::rename(dir.join("tables.list"), &saved).unwrap();
+    let files_before = dir_listing(&dir);
+
+    // The open stack: reload and writes fail, naming the file.
+    let err = st.reload().expect_err("missing list is an error");
+    assert!(err.to_string().contains("tables.list"), "{err}");
+    assert!(err.to_string().contains("table(s)"), "{err}");
+    let err = commit_one(&mut st, "refs/heads/new", ids[0]).expect_err("no write");
+    assert!(err.to_string().contains("tables.list"), "{err}");
+    assert!(st.compact_all().is_err());
+    assert!(st.clean().is_err());
+    // A new stack refuses to open.
+    let err = Stack::open(&dir, StackOptions::default()).expect_err("no open");
+    assert!(err.to_string().contains("tables.list"), "{err}");
+    assert_eq!(dir_listing(&dir), files_before, "no table deleted");
+
+    fs::rename(&saved, dir.join("tables.list")).unwrap();
+    st.reload().unwrap();
+    for i in 0..3 {
+        assert_eq!(value(&mut st, &format!("refs/heads/b{i}")), Some(ids[0]));
+    }
+    assert_verifies(&dir);
+    assert_eq!(repo.git_refs().len(), 3);
+}
+
+#[test]
+fn unreadable_tables_list_is_an_error() {
+    let repo = Repo::new(HashKind::Sha1);
+    let ids = repo.commits(1);
+    let mut st = repo.open();
+    commit_one(&mut st, "refs/heads/a", ids[0]).unwrap();
+    let dir = repo.reftable_dir();
+    let list = dir.join("tables.list");
+    let saved = repo.path().join("saved.list");
+    fs::rename(&list, &saved).unwrap();
+    fs::create_dir(&list).unwrap();
+    let err = Stack::open(&dir, StackOptions::default()).expect_err("a directory is no list");
+    assert!(err.to_string().contains("tables.list"), "{err}");
+    fs::remove_dir(&list).unwrap();
+    fs::rename(&saved, &list).unwrap();
+    assert_eq!(value(&mut repo.open(), "refs/heads/a"), Some(ids[0]));
+}
+
+#[test]
+fn fresh_directory_without_list_is_an_empty_stack() {
+    let tmp = tempfile::tempdir().unwrap();
+    let mut st = Stack::open(tmp.path(), StackOptions::default()).unwrap();
+    assert!(st.table_names().is_empty());
+    let id = ObjectId::from_bytes(&[1; 20]).unwrap();
+    commit_one(&mut st, "refs/heads/a", id).unwrap();
+    assert_eq!(value(&mut st, "refs/heads/a"), Some(id));
+}
+
+#[test]
+fn table_changed_on_disk_is_reopened() {
+    let repo = Repo::new(HashKind::Sha1);
+    let ids = repo.commits(1);
+    let mut st = repo.open_with(|o| o.auto_compact = false);
+    commit_one(&mut st, "refs/heads/a", ids[0]).unwrap();
+    let dir = repo.reftable_dir();
+    let name = st.table_names().last().unwrap().clone();
+    let path = dir.join(&name);
+    let good = fs::read(&path).unwrap();
+    // Flip one bit of the object id (the only place its bytes occur in the table).
+    let pos = good
+        .windows(20)
+        .position(|w| w == ids[0].as_bytes())
+        .expect("id in table");
+    let mut bad = good.clone();
+    bad[pos + 19] ^= 1;
+    let mut flipped = ids[0].as_bytes().to_vec();
+    flipped[19] ^= 1;
+    let flipped = ObjectId::from_bytes(&flipped).unwrap();
+
+    // Installed by rename (a new inode), then restored in place (same inode, new mtime).
+    let tmp = dir.join("swap.tmp");
+    fs::write(&tmp, &bad).unwrap();
+    fs::rename(&tmp, &path).unwrap();
+    st.reload_now().unwrap();
+    assert_eq!(value(&mut st, "refs/heads/a"), Some(flipped));
+    std::thread::sleep(std::time::Duration::from_millis(20));
+    fs::write(&path, &good).unwrap();
+    let gen = st.generation();
+    st.reload_now().unwrap();
+    assert_ne!(st.generation(), gen, "a changed table is a changed stack");
+    assert_eq!(value(&mut st, "refs/heads/a"), Some(ids[0]));
+
+    // reload() notices too, within the re-check interval.
+    fs::write(&tmp, &bad).unwrap();
+    fs::rename(&tmp, &path).unwrap();
+    std::thread::sleep(reftablefs::stack::TABLE_RECHECK_INTERVAL);
+    assert!(st.reload().unwrap());
+    assert_eq!(value(&mut st, "refs/heads/a"), Some(flipped));
+    fs::write(&path, &good).unwrap();
+    std::thread::sleep(reftablefs::stack::TABLE_RECHECK_INTERVAL);
+    assert!(st.reload().unwrap());
+    assert_eq!(value(&mut st, "refs/heads/a"), Some(ids[0]));
+    assert_verifies(&dir);
+}
+
+fn dir_listing(dir: &Path) -> Vec<String> {
+    let mut v: Vec<String> = fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    v.sort();
+    v
+}
+
+fn reftablefs(args: &[&str]) -> std::process::Output {
+    std::process::Command::new(env!("CARGO_BIN_EXE_reftablefs"))
+        .args(args)
+        .output()
+        .expect("reftablefs runs")
+}
+
+/// Leftovers of a `kill -9` during a compaction and during an addition: a stale
+/// `tables.list.lock`, locks of a listed and of an unlisted table, a temporary table.
+#[test]
+fn unlock_removes_only_what_is_proven_stale() {
+    let repo = Repo::new(HashKind::Sha1);
+    let ids = repo.commits(1);
+    let mut st = repo.open_with(|o| o.auto_compact = false);
+    for i in 0..2 {
+        commit_one(&mut st, &format!("refs/heads/b{i}"), ids[0]).unwrap();
+    }
+    let dir = repo.reftable_dir();
+    let listed = st.table_names()[0].clone();
+    let list_lock = dir.join("tables.list.lock");
+    let listed_lock = dir.join(format!("{listed}.lock"));
+    let unlisted_lock = dir.join("0x000000000009-0x000000000009-deadbeef.ref.lock");
+    let temp = dir.join("0x000000000001-0x000000000002-0badf00d.temp.AbCdEf");
+    for p in [&list_lock, &listed_lock, &unlisted_lock, &temp] {
+        fs::write(p, b"").unwrap();
+    }
+    let git_dir = repo.path().join(".git");
+    let git_dir = git_dir.to_str().unwrap();
+
+    // A lock held open by a live process is never removed, even with --force.
+    let holder = fs::File::open(&list_lock).unwrap();
+    let out = reftablefs(&["unlock", "--force", git_dir]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(1), "{text}");
+    assert!(text.contains("held open by pid"), "{text}");
+    assert!(list_lock.exists());
+    drop(holder);
+
+    // Too young for the default --min-age: kept, and said so.
+    let out = reftablefs(&["unlock", git_dir]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(1), "{text}");
+    assert!(text.contains("--min-age"), "{text}");
+    assert!(list_lock.exists());
+
+    // Old enough: the list lock goes, then the unlisted table's lock; the listed table's
+    // lock is young, so it stays and protects the temporary table.
+    let out = reftablefs(&["unlock", "--min-age", "0", git_dir]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("removed"), "{text}");
+    assert!(!list_lock.exists(), "{text}");
+    assert!(!unlisted_lock.exists(), "{text}");
+    // --min-age 0 makes the listed table's lock stale too, and then the temp table.
+    assert!(!listed_lock.exists(), "{text}");
+    assert!(!temp.exists(), "{text}");
+    assert_eq!(out.status.code(), Some(0), "{text}");
+
+    // Library: the automatic cleanup (no stale-lock age) keeps a listed table's lock and
+    // the temporary table it may protect.
+    fs::write(&listed_lock, b"").unwrap();
+    fs::write(&temp, b"").unwrap();
+    fs::write(&unlisted_lock, b"").unwrap();
+    let rep = st.clean_orphans(None).unwrap();
+    assert_eq!(rep.removed.len(), 1, "{rep:?}");
+    assert!(!unlisted_lock.exists());
+    assert!(listed_lock.exists() && temp.exists(), "{rep:?}");
+    fs::remove_file(&listed_lock).unwrap();
+    let rep = st.clean_orphans(None).unwrap();
+    assert!(!temp.exists(), "{rep:?}");
+    // Nothing listed was touched.
+    listed_tables_exist(&dir);
+    assert_verifies(&dir);
+    assert_eq!(repo.git_refs().len(), 2);
+}
