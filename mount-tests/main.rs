@@ -12,6 +12,7 @@ mod differential;
 mod expected;
 mod lifecycle;
 mod read_path;
+mod status;
 mod write_path;
 
 use harness::Test;
@@ -292,6 +293,12 @@ const TESTS: &[Test] = &[
         needs_mount: true,
         timeout_secs: 300,
         run: clients::over_dotgit,
+    },
+    Test {
+        name: "status::lists_live_mounts",
+        needs_mount: true,
+        timeout_secs: 120,
+        run: status::lists_live_mounts,
     },
 ];
 

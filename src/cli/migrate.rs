@@ -31,8 +31,6 @@ use crate::{Error, Result};
 use super::progress::Progress;
 use super::{common, objects, Args};
 
-const USAGE: &str = "usage: reftablefs migrate [--dry-run] [--ref-format=reftable] [--no-reflogs] [--[no-]progress]";
-
 /// Runs the subcommand.
 pub fn run(mut args: Args) -> Result<ExitCode> {
     let mut dry_run = false;
@@ -56,11 +54,11 @@ pub fn run(mut args: Args) -> Result<ExitCode> {
                 return Ok(ExitCode::from(129));
             }
         } else {
-            return Ok(common::unknown_option(&args, USAGE));
+            return Ok(common::unknown_option(&args, "migrate"));
         }
     }
     if !args.is_empty() {
-        return Ok(common::usage_error("too many arguments", USAGE));
+        return Ok(common::usage_error("too many arguments", "migrate"));
     }
     let repo = common::open_repo()?;
     let opts = MigrateOptions {

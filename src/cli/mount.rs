@@ -17,11 +17,7 @@ use crate::fs::{self, MountOptions};
 use crate::{Error, Result};
 
 fn usage(msg: &str) -> Result<ExitCode> {
-    eprintln!("reftablefs mount: {msg}");
-    eprintln!(
-        "usage: reftablefs mount [--read-only] [--refs-only] [--no-kernel-passthrough] [--daemon [--log FILE]] [--batch-window MS] [--batch-max N] [--no-fsync] (GITDIR MOUNTPOINT | --over WORKTREE)"
-    );
-    Ok(ExitCode::from(129))
+    Ok(crate::cli::common::usage_error(msg, "mount"))
 }
 
 /// Runs `reftablefs mount`.
@@ -61,10 +57,7 @@ pub fn run(mut args: Args) -> Result<ExitCode> {
                 None => return usage("--batch-max takes a positive number"),
             }
         } else if args.peek_is_option() {
-            return usage(&format!(
-                "unknown option '{}'",
-                args.peek().unwrap_or_default()
-            ));
+            return Ok(crate::cli::common::unknown_option(&args, "mount"));
         } else if let Some(p) = args.next_path() {
             positional.push(p);
         }
@@ -204,9 +197,14 @@ fn spawn_daemon(mountpoint: &Path, log: Option<PathBuf>) -> Result<ExitCode> {
 /// Runs `reftablefs unmount MOUNTPOINT`: flushes pending writes (an fsync of the mount's
 /// root directory commits every pending batch), then unmounts.
 pub fn run_unmount(mut args: Args) -> Result<ExitCode> {
-    let Some(mountpoint) = args.next_path() else {
-        eprintln!("usage: reftablefs unmount MOUNTPOINT");
-        return Ok(ExitCode::from(129));
+    if args.peek_is_option() {
+        return Ok(crate::cli::common::unknown_option(&args, "unmount"));
+    }
+    let (Some(mountpoint), true) = (args.next_path(), args.is_empty()) else {
+        return Ok(crate::cli::common::usage_error(
+            "expected one <mountpoint>",
+            "unmount",
+        ));
     };
     if !fs::is_mounted(&mountpoint) {
         eprintln!(

@@ -27,8 +27,6 @@ use crate::Result;
 use super::common::{self, resolve, Resolved};
 use super::Args;
 
-const USAGE: &str = "usage: reftablefs verify [--verbose]";
-
 /// Whether `name` is a table name git's fsck accepts.
 pub fn valid_table_name(name: &str) -> bool {
     let Some(stem) = name
@@ -192,7 +190,7 @@ pub fn run(mut args: Args) -> Result<ExitCode> {
         if args.flag("--verbose") || args.flag("-v") {
             verbose = true;
         } else {
-            return Ok(common::unknown_option(&args, USAGE));
+            return Ok(common::unknown_option(&args, "verify"));
         }
     }
     let repo = common::open_repo()?;
