@@ -5,6 +5,8 @@
 #     (RTFS_TEST_COMMIT_DELAY_MS=1000, a test-only knob).
 # usage: benches/write_bench.sh [REFERENCE_BIN]
 #   REFERENCE_BIN: another build's reftablefs binary to run beside this one (e.g. main's).
+#   WRITE_BENCH_AB=N: instead, N alternating pairs (ours, reference) of the 1-client run,
+#   with the mount's CPU time (for a noisy machine).
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cargo build -q --release --bin reftablefs --example lock_rename --example lock_latency \
@@ -66,6 +68,21 @@ bench() { # BIN LABEL
     echo "$label lock create during 1 s commits: $out"
 }
 
+ab_one() { # BIN LABEL
+    local bin=$1 label=$2 d oid out cpu
+    d=$(mktemp -d "$work/ab.XXXX")
+    oid=$(repo "$d/r")
+    mount_start "$bin" "$d/r/.git" "$d/m"
+    out=$("$writer" "$d/m" refs/heads/upd "$n" "$oid" --fsync-last)
+    cpu=$(awk '{ print ($14 + $15) / 100 }' "/proc/$MOUNT_PID/stat")
+    mount_stop "$d/m" "$MOUNT_PID"
+    echo "$label $out mount_cpu_s=$cpu"
+}
+
 echo "commit $(git -C "$root" rev-parse --short HEAD), $(nproc) cores, load $(cut -d' ' -f1-3 /proc/loadavg)"
+if [ -n "${WRITE_BENCH_AB:-}" ] && [ -n "$ref_bin" ]; then
+    for _ in $(seq "$WRITE_BENCH_AB"); do ab_one "$ours" ours; ab_one "$ref_bin" reference; done
+    exit 0
+fi
 bench "$ours" ours
 if [ -n "$ref_bin" ]; then bench "$ref_bin" reference; fi

@@ -117,6 +117,8 @@ pub struct LockBase {
     pub name: Vec<u8>,
     /// The ref's effective value when the lock was created.
     pub value: Option<RefValue>,
+    /// The source's generation then: unchanged at the rename, nobody changed the stack.
+    pub generation: u64,
     /// A commit point through the mount changed the ref since (a files-backend client
     /// ignoring the lock: as on disk, its change is simply overwritten by the rename).
     pub changed_through_mount: bool,
@@ -767,6 +769,7 @@ impl WriteState {
             LockBase {
                 name: name.to_vec(),
                 value,
+                generation: src.generation(),
                 changed_through_mount: false,
             },
         );
@@ -781,7 +784,7 @@ impl WriteState {
         let Some(base) = self.locks.get(lock_path).cloned() else {
             return Ok(());
         };
-        if base.changed_through_mount {
+        if base.changed_through_mount || base.generation == src.generation() {
             return Ok(());
         }
         let now = self.effective(src, &base.name)?;
