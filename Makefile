@@ -7,6 +7,9 @@
 #   make mount-test   only the mount tests (real FUSE mounts; SKIP line without /dev/fuse)
 #   make bench        every benchmark, printing ours-vs-git side-by-side tables
 #   make demo         a small git-made reftable repo, mounted and shown with ls/cat
+#   make generated    the man page and bash/zsh/fish completions, into target/generated/,
+#                     checked to name every subcommand (part of `make test`)
+#   make install      release binary, man page and completions under $(DESTDIR)$(PREFIX)
 #
 # Variables: CARGO (default cargo), MOUNT_TEST_ARGS (filter passed to the mount test
 # binary, e.g. `make mount-test MOUNT_TEST_ARGS=read_`), BENCH_SCALE (1 = full sizes).
@@ -15,7 +18,11 @@ CARGO ?= cargo
 MOUNT_TEST_ARGS ?=
 MOUNT_TEST_TIMEOUT ?= 1500
 
-.PHONY: all build check fmt-check clippy doc unit-test examples lib-nofuse test mount-test bench demo clean
+PREFIX ?= /usr/local
+DESTDIR ?=
+GEN := target/generated
+
+.PHONY: all build check fmt-check clippy doc unit-test examples lib-nofuse test mount-test bench demo clean generated install uninstall
 
 all: build
 
@@ -46,7 +53,49 @@ examples:
 lib-nofuse:
 	$(CARGO) test --no-default-features --lib
 
-test: fmt-check clippy doc unit-test examples lib-nofuse mount-test
+test: fmt-check clippy doc unit-test examples lib-nofuse generated mount-test
+
+# The man page and the completions come from the binary's own command table
+# (src/cli/commands.rs); each generated file must name every subcommand the binary lists.
+generated: build
+	@mkdir -p $(GEN)
+	target/debug/reftablefs man > $(GEN)/reftablefs.1
+	target/debug/reftablefs completions bash > $(GEN)/reftablefs.bash
+	target/debug/reftablefs completions zsh > $(GEN)/_reftablefs
+	target/debug/reftablefs completions fish > $(GEN)/reftablefs.fish
+	bash -n $(GEN)/reftablefs.bash
+	@cmds=$$(target/debug/reftablefs help | sed -n '/^These are/,/^$$/p' | awk 'NF>1 && /^   / {print $$1}'); \
+	test -n "$$cmds" || { echo "no commands listed by 'reftablefs help'"; exit 1; }; \
+	for f in reftablefs.1 reftablefs.bash _reftablefs reftablefs.fish; do \
+		for c in $$cmds; do \
+			grep -q -e "$$c" -e "$$(echo $$c | sed 's/-/\\\\-/g')" $(GEN)/$$f || { echo "$(GEN)/$$f does not mention $$c"; exit 1; }; \
+		done; \
+	done; echo "generated: man page and completions name all $$(echo $$cmds | wc -w) commands"
+
+# Installs what `cargo build --release` makes, with the man page and completions made by
+# that binary: bin/, share/man/man1/, and bash, zsh and fish completion directories.
+install:
+	$(CARGO) build --release
+	@mkdir -p $(GEN)/release
+	target/release/reftablefs man > $(GEN)/release/reftablefs.1
+	target/release/reftablefs completions bash > $(GEN)/release/reftablefs.bash
+	target/release/reftablefs completions zsh > $(GEN)/release/_reftablefs
+	target/release/reftablefs completions fish > $(GEN)/release/reftablefs.fish
+	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/share/man/man1 \
+		$(DESTDIR)$(PREFIX)/share/bash-completion/completions \
+		$(DESTDIR)$(PREFIX)/share/zsh/site-functions \
+		$(DESTDIR)$(PREFIX)/share/fish/vendor_completions.d
+	install -m 755 target/release/reftablefs $(DESTDIR)$(PREFIX)/bin/reftablefs
+	install -m 644 $(GEN)/release/reftablefs.1 $(DESTDIR)$(PREFIX)/share/man/man1/reftablefs.1
+	install -m 644 $(GEN)/release/reftablefs.bash $(DESTDIR)$(PREFIX)/share/bash-completion/completions/reftablefs
+	install -m 644 $(GEN)/release/_reftablefs $(DESTDIR)$(PREFIX)/share/zsh/site-functions/_reftablefs
+	install -m 644 $(GEN)/release/reftablefs.fish $(DESTDIR)$(PREFIX)/share/fish/vendor_completions.d/reftablefs.fish
+
+uninstall:
+	rm -f $(DESTDIR)$(PREFIX)/bin/reftablefs $(DESTDIR)$(PREFIX)/share/man/man1/reftablefs.1 \
+		$(DESTDIR)$(PREFIX)/share/bash-completion/completions/reftablefs \
+		$(DESTDIR)$(PREFIX)/share/zsh/site-functions/_reftablefs \
+		$(DESTDIR)$(PREFIX)/share/fish/vendor_completions.d/reftablefs.fish
 
 # Real FUSE mounts. The test binary guards every mount (unmount on success, failure, panic
 # and per-test timeout); `timeout` bounds the whole run, and the cleanup script detaches any

@@ -346,16 +346,40 @@ impl Mount {
         extra: &[&str],
         env: &[(&str, &str)],
     ) -> TestResult<Mount> {
-        stage(&format!(
-            "reftablefs mount {} {}",
-            extra.join(" "),
-            mnt.display()
-        ));
         fs::create_dir_all(mnt)?;
+        let mut args: Vec<std::ffi::OsString> = extra.iter().map(Into::into).collect();
+        args.push(gitdir.into());
+        args.push(mnt.into());
+        Mount::spawn(&args, mnt, mnt, env)
+    }
+
+    /// Starts `reftablefs mount --over WORKTREE` (the mount is `WORKTREE/.git`; the log
+    /// goes beside WORKTREE, not into it).
+    pub fn start_over(worktree: &Path) -> TestResult<Mount> {
+        let args = ["--over".into(), worktree.as_os_str().to_owned()];
+        Mount::spawn(&args, &worktree.join(".git"), worktree, &[])
+    }
+
+    /// Starts `reftablefs mount ARGS` (environment plus `env`) whose mountpoint is `mnt`;
+    /// the log file is named after `log_near`, beside it.
+    fn spawn(
+        args: &[std::ffi::OsString],
+        mnt: &Path,
+        log_near: &Path,
+        env: &[(&str, &str)],
+    ) -> TestResult<Mount> {
+        stage(&format!(
+            "reftablefs mount {}",
+            args.iter()
+                .map(|a| a.to_string_lossy())
+                .collect::<Vec<_>>()
+                .join(" ")
+        ));
         let seq = MOUNT_SEQ.fetch_add(1, Ordering::Relaxed);
-        let log = mnt.with_file_name(format!(
+        let log = log_near.with_file_name(format!(
             "{}.mount{seq}.log",
-            mnt.file_name()
+            log_near
+                .file_name()
                 .map(|n| n.to_string_lossy().into_owned())
                 .unwrap_or_default()
         ));
@@ -363,9 +387,7 @@ impl Mount {
         let child = Command::new(BIN)
             .envs(env.iter().copied())
             .arg("mount")
-            .args(extra)
-            .arg(gitdir)
-            .arg(mnt)
+            .args(args)
             .stdin(Stdio::null())
             .stdout(logf.try_clone()?)
             .stderr(logf)
@@ -471,6 +493,16 @@ impl Mount {
         );
         ensure!(!is_mounted(&self.mnt), "mountpoint still mounted {when}");
         Ok(())
+    }
+
+    /// kill -9 of the mount process and nothing else (a mount that detaches itself is
+    /// checked by the caller; `Drop` still detaches whatever is left).
+    pub fn kill9_only(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+            unregister(child.id());
+        }
     }
 
     /// kill -9 of the mount process; detaches the dead mountpoint.
@@ -689,13 +721,18 @@ pub type Tree = BTreeMap<String, Vec<u8>>;
 
 /// Every regular file below `root/rel` (recursively), keyed by its path relative to `root`.
 /// Fails on anything that is neither a file nor a directory, and checks that the d_type
-/// reported by readdir agrees with stat.
+/// reported by readdir agrees with stat. At the top of a mount (`rel` empty) only the ref
+/// part of the git directory is walked (`refs`, `logs`, `packed-refs`, root refs); the
+/// rest (`objects`, `config`, …) is passed through and not compared.
 pub fn read_tree(root: &Path, rel: &str, tree: &mut Tree) -> TestResult {
     let dir = root.join(rel);
     stage(&format!("walking {}", dir.display()));
     for entry in fs::read_dir(&dir).map_err(|e| format!("readdir {}: {e}", dir.display()))? {
         let entry = entry?;
         let name = entry.file_name().to_string_lossy().into_owned();
+        if rel.is_empty() && !reftablefs::fs::passthrough::is_ref_name_at_root(name.as_bytes()) {
+            continue;
+        }
         let path = if rel.is_empty() {
             name.clone()
         } else {

@@ -6,10 +6,13 @@
 
 #[macro_use]
 mod harness;
+mod clients;
+mod crash;
 mod differential;
 mod expected;
 mod lifecycle;
 mod read_path;
+mod status;
 mod write_path;
 
 use harness::Test;
@@ -224,6 +227,84 @@ const TESTS: &[Test] = &[
         needs_mount: true,
         timeout_secs: 180,
         run: write_path::cas_increments_never_lost,
+    },
+    Test {
+        name: "clients::boundaries_and_bad_input",
+        needs_mount: true,
+        timeout_secs: 120,
+        run: clients::boundaries_and_bad_input,
+    },
+    Test {
+        name: "clients::config_keeps_extension",
+        needs_mount: true,
+        timeout_secs: 120,
+        run: clients::config_keeps_extension,
+    },
+    Test {
+        name: "clients::git239_session",
+        needs_mount: true,
+        timeout_secs: 300,
+        run: clients::git239_session,
+    },
+    Test {
+        name: "clients::git247_files_session",
+        needs_mount: true,
+        timeout_secs: 300,
+        run: clients::git247_files_session,
+    },
+    Test {
+        name: "clients::pygit2_session",
+        needs_mount: true,
+        timeout_secs: 300,
+        run: clients::pygit2_session,
+    },
+    Test {
+        name: "clients::dulwich_session",
+        needs_mount: true,
+        timeout_secs: 300,
+        run: clients::dulwich_session,
+    },
+    Test {
+        name: "clients::gitpython_session",
+        needs_mount: true,
+        timeout_secs: 300,
+        run: clients::gitpython_session,
+    },
+    Test {
+        name: "crash::moved_tables_list_is_eio_and_deletes_nothing",
+        needs_mount: true,
+        timeout_secs: 120,
+        run: crash::moved_tables_list_is_eio_and_deletes_nothing,
+    },
+    Test {
+        name: "crash::changed_table_is_reread",
+        needs_mount: true,
+        timeout_secs: 120,
+        run: crash::changed_table_is_reread,
+    },
+    Test {
+        name: "crash::kill9_loop_loses_no_acknowledged_update",
+        needs_mount: true,
+        timeout_secs: 300,
+        run: crash::kill9_loop_loses_no_acknowledged_update,
+    },
+    Test {
+        name: "crash::injected_faults_fail_the_batch_and_the_mount_keeps_serving",
+        needs_mount: true,
+        timeout_secs: 180,
+        run: crash::injected_faults_fail_the_batch_and_the_mount_keeps_serving,
+    },
+    Test {
+        name: "clients::over_dotgit",
+        needs_mount: true,
+        timeout_secs: 300,
+        run: clients::over_dotgit,
+    },
+    Test {
+        name: "status::lists_live_mounts",
+        needs_mount: true,
+        timeout_secs: 120,
+        run: status::lists_live_mounts,
     },
 ];
 

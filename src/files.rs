@@ -636,8 +636,47 @@ pub fn read_files_backend(
         Err(e) => return Err(io_err(&packed_path, e)),
     };
     progress(packed.len());
+    let loose = read_loose_refs(git_dir, hash, progress, packed.len())?;
 
-    let mut loose: Vec<RefRecord> = Vec::new();
+    let mut refs = Vec::with_capacity(packed.len() + loose.len());
+    let mut merge = LooseOverPacked::new(loose);
+    for p in packed {
+        if merge.overrides(&p.name, &mut |l| refs.push(l)) {
+            continue;
+        }
+        let value = match p.peeled {
+            Some(peeled) => RefValue::Val2 {
+                value: p.id,
+                peeled,
+            },
+            None => RefValue::Val1(p.id),
+        };
+        refs.push(RefRecord {
+            name: p.name,
+            update_index: 0,
+            value,
+        });
+    }
+    merge.rest(&mut |l| refs.push(l));
+
+    let reflogs = if with_reflogs {
+        read_reflogs(git_dir, hash)?
+    } else {
+        Vec::new()
+    };
+    Ok(FilesRefs { refs, reflogs })
+}
+
+/// The loose refs under `refs/` (skipping names that begin with `.` or end in `.lock`)
+/// and the root refs of the git dir, sorted by name. `progress` gets `base` plus the
+/// number read so far.
+pub fn read_loose_refs(
+    git_dir: &std::path::Path,
+    hash: HashKind,
+    progress: Progress<'_>,
+    base: usize,
+) -> crate::Result<Vec<crate::format::RefRecord>> {
+    let mut loose = Vec::new();
     let mut name = b"refs/".to_vec();
     walk_loose(
         &git_dir.join("refs"),
@@ -645,7 +684,7 @@ pub fn read_files_backend(
         hash,
         &mut loose,
         progress,
-        packed.len(),
+        base,
     )?;
     // Root refs: regular files directly in the git dir.
     let entries = std::fs::read_dir(git_dir).map_err(|e| io_err(git_dir, e))?;
@@ -663,40 +702,55 @@ pub fn read_files_backend(
         loose.push(read_loose_file(&path, fname, hash)?);
     }
     loose.sort_unstable_by(|a, b| a.name.cmp(&b.name));
+    Ok(loose)
+}
 
-    // Merge: loose wins over packed.
-    let mut refs = Vec::with_capacity(packed.len() + loose.len());
-    let mut li = loose.into_iter().peekable();
-    for p in packed {
-        while let Some(l) = li.next_if(|l| l.name < p.name) {
-            refs.push(l);
-        }
-        if li.peek().is_some_and(|l| l.name == p.name) {
-            continue; // the loose value overrides; pushed on the next round
-        }
-        let value = match p.peeled {
-            Some(peeled) => RefValue::Val2 {
-                value: p.id,
-                peeled,
-            },
-            None => RefValue::Val1(p.id),
-        };
-        refs.push(RefRecord {
-            name: p.name,
-            update_index: 0,
-            value,
-        });
-    }
-    refs.extend(li);
-
+/// Every reflog under `logs/` (ref logs and root refs' logs), sorted by ref name, each
+/// oldest entry first.
+pub fn read_reflogs(
+    git_dir: &std::path::Path,
+    hash: HashKind,
+) -> crate::Result<Vec<(Vec<u8>, Vec<LogRecord>)>> {
     let mut reflogs = Vec::new();
-    if with_reflogs {
-        let logs = git_dir.join("logs");
-        let mut name = Vec::new();
-        walk_logs(&logs, &mut name, hash, &mut reflogs, true)?;
-        reflogs.sort_unstable_by(|a, b| a.0.cmp(&b.0));
+    let logs = git_dir.join("logs");
+    let mut name = Vec::new();
+    walk_logs(&logs, &mut name, hash, &mut reflogs, true)?;
+    reflogs.sort_unstable_by(|a, b| a.0.cmp(&b.0));
+    Ok(reflogs)
+}
+
+/// Merges sorted loose refs into a sorted stream of packed refs: a loose ref overrides
+/// the packed ref of the same name.
+pub struct LooseOverPacked {
+    loose: std::iter::Peekable<std::vec::IntoIter<crate::format::RefRecord>>,
+}
+
+impl LooseOverPacked {
+    /// Loose refs sorted by name.
+    pub fn new(loose: Vec<crate::format::RefRecord>) -> Self {
+        LooseOverPacked {
+            loose: loose.into_iter().peekable(),
+        }
     }
-    Ok(FilesRefs { refs, reflogs })
+
+    /// Called with each packed name in order: hands `out` the loose refs that sort before
+    /// `name`, and returns whether a loose ref of that name overrides the packed one (the
+    /// loose ref then comes out before the next packed name).
+    pub fn overrides(
+        &mut self,
+        name: &[u8],
+        out: &mut dyn FnMut(crate::format::RefRecord),
+    ) -> bool {
+        while let Some(l) = self.loose.next_if(|l| l.name.as_slice() < name) {
+            out(l);
+        }
+        self.loose.peek().is_some_and(|l| l.name == name)
+    }
+
+    /// Hands `out` the loose refs left after the last packed name.
+    pub fn rest(self, out: &mut dyn FnMut(crate::format::RefRecord)) {
+        self.loose.for_each(out);
+    }
 }
 
 fn read_loose_file(

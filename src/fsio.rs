@@ -8,13 +8,20 @@
 //! [`Step`]s; inside [`inject`] the n-th call fails with a chosen errno (a failed write
 //! first writes half of its buffer, as a full disk does). Tests use the two together to
 //! fail every step of a commit or a compaction in turn.
+//!
+//! For a whole process (a mount under test, whose writes run on its own threads), the
+//! environment variable `REFTABLEFS_FAULTS` holds a comma-separated list of
+//! `OP:N[:ERRNO]` (OP one of `open create read write fsync fsync_dir rename unlink chmod
+//! read_dir`): the N-th call of that kind in the process (from 1) fails once with ERRNO
+//! (default EIO). It is read once, at the first call.
 
 use std::cell::RefCell;
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, Read, Write};
 use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::OnceLock;
 
 /// A kind of file-system call.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -102,8 +109,70 @@ pub fn inject<R>(step: usize, errno: i32, f: impl FnOnce() -> R) -> (R, Vec<Step
     with_plan(Some(step), errno, f)
 }
 
+/// One fault of `REFTABLEFS_FAULTS`: the `nth` call of `op` fails with `errno`.
+struct EnvFault {
+    op: Op,
+    nth: u64,
+    errno: i32,
+    seen: AtomicU64,
+}
+
+fn parse_op(s: &str) -> Option<Op> {
+    Some(match s {
+        "open" => Op::Open,
+        "create" => Op::Create,
+        "read" => Op::Read,
+        "write" => Op::Write,
+        "fsync" => Op::Fsync,
+        "fsync_dir" => Op::FsyncDir,
+        "rename" => Op::Rename,
+        "unlink" => Op::Unlink,
+        "chmod" => Op::Chmod,
+        "read_dir" => Op::ReadDir,
+        _ => return None,
+    })
+}
+
+/// Parses `OP:N[:ERRNO],...`; malformed entries are reported on stderr and ignored.
+fn parse_env_faults(spec: &str) -> Vec<EnvFault> {
+    let mut out = Vec::new();
+    for item in spec.split(',').map(str::trim).filter(|s| !s.is_empty()) {
+        let mut parts = item.split(':');
+        let op = parts.next().and_then(parse_op);
+        let nth = parts.next().and_then(|n| n.parse::<u64>().ok());
+        let errno = match parts.next() {
+            Some(e) => e.parse::<i32>().ok(),
+            None => Some(libc::EIO),
+        };
+        match (op, nth, errno) {
+            (Some(op), Some(nth), Some(errno)) if nth > 0 => out.push(EnvFault {
+                op,
+                nth,
+                errno,
+                seen: AtomicU64::new(0),
+            }),
+            _ => eprintln!("reftablefs: REFTABLEFS_FAULTS: ignoring malformed {item:?}"),
+        }
+    }
+    out
+}
+
+fn env_faults() -> &'static [EnvFault] {
+    static FAULTS: OnceLock<Vec<EnvFault>> = OnceLock::new();
+    FAULTS.get_or_init(|| {
+        std::env::var("REFTABLEFS_FAULTS")
+            .map(|s| parse_env_faults(&s))
+            .unwrap_or_default()
+    })
+}
+
 /// Notes one call; `Err` when the plan fails it.
 fn check(op: Op, path: &Path) -> io::Result<()> {
+    for f in env_faults() {
+        if f.op == op && f.seen.fetch_add(1, Ordering::Relaxed) + 1 == f.nth {
+            return Err(io::Error::from_raw_os_error(f.errno));
+        }
+    }
     if ACTIVE.load(Ordering::Relaxed) == 0 {
         return Ok(());
     }
@@ -227,5 +296,19 @@ mod tests {
         );
         // Outside a plan nothing is recorded or failed.
         remove_file(&b).unwrap();
+    }
+
+    #[test]
+    fn env_fault_specs_parse() {
+        let f = parse_env_faults("fsync_dir:2, write:1:28,bogus:1,rename:0");
+        assert_eq!(f.len(), 2);
+        assert_eq!(
+            (f[0].op, f[0].nth, f[0].errno),
+            (Op::FsyncDir, 2, libc::EIO)
+        );
+        assert_eq!(
+            (f[1].op, f[1].nth, f[1].errno),
+            (Op::Write, 1, libc::ENOSPC)
+        );
     }
 }

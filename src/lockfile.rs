@@ -60,11 +60,14 @@ impl LockFile {
         }
     }
 
-    /// Like [`acquire`](Self::acquire) without retry: the `<table>.lock` markers of
-    /// compaction. git closes its markers at once; ours stay open while held, so that
-    /// [`diagnose`] finds this process holding them.
+    /// Like [`acquire`](Self::acquire) without retry, closing the descriptor at once (as
+    /// git does: a compaction of thousands of tables must not hold thousands of
+    /// descriptors): the `<table>.lock` markers of compaction. [`diagnose`] therefore
+    /// cannot see their holder; their age is what protects them.
     pub fn marker(lock_path: impl Into<PathBuf>) -> Result<LockFile> {
-        LockFile::acquire(lock_path, None)
+        let mut lock = LockFile::acquire(lock_path, None)?;
+        lock.file = None;
+        Ok(lock)
     }
 
     /// The lock file's path.

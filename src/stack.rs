@@ -264,9 +264,9 @@ fn read_list(path: &Path) -> Result<(Vec<String>, Option<ListHandle>)> {
     Ok((names, Some((f, (meta.dev(), meta.ino())))))
 }
 
-/// For a missing `tables.list`: `Ok` when its directory holds no table, else the error
-/// that says so.
-fn missing_list_error(list: &Path) -> Result<()> {
+/// For a missing `tables.list`: `Ok` (an empty stack) when its directory holds no table,
+/// else the error that says so.
+pub fn missing_list_error(list: &Path) -> Result<()> {
     let dir = list.parent().unwrap_or(Path::new("."));
     let entries = fsio::read_dir(dir).map_err(|e| Error::io(dir, e))?;
     let mut tables = 0usize;
@@ -1213,8 +1213,8 @@ impl Stack {
     /// * `<table>.ref.lock` of a table `tables.list` does not name: only the holder of a
     ///   table's lock can drop the table from the list, so its holder is done with it;
     /// * `<table>.ref.lock` of a listed table only with `stale_locks = Some(min_age)`,
-    ///   when nobody holds it open and it is at least `min_age` old (git closes its
-    ///   table locks while compacting, so age is what protects a running git);
+    ///   when nobody holds it open and it is at least `min_age` old (git and we close
+    ///   table locks while compacting, so age is what protects a running compaction);
     /// * `*.temp.*` tables, when no listed table is locked any more: a live temporary
     ///   table belongs to an addition (which would hold the list lock we hold) or to a
     ///   compaction (which holds the locks of its listed input tables until it commits).

@@ -68,6 +68,18 @@ fn same(dir: &Path, ours_args: &[&str], git_args: &[&str]) {
     );
 }
 
+/// The stack is intact: `reftablefs verify` passes (it walks every block; `git refs
+/// verify` passes corrupt tables) and git reads the same refs as we do.
+fn verify_integrity(dir: &Path) {
+    let v = ours(dir, &["verify"]);
+    assert!(
+        v.status.success(),
+        "reftablefs verify: {}",
+        String::from_utf8_lossy(&v.stderr)
+    );
+    same(dir, &["for-each-ref"], &["for-each-ref"]);
+}
+
 fn tables(dir: &Path) -> Vec<PathBuf> {
     let list = std::fs::read_to_string(dir.join(".git/reftable/tables.list")).unwrap();
     list.lines()
@@ -284,7 +296,7 @@ fn update_ref_stdin_writes_gits_table_byte_for_byte() {
         git(&a, &["reflog", "show", "--no-abbrev", "main-2"]),
         git(&b, &["reflog", "show", "--no-abbrev", "main-2"])
     );
-    git(&a, &["refs", "verify"]); // (fsck objects to rich_repo's dangling symref, in both)
+    verify_integrity(&a); // (fsck objects to rich_repo's dangling symref, in both)
 }
 
 #[test]
@@ -451,7 +463,7 @@ fn migrate_is_byte_identical_to_git_refs_migrate() {
         before
     );
     git(&a, &["fsck", "--no-progress"]);
-    git(&a, &["refs", "verify"]);
+    verify_integrity(&a);
     assert!(ours(&a, &["verify"]).status.success());
     // Migrating again is refused as git refuses it.
     let o = ours(&a, &["migrate"]);
@@ -523,7 +535,7 @@ fn migrate_carries_reflogs_and_dry_run_changes_nothing() {
     assert_eq!(fer(d), refs_before);
     assert_eq!(logs(d), logs_before);
     git(d, &["fsck", "--no-progress"]);
-    git(d, &["refs", "verify"]);
+    verify_integrity(d);
     // git keeps working on the result: a commit appends to the migrated reflog.
     git(d, &["commit", "-q", "--allow-empty", "-m", "after"]);
     assert!(
@@ -544,7 +556,7 @@ fn compact_and_verify() {
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     assert_eq!(tables(d).len(), 1);
     assert_eq!(git(d, &["for-each-ref"]), listing);
-    git(d, &["refs", "verify"]);
+    verify_integrity(d);
     let o = ours(d, &["verify"]);
     assert!(
         o.status.success() && o.stderr.is_empty(),
@@ -890,7 +902,7 @@ fn sha256_repositories_work_end_to_end() {
     assert_eq!(git(&f, &["reflog", "show", "--no-abbrev"]), logs);
     assert!(git(&f, &["config", "extensions.objectformat"]).contains("sha256"));
     git(&f, &["fsck", "--no-progress"]);
-    git(&f, &["refs", "verify"]);
+    verify_integrity(&f);
 }
 
 #[test]
@@ -1176,7 +1188,7 @@ fn random_update_ref_batches_give_gits_stack_byte_for_byte() {
         "both outcomes exercised: {ok} ok, {failed} failed"
     );
     assert_eq!(git(&a, &["for-each-ref"]), git(&b, &["for-each-ref"]));
-    git(&a, &["refs", "verify"]);
+    verify_integrity(&a);
     git(&a, &["fsck", "--no-progress"]);
 }
 
@@ -1280,6 +1292,16 @@ fn no_input_makes_the_binary_panic() {
         "--symbolic-full-name",
         "--include-root-refs",
         "migrate",
+        "status",
+        "--json",
+        "help",
+        "-h",
+        "--help",
+        "completions",
+        "bash",
+        "man",
+        "dump",
+        "--version",
     ];
     for _ in 0..150 {
         let n = 1 + rnd(4);
@@ -1294,7 +1316,7 @@ fn no_input_makes_the_binary_panic() {
         check(&o, &format!("{args:?}"));
     }
     // The repository is still sound whatever was run against it.
-    git(d, &["refs", "verify"]);
+    verify_integrity(d);
 }
 
 /// `update-ref --stdin` answers each command as it comes, and holds the stack's lock
@@ -1707,7 +1729,7 @@ fn random_batches_with_symrefs_and_head_match_git_byte_for_byte() {
         "both outcomes exercised: {ok} ok, {failed} failed"
     );
     assert_eq!(ref_model(&a), ref_model(&b));
-    git(&a, &["refs", "verify"]);
+    verify_integrity(&a);
 }
 
 /// Cases the random symref test found, pinned: a deleted ref's reflog gets tombstones
@@ -1800,4 +1822,104 @@ fn symref_and_reflog_edge_cases_match_git() {
         ],
         &format!("option no-deref\nverify refs/heads/c1 {}\n", "0".repeat(40)),
     );
+}
+
+/// `update-ref` refuses, as git does, a new value naming a missing object and a
+/// non-commit written to a branch (`refs/heads/*`, `HEAD`, or the branch a symref points
+/// to), in the command-line form and with `--stdin` (text and `-z`, with and without
+/// `prepare`): same stdout, stderr and exit code as git 2.47, and nothing written.
+#[test]
+fn update_ref_checks_objects_like_git() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (a, b) = (tmp.path().join("a"), tmp.path().join("b"));
+    std::fs::create_dir(&a).unwrap();
+    rich_repo(&a);
+    git(&a, &["symbolic-ref", "refs/tags/s", "refs/heads/main"]);
+    let blob = run(
+        "git",
+        &a,
+        &["hash-object", "-w", "--stdin"],
+        Some(b"a blob\n"),
+    );
+    let blob = String::from_utf8(blob.stdout).unwrap().trim().to_owned();
+    let tree = git(&a, &["rev-parse", "HEAD^{tree}"]).trim().to_owned();
+    let tag = git(&a, &["rev-parse", "refs/tags/v1"]).trim().to_owned();
+    let commit = git(&a, &["rev-parse", "HEAD"]).trim().to_owned();
+    let missing = "1234567890".repeat(4);
+    copy_repo(&a, &b);
+    type Case = (Vec<String>, Option<String>);
+    let line = |args: &[&str]| -> Case { (args.iter().map(|s| s.to_string()).collect(), None) };
+    let stdin = |args: &[&str], input: String| -> Case {
+        (args.iter().map(|s| s.to_string()).collect(), Some(input))
+    };
+    let cases: Vec<Case> = vec![
+        line(&["update-ref", "refs/heads/x", &blob]),
+        line(&["update-ref", "refs/heads/x", &missing]),
+        line(&["update-ref", "refs/tags/x", &missing]),
+        line(&["update-ref", "refs/heads/x", &tag]),
+        line(&["update-ref", "HEAD", &tree]),
+        line(&["update-ref", "--no-deref", "HEAD", &blob]),
+        line(&["update-ref", "refs/tags/s", &blob]),
+        line(&["update-ref", "refs/heads/main", &blob, &commit]),
+        stdin(&["update-ref", "--stdin"], format!("update refs/heads/y {blob}\n")),
+        stdin(&["update-ref", "--stdin"], format!("create refs/heads/y {missing}\n")),
+        stdin(
+            &["update-ref", "--stdin"],
+            format!("create refs/heads/ok {commit}\nupdate refs/heads/y {tag}\n"),
+        ),
+        stdin(
+            &["update-ref", "--stdin"],
+            format!("update refs/tags/s {blob}\ncreate refs/heads/q {blob}\n"),
+        ),
+        stdin(
+            &["update-ref", "--stdin"],
+            format!("start\nupdate refs/heads/y {blob}\nprepare\ncommit\n"),
+        ),
+        stdin(
+            &["update-ref", "--stdin"],
+            format!("start\ncreate refs/heads/y {commit}\ncommit\nstart\nupdate refs/heads/y {tree}\ncommit\n"),
+        ),
+        stdin(
+            &["update-ref", "--stdin"],
+            format!("update refs/heads/y {missing} {}\n", "0".repeat(39) + "1"),
+        ),
+        stdin(&["update-ref", "--stdin", "-z"], format!("update refs/heads/z\0{blob}\0\0")),
+        stdin(&["update-ref", "--stdin", "-z"], format!("create refs/tags/z\0{missing}\0")),
+        // Accepted: a blob or a tree under refs/tags, a symref under refs/tags itself.
+        line(&["update-ref", "refs/tags/blob", &blob]),
+        stdin(
+            &["update-ref", "--stdin"],
+            format!("create refs/tags/tree {tree}\noption no-deref\nupdate refs/tags/s {blob}\n"),
+        ),
+    ];
+    let state = |d: &Path| {
+        (
+            git(d, &["for-each-ref", "--include-root-refs"]),
+            git(d, &["reflog", "show", "--all"]),
+        )
+    };
+    for (args, input) in &cases {
+        let argv: Vec<&str> = args.iter().map(String::as_str).collect();
+        let before = state(&a);
+        let ours = run(BIN, &a, &argv, input.as_deref().map(str::as_bytes));
+        let theirs = run("git", &b, &argv, input.as_deref().map(str::as_bytes));
+        let show = |o: &Output| {
+            (
+                String::from_utf8_lossy(&o.stdout).into_owned(),
+                String::from_utf8_lossy(&o.stderr).into_owned(),
+                o.status.code(),
+            )
+        };
+        assert_eq!(show(&ours), show(&theirs), "{args:?} {input:?}");
+        let (after_a, after_b) = (state(&a), state(&b));
+        assert_eq!(after_a.0, after_b.0, "{args:?} {input:?}");
+        if ours.status.code() == Some(128)
+            && !input.as_deref().unwrap_or("").contains("commit\nstart")
+        {
+            assert_eq!(
+                after_a, before,
+                "{args:?}: refused, yet something was written"
+            );
+        }
+    }
 }

@@ -74,7 +74,11 @@ impl Mounted {
                 Default::default(),
                 &rt2,
                 &mp2,
-                &MountOptions::default(),
+                // The in-memory source has no git directory to pass through.
+                &MountOptions {
+                    refs_only: true,
+                    ..MountOptions::default()
+                },
             )
         });
         let start = Instant::now();

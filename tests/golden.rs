@@ -355,5 +355,5 @@ fn compaction_normalises_the_existence_marker() {
     for l in &logs {
         w.add_log(l).unwrap();
     }
-    assert_eq!(w.finish().unwrap(), packed.bytes());
+    assert_eq!(w.finish().unwrap(), packed.read_all().unwrap());
 }

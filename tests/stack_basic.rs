@@ -72,11 +72,7 @@ fn we_write_git_reads_refs_reflogs_and_fsck_passes() {
             .status
             .success());
         repo.git(&["fsck", "--no-progress"]);
-        let verify = repo.git_out(&["refs", "verify"]);
-        assert!(
-            verify.status.success() && verify.stderr.is_empty(),
-            "{verify:?}"
-        );
+        repo.verify_integrity();
     }
 }
 
@@ -212,7 +208,7 @@ fn writes_cause_auto_compaction_and_can_be_disabled() {
         "auto-compaction ran: {:?}",
         repo.tables()
     );
-    repo.git(&["refs", "verify"]);
+    repo.verify_integrity();
     assert_eq!(repo.git_refs().len(), 7);
 }
 
@@ -381,7 +377,7 @@ fn tombstones_survive_partial_compaction_and_vanish_in_full() {
     if let Some(l) = logs.next().unwrap() {
         assert_ne!(l.refname, b"refs/heads/a", "log tombstones dropped too");
     }
-    repo.git(&["refs", "verify"]);
+    repo.verify_integrity();
 }
 
 #[test]
@@ -617,7 +613,7 @@ fn reflog_edits() {
         st.read_log(b"refs/heads/main").unwrap()[0].message.len(),
         2049
     );
-    repo.git(&["refs", "verify"]);
+    repo.verify_integrity();
 }
 
 #[test]
@@ -775,7 +771,7 @@ fn many_concurrent_writers_all_land() {
             "branch-{i} missing"
         );
     }
-    repo.git(&["refs", "verify"]);
+    repo.verify_integrity();
 }
 
 #[test]
@@ -798,7 +794,7 @@ fn deleting_heads_referent_logs_head_like_git() {
     assert!(head[0].new_id.is_null());
     assert_eq!(head[0].message, b"del\n");
     assert_eq!(head[1].message, b"commit (initial): i\n");
-    repo.git(&["refs", "verify"]);
+    repo.verify_integrity();
 }
 
 #[test]
@@ -1029,7 +1025,7 @@ fn reflog_rewrites_are_minimal_and_keep_existence() {
         entries: vec![],
     });
     assert_eq!(tx.commit().unwrap().table, None);
-    repo.git(&["refs", "verify"]);
+    repo.verify_integrity();
 }
 
 /// git writes the existence marker of `create_reflog` and of an emptied reflog with a

@@ -236,7 +236,7 @@ fn pack_refs_auto_with_locked_tables_like_t0610() {
     st.pack(true).unwrap();
     assert_eq!(repo.tables().len(), 1);
     assert_eq!(repo.git_refs().len(), 4);
-    repo.git(&["refs", "verify"]);
+    repo.verify_integrity();
 }
 
 #[test]

@@ -121,7 +121,7 @@ echo $ok"#
         "git {git_ok} + ours {ours_ok} + creation"
     );
     assert!(git_ok + ours_ok > 0);
-    repo.git(&["refs", "verify"]);
+    repo.verify_integrity();
     repo.git(&["fsck", "--no-progress", "--no-dangling"]);
 }
 
@@ -235,8 +235,7 @@ fn sigkill_at_random_points_leaves_a_consistent_stack() {
             .map(str::to_owned)
             .collect();
         assert_eq!(ours, theirs, "we read what git reads");
-        let v = repo.git_out(&["refs", "verify"]);
-        assert!(v.status.success(), "{v:?}");
+        repo.verify_integrity();
     }
     assert!(
         done.len() > 10,

@@ -283,7 +283,7 @@ fn seek_invalid_log_offset_is_a_format_error() {
         &[r],
         &[log("refs/heads/main", 1, "message")],
     );
-    let mut bytes = t.bytes().to_vec();
+    let mut bytes = t.read_all().unwrap();
     let n = bytes.len();
     let foot = n - 68;
     bytes[foot + 24 + 24..foot + 24 + 32].copy_from_slice(&u64::MAX.to_be_bytes());
@@ -311,7 +311,7 @@ fn corrupt_files_are_format_errors() {
         value: RefValue::Val1(id(42, 0)),
     };
     let (t, _) = write(WriteOptions::default(), 1, 1, &[r], &[]);
-    let mut short = t.bytes().to_vec();
+    let mut short = t.read_all().unwrap();
     short.truncate(short.len() - 10);
     assert!(matches!(
         Table::from_bytes("truncated", short),
@@ -326,7 +326,7 @@ fn zlib_corruption_is_reported() {
         .map(|i| log("refs/heads/main", i, "a message"))
         .collect();
     let (t, _) = write(WriteOptions::default(), 1, 20, &[], &logs);
-    let mut bytes = t.bytes().to_vec();
+    let mut bytes = t.read_all().unwrap();
     bytes[24 + 4 + 10] ^= 0x55; // inside the deflate stream
     let t = Table::from_bytes("z", bytes).unwrap();
     let mut it = t.log_iter();
@@ -423,7 +423,7 @@ fn verify_catches_a_wrong_obj_position() {
     t.verify().unwrap();
     let obj = t.footer().obj_position as usize;
     assert!(obj > 0);
-    let mut bytes = t.bytes().to_vec();
+    let mut bytes = t.read_all().unwrap();
     // o, len(3), prefix 0, (2 << 3 | 0) with a count varint, key 07 00, count, first position.
     assert_eq!(&bytes[obj..obj + 1], b"o");
     let first_pos = obj + 4 + 2 + 2 + 1;

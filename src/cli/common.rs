@@ -50,16 +50,22 @@ pub fn open_repo() -> Result<Repo> {
     Repo::discover(&d)
 }
 
-/// A usage error: message to stderr, exit code 129.
-pub fn usage_error(msg: &str, usage: &str) -> std::process::ExitCode {
-    eprintln!("error: {msg}\n{usage}");
-    std::process::ExitCode::from(129)
+/// A usage error of the command `cmd`: `error: <msg>` and the command's usage on stderr,
+/// exit code 129.
+pub fn usage_error(msg: &str, cmd: &str) -> std::process::ExitCode {
+    super::commands::misuse(cmd, msg)
 }
 
-/// The usage error for the option `args` is looking at (exit 129).
-pub fn unknown_option(args: &crate::cli::Args, usage: &str) -> std::process::ExitCode {
+/// The usage error for the option `args` is looking at (exit 129); `-h` and `--help`
+/// print the command's help instead (exit 0).
+pub fn unknown_option(args: &crate::cli::Args, cmd: &str) -> std::process::ExitCode {
     let opt = args.peek().unwrap_or_default();
-    usage_error(&format!("unknown option '{opt}'"), usage)
+    if opt == "-h" || opt == "--help" {
+        if let Some(c) = super::commands::find(cmd) {
+            return super::commands::print_help(c);
+        }
+    }
+    usage_error(&format!("unknown option '{opt}'"), cmd)
 }
 
 /// Buffered stdout. A closed pipe (`| head`) ends output quietly, as git does.

@@ -11,8 +11,6 @@ use crate::Result;
 use super::common;
 use super::Args;
 
-const USAGE: &str = "usage: reftablefs compact [--auto] [-v|--verbose]";
-
 /// Runs the subcommand.
 pub fn run(mut args: Args) -> Result<ExitCode> {
     let mut auto = false;
@@ -23,11 +21,11 @@ pub fn run(mut args: Args) -> Result<ExitCode> {
         } else if args.flag("-v") || args.flag("--verbose") {
             verbose = true;
         } else {
-            return Ok(common::unknown_option(&args, USAGE));
+            return Ok(common::unknown_option(&args, "compact"));
         }
     }
     if !args.is_empty() {
-        return Ok(common::usage_error("too many arguments", USAGE));
+        return Ok(common::usage_error("too many arguments", "compact"));
     }
     let repo = common::open_repo()?;
     let mut stack = repo.open_stack()?;

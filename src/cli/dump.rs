@@ -30,21 +30,18 @@ pub fn run(mut args: Args) -> crate::Result<ExitCode> {
         if args.flag("--verify") {
             verify = true;
         } else if args.peek_is_option() {
-            eprintln!(
-                "reftablefs dump: unknown option '{}'",
-                args.peek().unwrap_or_default()
-            );
-            return Ok(ExitCode::from(129));
+            return Ok(super::common::unknown_option(&args, "dump"));
         } else if path.is_none() {
             path = args.next_path();
         } else {
-            eprintln!("reftablefs dump: too many arguments");
-            return Ok(ExitCode::from(129));
+            return Ok(super::common::usage_error("too many arguments", "dump"));
         }
     }
     let Some(path) = path else {
-        eprintln!("usage: reftablefs dump FILE [--verify]");
-        return Ok(ExitCode::from(129));
+        return Ok(super::common::usage_error(
+            "a table file is required",
+            "dump",
+        ));
     };
     let table = Table::open(&path)?;
     if verify {

@@ -21,8 +21,6 @@ use crate::{Error, Result};
 use super::common::{self, for_each_resolved, resolve, Out, Resolved};
 use super::{objects, Args};
 
-const USAGE: &str =
-    "usage: reftablefs for-each-ref [--format=FORMAT] [--count=N] [--include-root-refs] [PATTERN...]";
 const DEFAULT_FORMAT: &str = "%(objectname) %(objecttype)\t%(refname)";
 
 /// One piece of a compiled format.
@@ -225,7 +223,7 @@ pub fn run(mut args: Args) -> Result<ExitCode> {
                     .map_err(|_| Error::Transaction(format!("invalid --count: {n}")))?,
             );
         } else {
-            return Ok(common::unknown_option(&args, USAGE));
+            return Ok(common::unknown_option(&args, "for-each-ref"));
         }
     }
     let patterns: Vec<Vec<u8>> = args.rest().into_iter().map(String::into_bytes).collect();

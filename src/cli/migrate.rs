@@ -19,16 +19,17 @@
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
-use crate::files::{read_files_backend, FilesRefs};
-use crate::format::{LogRecord, RefValue};
+use crate::files::{
+    read_files_backend, read_loose_refs, read_reflogs, FilesRefs, LooseOverPacked,
+    PackedRefsParser, ParseError,
+};
+use crate::format::{HashKind, LogRecord, RefRecord, RefValue};
 use crate::repo::Repo;
 use crate::table::{TableWriter, WriteOptions};
 use crate::{Error, Result};
 
 use super::progress::Progress;
 use super::{common, objects, Args};
-
-const USAGE: &str = "usage: reftablefs migrate [--dry-run] [--ref-format=reftable] [--no-reflogs] [--[no-]progress]";
 
 /// Runs the subcommand.
 pub fn run(mut args: Args) -> Result<ExitCode> {
@@ -53,11 +54,11 @@ pub fn run(mut args: Args) -> Result<ExitCode> {
                 return Ok(ExitCode::from(129));
             }
         } else {
-            return Ok(common::unknown_option(&args, USAGE));
+            return Ok(common::unknown_option(&args, "migrate"));
         }
     }
     if !args.is_empty() {
-        return Ok(common::usage_error("too many arguments", USAGE));
+        return Ok(common::usage_error("too many arguments", "migrate"));
     }
     let repo = common::open_repo()?;
     let opts = MigrateOptions {
@@ -112,19 +113,6 @@ pub fn migrate(repo: &Repo, opts: &MigrateOptions) -> Result<Outcome> {
     }
     let hash = repo.hash();
 
-    let mut reading = Progress::new("Reading refs", None);
-    if let Some(on) = opts.progress {
-        reading.set_enabled(on);
-    }
-    let mut files = read_files_backend(&git_dir, hash, opts.reflogs, &mut |n| {
-        reading.update(n as u64)
-    })?;
-    reading.update(files.refs.len() as u64);
-    reading.finish();
-
-    // Loose refs may point at annotated tags: peel them as git's reftable backend does.
-    peel_loose_tags(&git_dir, &mut files, repo)?;
-
     let settings = &repo.settings;
     let wopts = WriteOptions {
         block_size: settings.block_size,
@@ -133,24 +121,8 @@ pub fn migrate(repo: &Repo, opts: &MigrateOptions) -> Result<Outcome> {
         hash,
         ..WriteOptions::default()
     };
-    let mut writing = Progress::new(
-        "Migrating refs",
-        Some((files.refs.len() + log_count(&files)) as u64),
-    );
-    if let Some(on) = opts.progress {
-        writing.set_enabled(on);
-    }
-    let (table, max_ui) = build_table(&files, wopts, &mut |n| writing.update(n as u64))?;
-    writing.finish();
-
     let new_dir = make_migration_dir(&git_dir)?;
-    let result = write_new_store(
-        &new_dir,
-        &table,
-        max_ui,
-        settings.default_permissions,
-        settings.fsync_refs,
-    );
+    let result = build_store(&git_dir, &new_dir, repo, opts, wopts);
     if let Err(e) = result {
         let _ = std::fs::remove_dir_all(&new_dir);
         return Err(e);
@@ -181,6 +153,359 @@ pub fn migrate(repo: &Repo, opts: &MigrateOptions) -> Result<Outcome> {
     Ok(Outcome::Migrated)
 }
 
+/// Reads the files backend of `git_dir` and writes the new store into `new_dir`: the
+/// table is written to its file as it is built, with `packed-refs` read a chunk at a
+/// time when it is sorted and fully peeled (as git writes it), so memory does not grow
+/// with the number of packed refs; other `packed-refs` files are read whole and sorted.
+fn build_store(
+    git_dir: &Path,
+    new_dir: &Path,
+    repo: &Repo,
+    opts: &MigrateOptions,
+    wopts: WriteOptions,
+) -> Result<()> {
+    let hash = wopts.hash;
+    let settings = &repo.settings;
+    let progress_on = |p: &mut Progress| {
+        if let Some(on) = opts.progress {
+            p.set_enabled(on);
+        }
+    };
+    let mut reading = Progress::new("Reading refs", None);
+    progress_on(&mut reading);
+    let mut loose = read_loose_refs(git_dir, hash, &mut |n| reading.update(n as u64), 0)?;
+    let reflogs = if opts.reflogs {
+        read_reflogs(git_dir, hash)?
+    } else {
+        Vec::new()
+    };
+    reading.finish();
+    // Loose refs may point at annotated tags: peel them as git's reftable backend does.
+    peel_loose_tags(git_dir, &mut loose, repo)?;
+
+    let logs: usize = reflogs.iter().map(|(_, l)| l.len()).sum();
+    let (min, max) = (1u64, 1 + (logs as u64).saturating_sub(1));
+    let rt = new_dir.join("reftable");
+    std::fs::create_dir(&rt).map_err(|e| Error::io(&rt, e))?;
+    let name = format!(
+        "0x{:012x}-0x{:012x}-{:08x}.ref",
+        min,
+        max,
+        crate::lockfile::rand_u32()
+    );
+    let path = rt.join(&name);
+    let mut writing = Progress::new("Migrating refs", None);
+    progress_on(&mut writing);
+    let packed_path = git_dir.join("packed-refs");
+    let written = {
+        let mut file = std::fs::File::create(&path).map_err(|e| Error::io(&path, e))?;
+        let mut report = |n: usize| writing.update(n as u64);
+        let mut out = TableOut::new(wopts, min, max, &mut file, &path, &mut report)?;
+        let streamed = stream_packed_refs(&packed_path, hash, &mut out, loose, PACKED_CHUNK)?;
+        if !streamed {
+            // Unsorted or not fully peeled: read whole, sorted, peeled, as before.
+            out.restart()?;
+            let files = read_files_backend(git_dir, hash, false, &mut |_| {})?;
+            let mut refs = files.refs;
+            peel_loose_tags(git_dir, &mut refs, repo)?;
+            for r in &refs {
+                out.add_ref(&r.name, &r.value)?;
+            }
+        }
+        out.add_logs(&reflogs)?;
+        let written = out.finish()?;
+        if written && settings.fsync_refs {
+            file.sync_all().map_err(|e| Error::io(&path, e))?;
+        }
+        written
+    };
+    writing.finish();
+    if written {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(
+            &path,
+            std::fs::Permissions::from_mode(settings.default_permissions),
+        )
+        .map_err(|e| Error::io(&path, e))?;
+    } else {
+        // An empty repository: git writes no table either.
+        std::fs::remove_file(&path).map_err(|e| Error::io(&path, e))?;
+    }
+    write_new_store(
+        new_dir,
+        written.then_some(name.as_str()),
+        settings.default_permissions,
+        settings.fsync_refs,
+    )
+}
+
+/// How much of `packed-refs` is read at a time.
+const PACKED_CHUNK: usize = 4 << 20;
+/// How much table output is buffered before it is written out.
+const OUTPUT_CHUNK: usize = 1 << 20;
+
+/// Writes the refs of a sorted, fully-peeled `packed-refs` merged with the sorted `loose`
+/// refs (loose wins) to `out`, reading `packed-refs` a chunk at a time. Returns false,
+/// having written nothing, when the file does not say it is sorted and fully peeled, and
+/// false as well when its records turn out not to be in order (the caller then restarts
+/// the table from the whole file, sorted). A missing file is an empty one.
+fn stream_packed_refs(
+    path: &Path,
+    hash: HashKind,
+    out: &mut TableOut<'_>,
+    loose: Vec<RefRecord>,
+    chunk: usize,
+) -> Result<bool> {
+    use std::io::Read;
+    let mut file = match std::fs::File::open(path) {
+        Ok(f) => Some(f),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
+        Err(e) => return Err(Error::io(path, e)),
+    };
+    let mut merge = LooseOverPacked::new(loose);
+    let mut buf: Vec<u8> = Vec::new();
+    let mut cap = chunk.max(1);
+    let (mut line_base, mut off_base) = (0usize, 0usize);
+    let mut first = true;
+    let mut last = Vec::new();
+    let file_name = || path.display().to_string();
+    while let Some(f) = file.as_mut() {
+        // Fill the buffer (after what is left of the previous chunk).
+        let mut eof = false;
+        while buf.len() < cap {
+            let have = buf.len();
+            buf.resize(cap, 0);
+            let n = f.read(buf.get_mut(have..).unwrap_or_default());
+            let n = match n {
+                Ok(n) => n,
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => 0,
+                Err(e) => return Err(Error::io(path, e)),
+            };
+            buf.truncate(have + n);
+            if n == 0 && buf.len() < cap {
+                eof = true;
+                break;
+            }
+        }
+        // Cut before the last record line that is complete (a `^` line belongs to the
+        // record before it).
+        let cut = if eof {
+            buf.len()
+        } else {
+            let mut cut = 0;
+            for (p, w) in buf.windows(2).enumerate().rev() {
+                if let [b'\n', next] = w {
+                    if *next != b'^' {
+                        cut = p + 1;
+                        break;
+                    }
+                }
+            }
+            cut
+        };
+        if cut == 0 && !eof {
+            cap *= 2; // one record longer than a chunk
+            continue;
+        }
+        let chunk = buf.get(..cut).unwrap_or_default();
+        let at = |e: ParseError| {
+            ParseError {
+                line: e.line + line_base,
+                offset: e.offset + off_base,
+                what: e.what,
+            }
+            .in_file(file_name())
+        };
+        if !first && chunk.first() == Some(&b'#') {
+            return Err(at(ParseError {
+                line: 1,
+                offset: 0,
+                what: "unexpected line in packed-refs".into(),
+            }));
+        }
+        let parser = PackedRefsParser::new(chunk, hash).map_err(at)?;
+        if first {
+            let t = parser.traits();
+            if !(t.sorted && t.fully_peeled) {
+                return Ok(false);
+            }
+            first = false;
+        }
+        for e in parser {
+            let e = e.map_err(at)?;
+            if !last.is_empty() && e.name <= last.as_slice() {
+                return Ok(false);
+            }
+            last.clear();
+            last.extend_from_slice(e.name);
+            let mut res = Ok(());
+            let overridden = merge.overrides(e.name, &mut |l| {
+                if res.is_ok() {
+                    res = out.add_ref(&l.name, &l.value);
+                }
+            });
+            res?;
+            if overridden {
+                continue;
+            }
+            let value = match e.peeled {
+                Some(peeled) => RefValue::Val2 {
+                    value: e.id,
+                    peeled,
+                },
+                None => RefValue::Val1(e.id),
+            };
+            out.add_ref(e.name, &value)?;
+        }
+        line_base += chunk.iter().filter(|&&b| b == b'\n').count();
+        off_base += cut;
+        buf.drain(..cut);
+        if eof {
+            break;
+        }
+    }
+    let mut res = Ok(());
+    merge.rest(&mut |l| {
+        if res.is_ok() {
+            res = out.add_ref(&l.name, &l.value);
+        }
+    });
+    res?;
+    Ok(true)
+}
+
+/// A migration table being written to `sink`: every ref at update index `min`, then
+/// every reflog entry at its own index; the output is moved to the sink as it grows.
+struct TableOut<'a> {
+    w: TableWriter,
+    rec: RefRecord,
+    log: LogRecord,
+    min: u64,
+    max: u64,
+    truncate_at: usize,
+    done: usize,
+    sink: &'a mut dyn std::io::Write,
+    sink_path: &'a Path,
+    /// Bytes moved to the sink so far.
+    drained: u64,
+    progress: &'a mut dyn FnMut(usize),
+}
+
+impl<'a> TableOut<'a> {
+    fn new(
+        opts: WriteOptions,
+        min: u64,
+        max: u64,
+        sink: &'a mut dyn std::io::Write,
+        sink_path: &'a Path,
+        progress: &'a mut dyn FnMut(usize),
+    ) -> Result<Self> {
+        let truncate_at = (opts.block_size / 2) as usize;
+        let mut w = TableWriter::new(opts);
+        w.begin(min, max)?;
+        Ok(TableOut {
+            w,
+            rec: RefRecord::default(),
+            log: LogRecord::default(),
+            min,
+            max,
+            truncate_at,
+            done: 0,
+            sink,
+            sink_path,
+            drained: 0,
+            progress,
+        })
+    }
+
+    /// Starts the table over; only possible while nothing was moved to the sink.
+    fn restart(&mut self) -> Result<()> {
+        if self.drained > 0 {
+            return Err(fail(
+                "packed-refs is not sorted after all: cannot restart a table already written out",
+            ));
+        }
+        self.done = 0;
+        self.w.begin(self.min, self.max)
+    }
+
+    fn count(&mut self) {
+        self.done += 1;
+        if self.done % 65536 == 0 {
+            (self.progress)(self.done);
+        }
+    }
+
+    fn drain_if_full(&mut self) -> Result<()> {
+        if self.w.output().len() >= OUTPUT_CHUNK {
+            self.drained += self.w.output().len() as u64;
+            self.w
+                .drain_output(self.sink)
+                .map_err(|e| Error::io(self.sink_path, e))?;
+        }
+        Ok(())
+    }
+
+    fn add_ref(&mut self, name: &[u8], value: &RefValue) -> Result<()> {
+        self.rec.name.clear();
+        self.rec.name.extend_from_slice(name);
+        self.rec.update_index = self.min;
+        self.rec.value.clone_from(value);
+        self.w.add_ref(&self.rec).map_err(|e| name_error(e, name))?;
+        self.count();
+        self.drain_if_full()
+    }
+
+    /// Assigns indexes in (refname, oldest first) order and writes newest first per ref.
+    fn add_logs(&mut self, reflogs: &[(Vec<u8>, Vec<LogRecord>)]) -> Result<()> {
+        let mut next = self.min;
+        for (name, entries) in reflogs {
+            let first = next;
+            next += entries.len() as u64;
+            for (k, e) in entries.iter().enumerate().rev() {
+                let log = &mut self.log;
+                log.refname.clear();
+                log.refname.extend_from_slice(name);
+                log.update_index = first + k as u64;
+                log.deleted = false;
+                log.old_id = e.old_id;
+                log.new_id = e.new_id;
+                log.name.clone_from(&e.name);
+                log.email.clone_from(&e.email);
+                log.time = e.time;
+                log.tz_offset = e.tz_offset;
+                log.message.clear();
+                let msg = e
+                    .message
+                    .get(..self.truncate_at.min(e.message.len()))
+                    .unwrap_or_default();
+                log.message.extend_from_slice(msg);
+                self.w
+                    .add_log(&self.log)
+                    .map_err(|err| name_error(err, name))?;
+                self.count();
+                self.drain_if_full()?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Finishes the table and writes the rest out; false for an empty table (nothing
+    /// written to the sink then).
+    fn finish(mut self) -> Result<bool> {
+        (self.progress)(self.done);
+        match self.w.finish() {
+            Ok(_) => {}
+            Err(Error::EmptyTable) => return Ok(false),
+            Err(e) => return Err(e),
+        }
+        self.w
+            .drain_output(self.sink)
+            .map_err(|e| Error::io(self.sink_path, e))?;
+        Ok(true)
+    }
+}
+
 fn has_linked_worktrees(git_dir: &Path) -> bool {
     std::fs::read_dir(git_dir.join("worktrees"))
         .map(|mut d| d.any(|e| e.is_ok_and(|e| e.path().is_dir())))
@@ -191,11 +516,10 @@ fn log_count(files: &FilesRefs) -> usize {
     files.reflogs.iter().map(|(_, l)| l.len()).sum()
 }
 
-fn peel_loose_tags(git_dir: &Path, files: &mut FilesRefs, repo: &Repo) -> Result<()> {
+fn peel_loose_tags(git_dir: &Path, refs: &mut [RefRecord], repo: &Repo) -> Result<()> {
     // Packed refs come with their peeled values; only Val1 refs can still be tags. With
     // a fully-peeled packed-refs those are loose refs (few); ask git about all of them.
-    let idx: Vec<usize> = files
-        .refs
+    let idx: Vec<usize> = refs
         .iter()
         .enumerate()
         .filter(|(_, r)| {
@@ -208,7 +532,7 @@ fn peel_loose_tags(git_dir: &Path, files: &mut FilesRefs, repo: &Repo) -> Result
     }
     let ids: Vec<_> = idx
         .iter()
-        .filter_map(|&i| match files.refs.get(i).map(|r| &r.value) {
+        .filter_map(|&i| match refs.get(i).map(|r| &r.value) {
             Some(RefValue::Val1(id)) => Some(*id),
             _ => None,
         })
@@ -221,7 +545,7 @@ fn peel_loose_tags(git_dir: &Path, files: &mut FilesRefs, repo: &Repo) -> Result
         }
     };
     for (&i, p) in idx.iter().zip(peeled) {
-        if let (Some(r), Some(peeled)) = (files.refs.get_mut(i), p) {
+        if let (Some(r), Some(peeled)) = (refs.get_mut(i), p) {
             if let RefValue::Val1(value) = r.value {
                 r.value = RefValue::Val2 { value, peeled };
             }
@@ -230,70 +554,29 @@ fn peel_loose_tags(git_dir: &Path, files: &mut FilesRefs, repo: &Repo) -> Result
     Ok(())
 }
 
-/// Writes the single table of a migration: every ref at update index 1, then every
-/// reflog entry at `1 + n` (n counting entries over all logs, oldest first). Returns the
-/// table bytes and its max update index. `progress` gets the number of records written.
+/// Writes the single table of a migration in memory: every ref at update index 1, then
+/// every reflog entry at `1 + n` (n counting entries over all logs, oldest first).
+/// Returns the table bytes (empty for no refs and no logs) and its max update index.
+/// `progress` gets the number of records written.
 pub fn build_table(
     files: &FilesRefs,
     opts: WriteOptions,
     progress: &mut dyn FnMut(usize),
 ) -> Result<(Vec<u8>, u64)> {
-    let min = 1u64;
     let logs = log_count(files) as u64;
-    let max = min + logs.saturating_sub(1);
-    let truncate_at = (opts.block_size / 2) as usize;
-    let mut w = TableWriter::new(opts);
-    w.begin(min, max)?;
-    let mut rec = crate::format::RefRecord::default();
-    let mut done = 0usize;
+    let max = 1 + logs.saturating_sub(1);
+    let mut bytes = Vec::new();
+    let mem = Path::new("(memory)");
+    let mut out = TableOut::new(opts, 1, max, &mut bytes, mem, progress)?;
     for r in &files.refs {
-        rec.name.clear();
-        rec.name.extend_from_slice(&r.name);
-        rec.update_index = min;
-        rec.value.clone_from(&r.value);
-        w.add_ref(&rec).map_err(|e| name_error(e, &r.name))?;
-        done += 1;
-        if done % 65536 == 0 {
-            progress(done);
-        }
+        out.add_ref(&r.name, &r.value)?;
     }
-    // Assign indexes in (refname, oldest first) order, write newest first per ref.
-    let mut log = LogRecord::default();
-    let mut next = min;
-    for (name, entries) in &files.reflogs {
-        let first = next;
-        next += entries.len() as u64;
-        for (k, e) in entries.iter().enumerate().rev() {
-            log.refname.clear();
-            log.refname.extend_from_slice(name);
-            log.update_index = first + k as u64;
-            log.deleted = false;
-            log.old_id = e.old_id;
-            log.new_id = e.new_id;
-            log.name.clone_from(&e.name);
-            log.email.clone_from(&e.email);
-            log.time = e.time;
-            log.tz_offset = e.tz_offset;
-            log.message.clear();
-            let msg = e
-                .message
-                .get(..truncate_at.min(e.message.len()))
-                .unwrap_or_default();
-            log.message.extend_from_slice(msg);
-            w.add_log(&log).map_err(|err| name_error(err, name))?;
-            done += 1;
-            if done % 65536 == 0 {
-                progress(done);
-            }
-        }
+    out.add_logs(&files.reflogs)?;
+    let written = out.finish()?;
+    if !written {
+        bytes.clear();
     }
-    progress(done);
-    match w.finish() {
-        Ok(bytes) => Ok((bytes.to_vec(), max)),
-        // An empty repository: git writes no table either.
-        Err(Error::EmptyTable) => Ok((Vec::new(), max)),
-        Err(e) => Err(e),
-    }
+    Ok((bytes, max))
 }
 
 fn name_error(e: Error, name: &[u8]) -> Error {
@@ -344,20 +627,13 @@ fn write_file(path: &Path, bytes: &[u8], mode: Option<u32>, fsync: bool) -> Resu
     Ok(())
 }
 
-/// Lays out a reftable store in `dir` as `reftable_be_create_on_disk` + one commit do.
-fn write_new_store(dir: &Path, table: &[u8], max_ui: u64, perm: u32, fsync: bool) -> Result<()> {
+/// Lays out a reftable store in `dir` (whose `reftable/` holds the table file `table`, if
+/// any) as `reftable_be_create_on_disk` + one commit do.
+fn write_new_store(dir: &Path, table: Option<&str>, perm: u32, fsync: bool) -> Result<()> {
     let rt = dir.join("reftable");
-    std::fs::create_dir(&rt).map_err(|e| Error::io(&rt, e))?;
     let mut list = String::new();
-    if !table.is_empty() {
-        let name = format!(
-            "0x{:012x}-0x{:012x}-{:08x}.ref",
-            1,
-            max_ui,
-            crate::lockfile::rand_u32()
-        );
-        write_file(&rt.join(&name), table, Some(perm), fsync)?;
-        list.push_str(&name);
+    if let Some(name) = table {
+        list.push_str(name);
         list.push('\n');
     }
     write_file(&rt.join("tables.list"), list.as_bytes(), Some(perm), fsync)?;
@@ -495,6 +771,82 @@ mod tests {
         logs.seek(b"HEAD", u64::MAX).unwrap();
         assert_eq!(logs.next().unwrap().unwrap().update_index, 1);
         let _ = HashKind::Sha1;
+    }
+
+    /// The streamed table (packed-refs read in small chunks, so records, `^` lines and
+    /// loose overrides fall across chunk boundaries) is the in-memory one, byte for byte.
+    #[test]
+    fn streamed_table_is_the_in_memory_table() {
+        let d = tempfile::tempdir().unwrap();
+        let g = d.path();
+        let hex = |n: u32| format!("{n:08x}{}", "ab".repeat(16));
+        let mut packed = String::from("# pack-refs with: peeled fully-peeled sorted \n");
+        let mut names: Vec<String> = (0..300)
+            .map(|i| format!("refs/{}/x{i:04}", if i % 3 == 0 { "tags" } else { "heads" }))
+            .collect();
+        names.sort();
+        for (i, n) in names.iter().enumerate() {
+            packed.push_str(&format!("{} {n}\n", hex(i as u32)));
+            if n.starts_with("refs/tags/") {
+                packed.push_str(&format!("^{}\n", hex(9000 + i as u32)));
+            }
+        }
+        std::fs::write(g.join("packed-refs"), &packed).unwrap();
+        // Loose refs: one overriding a packed ref, one between, one after, a root ref.
+        for (name, v) in [
+            ("refs/heads/x0004", hex(7001)),
+            ("refs/heads/x0100a", hex(7002)),
+            ("refs/zzz", "ref: refs/heads/x0001".to_string()),
+            ("HEAD", "ref: refs/heads/x0002".to_string()),
+        ] {
+            let p = g.join(name);
+            std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+            std::fs::write(&p, format!("{v}\n")).unwrap();
+        }
+        let files = read_files_backend(g, HashKind::Sha1, false, &mut |_| {}).unwrap();
+        assert_eq!(files.refs.len(), 303);
+        let (want, _) = build_table(&files, WriteOptions::default(), &mut |_| {}).unwrap();
+        let mut quiet = |_: usize| {};
+        for chunk in [1, 50, 97, 4096, 1 << 20] {
+            let mut got = Vec::new();
+            let mem = Path::new("mem");
+            let mut out =
+                TableOut::new(WriteOptions::default(), 1, 1, &mut got, mem, &mut quiet).unwrap();
+            let loose = read_loose_refs(g, HashKind::Sha1, &mut |_| {}, 0).unwrap();
+            let streamed = stream_packed_refs(
+                &g.join("packed-refs"),
+                HashKind::Sha1,
+                &mut out,
+                loose,
+                chunk,
+            )
+            .unwrap();
+            assert!(streamed);
+            assert!(out.finish().unwrap());
+            assert!(got == want, "chunk {chunk}: streamed table differs");
+        }
+        // Not sorted: nothing streamed, the caller falls back to the sorted whole file.
+        let unsorted = packed.replace(" sorted", "");
+        std::fs::write(g.join("packed-refs"), unsorted).unwrap();
+        let mut got = Vec::new();
+        let mem = Path::new("mem");
+        let mut out =
+            TableOut::new(WriteOptions::default(), 1, 1, &mut got, mem, &mut quiet).unwrap();
+        let p = g.join("packed-refs");
+        assert!(!stream_packed_refs(&p, HashKind::Sha1, &mut out, Vec::new(), 64).unwrap());
+        // A malformed line is reported with its line number in the whole file.
+        let bad = packed.replacen("refs/heads/x0200", "", 1);
+        std::fs::write(g.join("packed-refs"), bad).unwrap();
+        let mut got = Vec::new();
+        let mut out =
+            TableOut::new(WriteOptions::default(), 1, 1, &mut got, mem, &mut quiet).unwrap();
+        let e = stream_packed_refs(&p, HashKind::Sha1, &mut out, Vec::new(), 97).unwrap_err();
+        let line = packed
+            .lines()
+            .position(|l| l.ends_with("refs/heads/x0200"))
+            .unwrap()
+            + 1;
+        assert!(e.to_string().contains(&format!("line {line}:")), "{e}");
     }
 
     #[test]

@@ -1,5 +1,5 @@
-//! `reftablefs mount [--read-only] [--daemon] [--batch-window MS] [--batch-max N] [--no-fsync]
-//! GITDIR MOUNTPOINT` and `reftablefs unmount MOUNTPOINT`.
+//! `reftablefs mount [--read-only] [--refs-only] [--no-kernel-passthrough] [--daemon] [--batch-window MS] [--batch-max N] [--no-fsync]
+//! (GITDIR MOUNTPOINT | --over WORKTREE)` and `reftablefs unmount MOUNTPOINT`.
 //!
 //! Foreground by default, one log line per error on stderr; exits 0 after a clean unmount.
 //! `--daemon` starts the same command in the background and returns once the mount is
@@ -17,22 +17,25 @@ use crate::fs::{self, MountOptions};
 use crate::{Error, Result};
 
 fn usage(msg: &str) -> Result<ExitCode> {
-    eprintln!("reftablefs mount: {msg}");
-    eprintln!(
-        "usage: reftablefs mount [--read-only] [--daemon [--log FILE]] [--batch-window MS] [--batch-max N] [--no-fsync] GITDIR MOUNTPOINT"
-    );
-    Ok(ExitCode::from(129))
+    Ok(crate::cli::common::usage_error(msg, "mount"))
 }
 
 /// Runs `reftablefs mount`.
 pub fn run(mut args: Args) -> Result<ExitCode> {
     let mut opts = MountOptions::default();
     let mut daemon = false;
+    let mut over = false;
     let mut log: Option<PathBuf> = None;
     let mut positional: Vec<PathBuf> = Vec::new();
     while !args.is_empty() {
         if args.flag("--read-only") {
             opts.read_only = true;
+        } else if args.flag("--refs-only") {
+            opts.refs_only = true;
+        } else if args.flag("--over") {
+            over = true;
+        } else if args.flag("--no-kernel-passthrough") {
+            opts.kernel_passthrough = false;
         } else if args.flag("--daemon") {
             daemon = true;
         } else if let Some(v) = args.value("--log") {
@@ -54,13 +57,23 @@ pub fn run(mut args: Args) -> Result<ExitCode> {
                 None => return usage("--batch-max takes a positive number"),
             }
         } else if args.peek_is_option() {
-            return usage(&format!(
-                "unknown option '{}'",
-                args.peek().unwrap_or_default()
-            ));
+            return Ok(crate::cli::common::unknown_option(&args, "mount"));
         } else if let Some(p) = args.next_path() {
             positional.push(p);
         }
+    }
+    if over {
+        let [worktree] = positional.as_slice() else {
+            return usage("--over takes one WORKTREE (its .git directory is mounted over)");
+        };
+        if opts.refs_only {
+            return usage("--over serves the whole .git: it cannot be --refs-only");
+        }
+        let dotgit = worktree.join(".git");
+        if daemon {
+            return spawn_daemon(&dotgit, log);
+        }
+        return run_over(&dotgit, opts);
     }
     let [gitdir, mountpoint] = positional.as_slice() else {
         return usage("expected GITDIR and MOUNTPOINT");
@@ -72,6 +85,31 @@ pub fn run(mut args: Args) -> Result<ExitCode> {
     fs::check_mountpoint(mountpoint)?;
     let o = crate::fs::stack_source::open(gitdir, &opts)?;
     fs::mount(o.reader, o.writer, o.log, &reftable_dir, mountpoint, &opts)?;
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `mount --over WORKTREE`: mounts the view on `WORKTREE/.git` itself. The real directory
+/// is opened before mounting and reached as `/proc/self/fd/N` from then on (the stack,
+/// the watcher and the passthrough never go through the mount); the mount unmounts itself
+/// if the process dies (`auto_unmount`), so a killed mount gives the real `.git` back.
+fn run_over(dotgit: &Path, mut opts: MountOptions) -> Result<ExitCode> {
+    use std::os::fd::AsRawFd;
+    let meta = std::fs::symlink_metadata(dotgit).map_err(|e| Error::io(dotgit, e))?;
+    if !meta.is_dir() {
+        return Err(fs::fail(format!(
+            "cannot mount over {}: not a directory (a linked worktree's or submodule's .git file is not supported)",
+            dotgit.display()
+        )));
+    }
+    fs::check_mountpoint(dotgit)?;
+    let real = std::fs::File::open(dotgit).map_err(|e| Error::io(dotgit, e))?;
+    let gitdir = PathBuf::from(format!("/proc/self/fd/{}", real.as_raw_fd()));
+    let reftable_dir = reftable_dir(&gitdir)?;
+    opts.auto_unmount = true;
+    let o = crate::fs::stack_source::open(&gitdir, &opts)?;
+    let r = fs::mount(o.reader, o.writer, o.log, &reftable_dir, dotgit, &opts);
+    drop(real);
+    r?;
     Ok(ExitCode::SUCCESS)
 }
 
@@ -159,9 +197,14 @@ fn spawn_daemon(mountpoint: &Path, log: Option<PathBuf>) -> Result<ExitCode> {
 /// Runs `reftablefs unmount MOUNTPOINT`: flushes pending writes (an fsync of the mount's
 /// root directory commits every pending batch), then unmounts.
 pub fn run_unmount(mut args: Args) -> Result<ExitCode> {
-    let Some(mountpoint) = args.next_path() else {
-        eprintln!("usage: reftablefs unmount MOUNTPOINT");
-        return Ok(ExitCode::from(129));
+    if args.peek_is_option() {
+        return Ok(crate::cli::common::unknown_option(&args, "unmount"));
+    }
+    let (Some(mountpoint), true) = (args.next_path(), args.is_empty()) else {
+        return Ok(crate::cli::common::usage_error(
+            "expected one <mountpoint>",
+            "unmount",
+        ));
     };
     if !fs::is_mounted(&mountpoint) {
         eprintln!(

@@ -1,6 +1,6 @@
 //! The few object-database questions the CLI needs (object types for
 //! `for-each-ref`'s `%(objecttype)`, peeling annotated tags during `migrate`), answered
-//! by one `git cat-file --batch-check` process per command: refs are our business,
+//! by one `git cat-file` process per command: refs are our business,
 //! objects stay git's. Everything is sent in one batch, so the cost is one process
 //! start whatever the number of refs.
 
@@ -104,65 +104,200 @@ pub fn loose_object_type(objects_dir: &Path, id: &ObjectId) -> Option<&'static s
 
 /// The object type of each id (`commit`, `tag`, …; `missing` when absent). Each
 /// distinct id is looked up once: loose objects in-process, the rest (packed objects,
-/// alternates) with one `git cat-file --batch-check`.
+/// alternates) with one `git cat-file` process.
 pub fn object_types(git_dir: &Path, ids: &[ObjectId]) -> Result<Vec<String>> {
-    let mut distinct: Vec<ObjectId> = ids.to_vec();
-    distinct.sort_unstable();
-    distinct.dedup();
-    let objects = git_dir.join("objects");
-    // Which `objects/xx/` fan-out directories exist: a fully packed repository has none,
-    // and then no id is probed as a loose file at all.
-    let mut fanout = [false; 256];
-    if let Ok(entries) = std::fs::read_dir(&objects) {
-        for e in entries.flatten() {
-            let name = e.file_name();
-            if let Some(b) = name
-                .to_str()
-                .filter(|n| n.len() == 2)
-                .and_then(|n| u8::from_str_radix(n, 16).ok())
-            {
-                fanout[usize::from(b)] = true;
+    TypeLookup::new(git_dir).types(ids)
+}
+
+/// A running `git cat-file --batch-command=%(objecttype) --buffer`, asked in batches.
+struct CatFile {
+    child: std::process::Child,
+    /// `None` only while dropping (closing it ends git).
+    stdin: Option<std::process::ChildStdin>,
+    stdout: BufReader<std::process::ChildStdout>,
+}
+
+impl CatFile {
+    fn spawn(git_dir: &Path) -> Result<CatFile> {
+        let mut child = Command::new("git")
+            .arg("--git-dir")
+            .arg(git_dir)
+            .arg("cat-file")
+            .arg("--batch-command=%(objecttype)")
+            .arg("--buffer")
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .map_err(|e| Error::io("git cat-file", e))?;
+        let (Some(stdin), Some(stdout)) = (child.stdin.take(), child.stdout.take()) else {
+            return Err(Error::Api("git cat-file: no pipes".into()));
+        };
+        Ok(CatFile {
+            child,
+            stdin: Some(stdin),
+            stdout: BufReader::new(stdout),
+        })
+    }
+
+    /// One answer line per id, in order: `info <id>` for each, then `flush`, which
+    /// makes git write its buffered answers. The questions are written from another
+    /// thread, so neither side can block the other on a full pipe.
+    fn ask(&mut self, ids: &[ObjectId]) -> Result<Vec<String>> {
+        let Some(stdin) = self.stdin.as_mut() else {
+            return Err(Error::Api("git cat-file: stdin closed".into()));
+        };
+        let stdout = &mut self.stdout;
+        std::thread::scope(|scope| {
+            let writer = scope.spawn(move || -> std::io::Result<()> {
+                let mut w = std::io::BufWriter::new(stdin);
+                for id in ids {
+                    w.write_all(b"info ")?;
+                    w.write_all(id.to_hex().as_bytes())?;
+                    w.write_all(b"\n")?;
+                }
+                w.write_all(b"flush\n")?;
+                w.flush()
+            });
+            let mut out = Vec::with_capacity(ids.len());
+            let mut line = String::new();
+            while out.len() < ids.len() {
+                line.clear();
+                let n = stdout
+                    .read_line(&mut line)
+                    .map_err(|e| Error::io("git cat-file", e))?;
+                if n == 0 {
+                    break;
+                }
+                out.push(line.trim_end_matches('\n').to_owned());
             }
+            let wrote = writer
+                .join()
+                .map_err(|_| Error::Api("git cat-file writer panicked".into()))?;
+            wrote.map_err(|e| Error::io("git cat-file", e))?;
+            if out.len() != ids.len() {
+                return Err(Error::Api(format!(
+                    "git cat-file --batch-command answered {} of {} queries",
+                    out.len(),
+                    ids.len()
+                )));
+            }
+            Ok(out)
+        })
+    }
+}
+
+impl Drop for CatFile {
+    fn drop(&mut self) {
+        // End of input ends git; then reap it.
+        drop(self.stdin.take());
+        let _ = self.child.wait();
+    }
+}
+
+/// Object types for a command: loose objects are read in-process, the rest go to one
+/// `git cat-file --batch-command --buffer` process, started on first need and kept for the
+/// command's later batches (an `update-ref --stdin` session with many transactions
+/// starts one process, not one per transaction).
+pub struct TypeLookup {
+    git_dir: std::path::PathBuf,
+    /// Which `objects/xx/` fan-out directories exist (read once): a fully packed
+    /// repository has none, and then no id is probed as a loose file at all.
+    fanout: Option<Box<[bool; 256]>>,
+    cat_file: Option<CatFile>,
+}
+
+impl TypeLookup {
+    /// A lookup in the repository whose (common) git dir is `git_dir`.
+    pub fn new(git_dir: &Path) -> TypeLookup {
+        TypeLookup {
+            git_dir: git_dir.to_path_buf(),
+            fanout: None,
+            cat_file: None,
         }
     }
-    let mut types: Vec<Option<String>> = distinct
-        .iter()
-        .map(|id| {
-            let first = id.as_bytes().first().copied().unwrap_or(0);
-            if fanout[usize::from(first)] {
-                loose_object_type(&objects, id).map(str::to_owned)
-            } else {
-                None
+
+    fn fanout(&mut self) -> &[bool; 256] {
+        let objects = self.git_dir.join("objects");
+        self.fanout.get_or_insert_with(|| {
+            let mut fanout = Box::new([false; 256]);
+            if let Ok(entries) = std::fs::read_dir(&objects) {
+                for e in entries.flatten() {
+                    let name = e.file_name();
+                    if let Some(b) = name
+                        .to_str()
+                        .filter(|n| n.len() == 2)
+                        .and_then(|n| u8::from_str_radix(n, 16).ok())
+                    {
+                        fanout[usize::from(b)] = true;
+                    }
+                }
             }
+            fanout
         })
-        .collect();
-    let missing: Vec<usize> = (0..distinct.len())
-        .filter(|&i| types.get(i).is_some_and(Option::is_none))
-        .collect();
-    if !missing.is_empty() {
-        let inputs = missing
+    }
+
+    /// The type of each id (`commit`, `tree`, `blob`, `tag`; `missing` when the object
+    /// does not exist). Each distinct id is looked up once.
+    pub fn types(&mut self, ids: &[ObjectId]) -> Result<Vec<String>> {
+        let mut distinct: Vec<ObjectId> = ids.to_vec();
+        distinct.sort_unstable();
+        distinct.dedup();
+        let objects = self.git_dir.join("objects");
+        let fanout = *self.fanout();
+        let mut types: Vec<Option<String>> = distinct
             .iter()
-            .filter_map(|&i| distinct.get(i).map(|id| id.to_hex().into_bytes()))
+            .map(|id| {
+                let first = id.as_bytes().first().copied().unwrap_or(0);
+                if fanout[usize::from(first)] {
+                    loose_object_type(&objects, id).map(str::to_owned)
+                } else {
+                    None
+                }
+            })
             .collect();
-        let lines = batch_check(git_dir, "%(objecttype)", inputs)?;
-        for (&i, l) in missing.iter().zip(lines) {
-            let t = if l.ends_with(" missing") {
-                "missing".to_owned()
-            } else {
-                l
+        let unknown: Vec<usize> = (0..distinct.len())
+            .filter(|&i| types.get(i).is_some_and(Option::is_none))
+            .collect();
+        if !unknown.is_empty() {
+            let ask: Vec<ObjectId> = unknown
+                .iter()
+                .filter_map(|&i| distinct.get(i).copied())
+                .collect();
+            if self.cat_file.is_none() {
+                self.cat_file = Some(CatFile::spawn(&self.git_dir)?);
+            }
+            let answers = match self.cat_file.as_mut() {
+                Some(c) => c.ask(&ask),
+                None => Err(Error::Api("git cat-file did not start".into())),
             };
-            if let Some(slot) = types.get_mut(i) {
-                *slot = Some(t);
+            let answers = match answers {
+                Ok(a) => a,
+                Err(e) => {
+                    // A process that failed once is not asked again.
+                    self.cat_file = None;
+                    return Err(e);
+                }
+            };
+            for (&i, l) in unknown.iter().zip(answers) {
+                let t = if l.ends_with(" missing") {
+                    "missing".to_owned()
+                } else {
+                    l
+                };
+                if let Some(slot) = types.get_mut(i) {
+                    *slot = Some(t);
+                }
             }
         }
+        Ok(ids
+            .iter()
+            .map(|id| match distinct.binary_search(id) {
+                Ok(i) => types.get(i).cloned().flatten().unwrap_or_default(),
+                Err(_) => String::new(),
+            })
+            .collect())
     }
-    Ok(ids
-        .iter()
-        .map(|id| match distinct.binary_search(id) {
-            Ok(i) => types.get(i).cloned().flatten().unwrap_or_default(),
-            Err(_) => String::new(),
-        })
-        .collect())
 }
 
 /// For each id, the fully peeled id when it is an annotated tag that peels, else `None`
@@ -245,5 +380,12 @@ mod tests {
             object_types(&git_dir, &[commit, tag, missing]).unwrap(),
             ["commit", "tag", "missing"]
         );
+        // One lookup, several batches: the same cat-file process answers them all.
+        let mut lookup = TypeLookup::new(&git_dir);
+        assert_eq!(lookup.types(&[commit]).unwrap(), ["commit"]);
+        let pid = lookup.cat_file.as_ref().map(|c| c.child.id());
+        assert_eq!(lookup.types(&[missing, tag]).unwrap(), ["missing", "tag"]);
+        assert_eq!(lookup.cat_file.as_ref().map(|c| c.child.id()), pid);
+        assert!(pid.is_some());
     }
 }

@@ -14,9 +14,6 @@ use crate::{Error, Result};
 use super::common::{self, resolve, Out, Resolved, DWIM_RULES};
 use super::Args;
 
-const USAGE: &str =
-    "usage: reftablefs reflog [show] [--no-abbrev | --abbrev=N] [NAME] | reflog exists REF";
-
 /// git's `dwim_log`: the full name whose reflog `short` denotes.
 pub fn dwim_log(stack: &RefStore, short: &[u8]) -> Result<Option<Vec<u8>>> {
     let mut it = stack.iter();
@@ -60,8 +57,8 @@ pub fn run(mut args: Args) -> Result<ExitCode> {
         // git's `reflog exists <ref>`: a full name, exit 0 or 1, no output.
         let (Some(name), true) = (args.next_positional(), args.is_empty()) else {
             return Ok(common::usage_error(
-                "usage: reftablefs reflog exists <ref>",
-                USAGE,
+                "reflog exists takes one <ref>",
+                "reflog",
             ));
         };
         let repo = common::open_repo()?;
@@ -83,12 +80,12 @@ pub fn run(mut args: Args) -> Result<ExitCode> {
                 .map_err(|_| Error::Transaction(format!("invalid --abbrev: {n}")))?
                 .max(4);
         } else {
-            return Ok(common::unknown_option(&args, USAGE));
+            return Ok(common::unknown_option(&args, "reflog"));
         }
     }
     let name = args.next_positional().unwrap_or_else(|| "HEAD".to_owned());
     if !args.is_empty() {
-        return Ok(common::usage_error("too many arguments", USAGE));
+        return Ok(common::usage_error("too many arguments", "reflog"));
     }
     let repo = common::open_repo()?;
     let stack = RefStore::open(&repo)?;

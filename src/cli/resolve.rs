@@ -14,8 +14,6 @@ use crate::{Error, Result};
 use super::common::{self, dwim, rev_parse, Out};
 use super::Args;
 
-const USAGE: &str = "usage: reftablefs resolve [--stdin] [--symbolic-full-name] NAME...";
-
 /// Runs the subcommand.
 pub fn run(mut args: Args) -> Result<ExitCode> {
     let mut stdin = false;
@@ -26,7 +24,7 @@ pub fn run(mut args: Args) -> Result<ExitCode> {
         } else if args.flag("--symbolic-full-name") {
             full_name = true;
         } else {
-            return Ok(common::unknown_option(&args, USAGE));
+            return Ok(common::unknown_option(&args, "resolve"));
         }
     }
     let mut names: Vec<Vec<u8>> = args.rest().into_iter().map(String::into_bytes).collect();
@@ -42,7 +40,7 @@ pub fn run(mut args: Args) -> Result<ExitCode> {
         }
     }
     if names.is_empty() {
-        return Ok(common::usage_error("no names given", USAGE));
+        return Ok(common::usage_error("no names given", "resolve"));
     }
     let repo = common::open_repo()?;
     let hash = repo.hash();

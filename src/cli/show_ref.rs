@@ -12,9 +12,6 @@ use crate::Result;
 use super::common::{self, for_each_resolved, resolve, Out, Resolved};
 use super::Args;
 
-const USAGE: &str =
-    "usage: reftablefs show-ref [--head] [-d|--dereference] [-s|--hash] [--heads] [--tags] [-q] [--verify] [--exists REF] [PATTERN...]";
-
 /// git's tail match: `name` ends with `pattern` at a component boundary.
 pub fn tail_matches(name: &[u8], pattern: &[u8]) -> bool {
     if !name.ends_with(pattern) {
@@ -88,7 +85,7 @@ pub fn run(mut args: Args) -> Result<ExitCode> {
         } else if args.flag("--verify") {
             verify = true;
         } else {
-            return Ok(common::unknown_option(&args, USAGE));
+            return Ok(common::unknown_option(&args, "show-ref"));
         }
     }
     let patterns: Vec<Vec<u8>> = args.rest().into_iter().map(String::into_bytes).collect();

@@ -26,8 +26,6 @@ use crate::Result;
 use super::common;
 use super::Args;
 
-const USAGE: &str = "usage: reftablefs unlock [--force] [--min-age SECONDS] [--dry-run] [GITDIR]";
-
 /// Default for `--min-age`.
 const DEFAULT_MIN_AGE: Duration = Duration::from_secs(10);
 
@@ -44,15 +42,15 @@ pub fn run(mut args: Args) -> Result<ExitCode> {
         } else if let Some(v) = args.value("--min-age") {
             match v.to_str().and_then(|s| s.parse::<u64>().ok()) {
                 Some(s) => min_age = Duration::from_secs(s),
-                None => return Ok(common::usage_error("--min-age takes seconds", USAGE)),
+                None => return Ok(common::usage_error("--min-age takes seconds", "unlock")),
             }
         } else {
-            return Ok(common::unknown_option(&args, USAGE));
+            return Ok(common::unknown_option(&args, "unlock"));
         }
     }
     let git_dir: Option<PathBuf> = args.next_path();
     if !args.is_empty() {
-        return Ok(common::usage_error("too many arguments", USAGE));
+        return Ok(common::usage_error("too many arguments", "unlock"));
     }
     let repo = match git_dir {
         Some(d) if d.join(".git").is_dir() => Repo::open(&d.join(".git"))?,

@@ -21,12 +21,11 @@ use crate::transaction::{Expected, NewValue as TxNew, PreparedTransaction, RefEd
 use crate::{Error, Result};
 
 use super::common::{self, rev_parse};
+use super::objects::TypeLookup;
 use super::update_ref_parse::{
     self as parse, reject_duplicates, Edit, Ending, Event, NewValue, OldValue, StreamParser,
 };
 use super::Args;
-
-const USAGE: &str = "usage: reftablefs update-ref [-m MSG] [--no-deref] [--create-reflog] (--stdin [-z] | -d REF [OLD] | REF NEW [OLD])";
 
 struct Flags {
     message: Option<Vec<u8>>,
@@ -123,8 +122,10 @@ fn prepare(
     store: &mut RefStore,
     edits: Vec<Edit>,
     flags: &Flags,
+    objects: &mut TypeLookup,
 ) -> Result<PreparedTransaction> {
     reject_duplicates(&edits)?;
+    check_objects(store, &edits, flags.no_deref, objects)?;
     let stack = target_stack(store, &edits, flags)?;
     let identity = repo.committer()?;
     let mut tx = stack.transaction();
@@ -149,6 +150,68 @@ fn prepare(
     }
 }
 
+/// git's `is_branch`: the names that must point at a commit.
+pub fn is_branch(name: &[u8]) -> bool {
+    name == b"HEAD" || name.starts_with(b"refs/heads/")
+}
+
+/// git's check of new values (`prepare_single_update` in refs/reftable-backend.c): every
+/// new object id must name an existing object, and one written to a branch must name a
+/// commit. The names are checked in git's order: the edits as given, then, for an edit
+/// through a symref, the ref it points to (git queues that update after the others), so
+/// `refs/tags/s -> refs/heads/x` is refused as a write to branch `refs/heads/x`. All
+/// ids are looked up in one batch. Unlike git, this runs before the stack is locked:
+/// when a batch has both a bad object and a stale expected value or a held lock, the
+/// object error is the one reported.
+pub fn check_objects(
+    store: &RefStore,
+    edits: &[Edit],
+    force_no_deref: bool,
+    objects: &mut TypeLookup,
+) -> Result<()> {
+    // (name, index into `ids`, no-deref, symref hops so far)
+    let mut ids: Vec<ObjectId> = Vec::new();
+    let mut queue = std::collections::VecDeque::new();
+    for e in edits {
+        if let NewValue::Oid(id) = &e.new {
+            if !id.is_null() {
+                queue.push_back((e.name.clone(), ids.len(), e.no_deref || force_no_deref, 0));
+                ids.push(*id);
+            }
+        }
+    }
+    if ids.is_empty() {
+        return Ok(());
+    }
+    let types = objects.types(&ids)?;
+    let mut it = store.iter();
+    while let Some((name, i, no_deref, depth)) = queue.pop_front() {
+        let (Some(id), Some(t)) = (ids.get(i), types.get(i)) else {
+            continue;
+        };
+        if t == "missing" || t.is_empty() {
+            return Err(Error::Transaction(format!(
+                "trying to write ref '{}' with nonexistent object {}",
+                String::from_utf8_lossy(&name),
+                id.to_hex()
+            )));
+        }
+        if t != "commit" && is_branch(&name) {
+            return Err(Error::Transaction(format!(
+                "trying to write non-commit object {} to branch '{}'",
+                id.to_hex(),
+                String::from_utf8_lossy(&name)
+            )));
+        }
+        if !no_deref && depth < common::SYMREF_MAXDEPTH {
+            if let common::Raw::Symref(target) = common::read_raw(&mut it, &name)? {
+                queue.push_back((target, i, false, depth + 1));
+            }
+        }
+    }
+    Ok(())
+}
+
 /// Writes a prepared transaction on the stack it was prepared on.
 fn commit_prepared(store: &mut RefStore, prepared: PreparedTransaction) -> Result<()> {
     let stack = match store.worktree.as_mut() {
@@ -158,8 +221,14 @@ fn commit_prepared(store: &mut RefStore, prepared: PreparedTransaction) -> Resul
     prepared.commit(stack).map(|_| ())
 }
 
-fn commit(repo: &Repo, store: &mut RefStore, edits: Vec<Edit>, flags: &Flags) -> Result<()> {
-    let prepared = prepare(repo, store, edits, flags)?;
+fn commit(
+    repo: &Repo,
+    store: &mut RefStore,
+    edits: Vec<Edit>,
+    flags: &Flags,
+    objects: &mut TypeLookup,
+) -> Result<()> {
+    let prepared = prepare(repo, store, edits, flags, objects)?;
     commit_prepared(store, prepared)
 }
 
@@ -182,6 +251,7 @@ fn run_stdin(repo: &Repo, z: bool, flags: &Flags) -> Result<ExitCode> {
     let mut edits: Vec<Edit> = Vec::new();
     let mut resolve = resolver(&stack, repo);
     let mut held: Option<PreparedTransaction> = None;
+    let mut objects = TypeLookup::new(&repo.common_dir);
     loop {
         let event = if parse::read_unit(&mut input, z, &mut unit)? {
             match parser.feed(&unit, &mut resolve)? {
@@ -202,8 +272,14 @@ fn run_stdin(repo: &Repo, z: bool, flags: &Flags) -> Result<ExitCode> {
                 // D/F conflict now; `prepare: ok` means the commit can only fail on I/O.
                 // The lock is held until `commit`/`abort`.
                 held = Some(
-                    prepare(repo, &mut stack, std::mem::take(&mut edits), flags)
-                        .map_err(|e| Error::Transaction(format!("prepare: {e}")))?,
+                    prepare(
+                        repo,
+                        &mut stack,
+                        std::mem::take(&mut edits),
+                        flags,
+                        &mut objects,
+                    )
+                    .map_err(|e| Error::Transaction(format!("prepare: {e}")))?,
                 );
                 report("prepare");
             }
@@ -215,7 +291,13 @@ fn run_stdin(repo: &Repo, z: bool, flags: &Flags) -> Result<ExitCode> {
             Event::End(Ending::Commit) => {
                 let result = match held.take() {
                     Some(prepared) => commit_prepared(&mut stack, prepared),
-                    None => commit(repo, &mut stack, std::mem::take(&mut edits), flags),
+                    None => commit(
+                        repo,
+                        &mut stack,
+                        std::mem::take(&mut edits),
+                        flags,
+                        &mut objects,
+                    ),
                 };
                 result.map_err(|e| Error::Transaction(format!("commit: {e}")))?;
                 resolve = resolver(&stack, repo);
@@ -226,7 +308,13 @@ fn run_stdin(repo: &Repo, z: bool, flags: &Flags) -> Result<ExitCode> {
                 break;
             }
             Event::End(Ending::Eof) => {
-                commit(repo, &mut stack, std::mem::take(&mut edits), flags)?;
+                commit(
+                    repo,
+                    &mut stack,
+                    std::mem::take(&mut edits),
+                    flags,
+                    &mut objects,
+                )?;
                 break;
             }
         }
@@ -263,7 +351,7 @@ pub fn run(mut args: Args) -> Result<ExitCode> {
         } else if args.flag("-d") {
             delete = true;
         } else {
-            return Ok(common::unknown_option(&args, USAGE));
+            return Ok(common::unknown_option(&args, "update-ref"));
         }
     }
     let rest: Vec<String> = args.rest();
@@ -272,7 +360,7 @@ pub fn run(mut args: Args) -> Result<ExitCode> {
         if delete || !rest.is_empty() {
             return Ok(common::usage_error(
                 "--stdin takes no other arguments",
-                USAGE,
+                "update-ref",
             ));
         }
         return run_stdin(&repo, z, &flags);
@@ -280,7 +368,7 @@ pub fn run(mut args: Args) -> Result<ExitCode> {
     if z {
         return Ok(common::usage_error(
             "-z only makes sense with --stdin",
-            USAGE,
+            "update-ref",
         ));
     }
     let mut stack = RefStore::open(&repo)?;
@@ -334,12 +422,18 @@ pub fn run(mut args: Args) -> Result<ExitCode> {
                     no_deref: false,
                 }
             }
-            _ => return Ok(common::usage_error("wrong number of arguments", USAGE)),
+            _ => {
+                return Ok(common::usage_error(
+                    "wrong number of arguments",
+                    "update-ref",
+                ))
+            }
         }
     };
     crate::refname::check_for_update(&edit.name, !matches!(edit.new, NewValue::Delete))?;
     let name = String::from_utf8_lossy(&edit.name).into_owned();
-    commit(&repo, &mut stack, vec![edit], &flags)
+    let mut objects = TypeLookup::new(&repo.common_dir);
+    commit(&repo, &mut stack, vec![edit], &flags, &mut objects)
         .map_err(|e| Error::Transaction(format!("update_ref failed for ref '{name}': {e}")))?;
     Ok(ExitCode::SUCCESS)
 }

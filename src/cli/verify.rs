@@ -27,8 +27,6 @@ use crate::Result;
 use super::common::{self, resolve, Resolved};
 use super::Args;
 
-const USAGE: &str = "usage: reftablefs verify [--verbose]";
-
 /// Whether `name` is a table name git's fsck accepts.
 pub fn valid_table_name(name: &str) -> bool {
     let Some(stem) = name
@@ -60,7 +58,10 @@ pub fn verify_stack(dir: &std::path::Path, hash: crate::HashKind) -> Result<Repo
     let list_path = dir.join("tables.list");
     let content = match std::fs::read(&list_path) {
         Ok(c) => c,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Vec::new(),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            crate::stack::missing_list_error(&list_path)?;
+            Vec::new()
+        }
         Err(e) => return Err(crate::Error::io(list_path, e)),
     };
     if !content.is_empty() && content.last() != Some(&b'\n') {
@@ -189,7 +190,7 @@ pub fn run(mut args: Args) -> Result<ExitCode> {
         if args.flag("--verbose") || args.flag("-v") {
             verbose = true;
         } else {
-            return Ok(common::unknown_option(&args, USAGE));
+            return Ok(common::unknown_option(&args, "verify"));
         }
     }
     let repo = common::open_repo()?;

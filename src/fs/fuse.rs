@@ -13,7 +13,8 @@ use fuser::{
     WriteFlags,
 };
 
-use crate::fs::inode::OpenMode;
+use crate::fs::inode::{OpenMode, ROOT};
+use crate::fs::passthrough::{self, is_pass_ino, Opened, Passthrough, PASS_TTL};
 use crate::fs::state::{Handle, Shared, REF_ATTR_TTL};
 use crate::fs::view::Kind;
 
@@ -27,9 +28,41 @@ pub const FILE_ATTR_TTL: Duration = Duration::ZERO;
 /// Attribute TTL for directories.
 pub const DIR_ATTR_TTL: Duration = Duration::from_secs(1);
 
-/// The filesystem handed to fuser: a thin handle on the shared state.
+/// The filesystem handed to fuser: a thin handle on the shared state (the ref view) and,
+/// unless the mount is refs-only, the passed-through rest of the git directory. Requests
+/// go to the passthrough when their inode is a passed-through one, or when they name a
+/// child of the root that is no ref name (`passthrough::is_ref_name_at_root`).
 pub struct RefFs {
     pub(crate) shared: Arc<Shared>,
+    pub(crate) pass: Option<Arc<Passthrough>>,
+    /// Whether to ask the kernel for FUSE passthrough (`--no-kernel-passthrough` clears it).
+    pub(crate) kernel_passthrough: bool,
+}
+
+impl RefFs {
+    /// The passthrough, if `ino` is one of its nodes.
+    fn pass_ino(&self, ino: INodeNo) -> Option<&Passthrough> {
+        self.pass.as_deref().filter(|_| is_pass_ino(ino.0))
+    }
+
+    /// The passthrough, if `parent/name` belongs to it.
+    fn pass_child(&self, parent: INodeNo, name: &OsStr) -> Option<&Passthrough> {
+        let p = self.pass.as_deref()?;
+        if is_pass_ino(parent.0)
+            || (parent.0 == ROOT && !passthrough::is_ref_name_at_root(name.as_bytes()))
+        {
+            Some(p)
+        } else {
+            None
+        }
+    }
+}
+
+fn pass_reply_entry(r: Result<FileAttr, i32>, reply: ReplyEntry) {
+    match r {
+        Ok(a) => reply.entry_with_ttls(&PASS_TTL, &PASS_TTL, &a, Generation(0)),
+        Err(e) => reply.error(errno(e)),
+    }
 }
 
 fn errno(e: i32) -> Errno {
@@ -112,6 +145,26 @@ impl Filesystem for RefFs {
         // Cached pages are dropped whenever fresh attributes show another mtime or size
         // (a second line of defence behind the open-time content check).
         let _ = config.add_capabilities(fuser::InitFlags::FUSE_AUTO_INVAL_DATA);
+        if let Some(p) = &self.pass {
+            // Kernel passthrough for passed-through regular files; the backing files may
+            // sit on a stacked filesystem (overlayfs) themselves, hence depth 2.
+            let on = self.kernel_passthrough
+                && config
+                    .add_capabilities(fuser::InitFlags::FUSE_PASSTHROUGH)
+                    .is_ok()
+                && config.set_max_stack_depth(2).is_ok();
+            p.set_kernel_passthrough(on);
+            eprintln!(
+                "reftablefs: passed-through files: {}",
+                if on {
+                    "kernel FUSE passthrough"
+                } else if self.kernel_passthrough {
+                    "plain forwarding (the kernel offers no FUSE passthrough)"
+                } else {
+                    "plain forwarding (--no-kernel-passthrough)"
+                }
+            );
+        }
         Ok(())
     }
 
@@ -121,6 +174,9 @@ impl Filesystem for RefFs {
     }
 
     fn lookup(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
+        if let Some(p) = self.pass_child(parent, name) {
+            return pass_reply_entry(p.lookup(parent.0, name.as_bytes()), reply);
+        }
         match self.shared.lookup(parent.0, name.as_bytes()) {
             Ok((a, kind, cache)) => {
                 let (attr_ttl, entry_ttl) = ttls(kind, cache);
@@ -131,10 +187,19 @@ impl Filesystem for RefFs {
     }
 
     fn forget(&self, _req: &Request, ino: INodeNo, nlookup: u64) {
+        if let Some(p) = self.pass_ino(ino) {
+            return p.forget(ino.0, nlookup);
+        }
         self.shared.forget(ino.0, nlookup);
     }
 
-    fn getattr(&self, _req: &Request, ino: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {
+    fn getattr(&self, _req: &Request, ino: INodeNo, fh: Option<FileHandle>, reply: ReplyAttr) {
+        if let Some(p) = self.pass_ino(ino) {
+            return match p.getattr(ino.0, fh.map(|f| f.0)) {
+                Ok(a) => reply.attr(&PASS_TTL, &a),
+                Err(e) => reply.error(errno(e)),
+            };
+        }
         match self.shared.getattr(ino.0) {
             Ok((a, cache)) => {
                 let ttl = if a.kind == FileType::Directory {
@@ -149,6 +214,23 @@ impl Filesystem for RefFs {
     }
 
     fn open(&self, _req: &Request, ino: INodeNo, open_flags: OpenFlags, reply: ReplyOpen) {
+        if let Some(p) = self.pass_ino(ino) {
+            let r = p.open(ino.0, open_flags.0, |f| reply.open_backing(f));
+            return match r {
+                Ok(Opened::Backed { fh, backing }) => {
+                    reply.opened_passthrough(FileHandle(fh), FopenFlags::empty(), &backing)
+                }
+                Ok(Opened::Plain { fh, direct }) => reply.opened(
+                    FileHandle(fh),
+                    if direct {
+                        FopenFlags::FOPEN_DIRECT_IO
+                    } else {
+                        FopenFlags::empty()
+                    },
+                ),
+                Err(e) => reply.error(errno(e)),
+            };
+        }
         match self.shared.open(ino.0, open_flags.0) {
             Ok((fh, mode)) => {
                 let mut flags = match mode {
@@ -178,6 +260,12 @@ impl Filesystem for RefFs {
         _lock_owner: Option<LockOwner>,
         reply: ReplyData,
     ) {
+        if let Some(p) = self.pass_ino(ino) {
+            return match p.read(fh.0, offset, size) {
+                Ok(d) => reply.data(&d),
+                Err(e) => reply.error(errno(e)),
+            };
+        }
         // Replied after the state lock is dropped.
         match self.shared.read_file(ino.0, fh.0, offset, size) {
             Ok(data) => reply.data(&data),
@@ -188,13 +276,17 @@ impl Filesystem for RefFs {
     fn release(
         &self,
         _req: &Request,
-        _ino: INodeNo,
+        ino: INodeNo,
         fh: FileHandle,
         _flags: OpenFlags,
         _lock_owner: Option<LockOwner>,
         _flush: bool,
         reply: ReplyEmpty,
     ) {
+        if let Some(p) = self.pass_ino(ino) {
+            p.release(fh.0);
+            return reply.ok();
+        }
         self.shared.release(fh.0);
         reply.ok();
     }
@@ -202,33 +294,48 @@ impl Filesystem for RefFs {
     fn flush(
         &self,
         req: &Request,
-        _ino: INodeNo,
+        ino: INodeNo,
         fh: FileHandle,
         _lock_owner: LockOwner,
         reply: ReplyEmpty,
     ) {
+        if self.pass_ino(ino).is_some() {
+            // Written through at every write: nothing to do at close.
+            return reply.ok();
+        }
         reply_empty(self.shared.flush(fh.0, req.pid()), reply);
     }
 
     fn fsync(
         &self,
         req: &Request,
-        _ino: INodeNo,
+        ino: INodeNo,
         fh: FileHandle,
-        _datasync: bool,
+        datasync: bool,
         reply: ReplyEmpty,
     ) {
+        if let Some(p) = self.pass_ino(ino) {
+            return reply_empty(p.fsync(fh.0, datasync), reply);
+        }
         reply_empty(self.shared.fsync(fh.0, req.pid()), reply);
     }
 
     fn fsyncdir(
         &self,
         req: &Request,
-        _ino: INodeNo,
+        ino: INodeNo,
         _fh: FileHandle,
         _datasync: bool,
         reply: ReplyEmpty,
     ) {
+        if let Some(p) = self.pass_ino(ino) {
+            return reply_empty(p.fsyncdir(ino.0), reply);
+        }
+        if let Some(p) = self.pass.as_deref().filter(|_| ino.0 == ROOT) {
+            if let Err(e) = p.fsyncdir(ROOT) {
+                return reply.error(errno(e));
+            }
+        }
         reply_empty(self.shared.sync_for(self.shared.tgid(req.pid())), reply);
     }
 
@@ -237,11 +344,34 @@ impl Filesystem for RefFs {
         _req: &Request,
         parent: INodeNo,
         name: &OsStr,
-        _mode: u32,
-        _umask: u32,
+        mode: u32,
+        umask: u32,
         flags: i32,
         reply: ReplyCreate,
     ) {
+        if let Some(p) = self.pass_child(parent, name) {
+            let r = p.create(parent.0, name.as_bytes(), mode, umask, flags, |f| {
+                reply.open_backing(f)
+            });
+            return match r {
+                Ok((a, Opened::Backed { fh, backing })) => reply.created_passthrough(
+                    &PASS_TTL,
+                    &a,
+                    Generation(0),
+                    FileHandle(fh),
+                    FopenFlags::empty(),
+                    &backing,
+                ),
+                Ok((a, Opened::Plain { fh, .. })) => reply.created(
+                    &PASS_TTL,
+                    &a,
+                    Generation(0),
+                    FileHandle(fh),
+                    FopenFlags::empty(),
+                ),
+                Err(e) => reply.error(errno(e)),
+            };
+        }
         match self.shared.create(parent.0, name.as_bytes(), flags) {
             Ok((a, fh)) => {
                 let ttl = if a.kind == FileType::Directory {
@@ -264,7 +394,7 @@ impl Filesystem for RefFs {
     fn write(
         &self,
         req: &Request,
-        _ino: INodeNo,
+        ino: INodeNo,
         fh: FileHandle,
         offset: u64,
         data: &[u8],
@@ -273,6 +403,12 @@ impl Filesystem for RefFs {
         _lock_owner: Option<LockOwner>,
         reply: ReplyWrite,
     ) {
+        if let Some(p) = self.pass_ino(ino) {
+            return match p.write(fh.0, offset, data) {
+                Ok(n) => reply.written(n),
+                Err(e) => reply.error(errno(e)),
+            };
+        }
         match self.shared.write(fh.0, offset, data, flags.0, req.pid()) {
             Ok(n) => reply.written(n),
             Err(e) => reply.error(errno(e)),
@@ -283,12 +419,12 @@ impl Filesystem for RefFs {
         &self,
         req: &Request,
         ino: INodeNo,
-        _mode: Option<u32>,
-        _uid: Option<u32>,
-        _gid: Option<u32>,
+        mode: Option<u32>,
+        uid: Option<u32>,
+        gid: Option<u32>,
         size: Option<u64>,
-        _atime: Option<TimeOrNow>,
-        _mtime: Option<TimeOrNow>,
+        atime: Option<TimeOrNow>,
+        mtime: Option<TimeOrNow>,
         _ctime: Option<SystemTime>,
         fh: Option<FileHandle>,
         _crtime: Option<SystemTime>,
@@ -297,6 +433,13 @@ impl Filesystem for RefFs {
         _flags: Option<BsdFileFlags>,
         reply: ReplyAttr,
     ) {
+        if let Some(p) = self.pass_ino(ino) {
+            let r = p.setattr(ino.0, mode, uid, gid, size, atime, mtime, fh.map(|f| f.0));
+            return match r {
+                Ok(a) => reply.attr(&PASS_TTL, &a),
+                Err(e) => reply.error(errno(e)),
+            };
+        }
         // Modes and times are accepted and not stored (core.sharedRepository chmods).
         if let Some(size) = size {
             if let Err(e) = self
@@ -320,6 +463,9 @@ impl Filesystem for RefFs {
     }
 
     fn unlink(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        if let Some(p) = self.pass_child(parent, name) {
+            return reply_empty(p.unlink(parent.0, name.as_bytes()), reply);
+        }
         reply_empty(
             self.shared.unlink(parent.0, name.as_bytes(), req.pid()),
             reply,
@@ -331,10 +477,13 @@ impl Filesystem for RefFs {
         _req: &Request,
         parent: INodeNo,
         name: &OsStr,
-        _mode: u32,
-        _umask: u32,
+        mode: u32,
+        umask: u32,
         reply: ReplyEntry,
     ) {
+        if let Some(p) = self.pass_child(parent, name) {
+            return pass_reply_entry(p.mkdir(parent.0, name.as_bytes(), mode, umask), reply);
+        }
         match self.shared.mkdir(parent.0, name.as_bytes()) {
             Ok(a) => reply.entry_with_ttls(&DIR_ATTR_TTL, &ENTRY_TTL, &a, Generation(0)),
             Err(e) => reply.error(errno(e)),
@@ -342,6 +491,9 @@ impl Filesystem for RefFs {
     }
 
     fn rmdir(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        if let Some(p) = self.pass_child(parent, name) {
+            return reply_empty(p.rmdir(parent.0, name.as_bytes()), reply);
+        }
         reply_empty(self.shared.rmdir(parent.0, name.as_bytes()), reply);
     }
 
@@ -355,6 +507,34 @@ impl Filesystem for RefFs {
         flags: RenameFlags,
         reply: ReplyEmpty,
     ) {
+        let from = self.pass_child(parent, name);
+        let to = self.pass_child(newparent, newname);
+        match (from, to) {
+            (Some(p), Some(_)) => {
+                return reply_empty(
+                    p.rename(
+                        parent.0,
+                        name.as_bytes(),
+                        newparent.0,
+                        newname.as_bytes(),
+                        flags.bits(),
+                    ),
+                    reply,
+                );
+            }
+            (None, None) => {}
+            _ => {
+                crate::fs::state::log_error(
+                    "rename",
+                    name.as_bytes(),
+                    &format!(
+                        "to {}: across the boundary between refs and passed-through files",
+                        String::from_utf8_lossy(newname.as_bytes())
+                    ),
+                );
+                return reply.error(Errno::EXDEV);
+            }
+        }
         if !flags.is_empty() {
             return reply.error(Errno::EINVAL);
         }
@@ -371,8 +551,22 @@ impl Filesystem for RefFs {
     }
 
     fn opendir(&self, _req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
+        if let Some(p) = self.pass_ino(ino) {
+            return match p.opendir(ino.0) {
+                Ok(fh) => reply.opened(FileHandle(fh), FopenFlags::empty()),
+                Err(e) => reply.error(errno(e)),
+            };
+        }
         match self.shared.opendir(ino.0) {
-            Ok(fh) => reply.opened(FileHandle(fh), FopenFlags::empty()),
+            Ok(fh) => {
+                if let Some(p) = self.pass.as_deref().filter(|_| ino.0 == ROOT) {
+                    if let Err(e) = p.open_root(fh) {
+                        self.shared.release(fh);
+                        return reply.error(errno(e));
+                    }
+                }
+                reply.opened(FileHandle(fh), FopenFlags::empty())
+            }
             Err(e) => reply.error(errno(e)),
         }
     }
@@ -385,6 +579,38 @@ impl Filesystem for RefFs {
         offset: u64,
         mut reply: ReplyDirectory,
     ) {
+        if let Some(p) = self.pass_ino(ino) {
+            let Some(entries) = p.dir_entries(fh.0) else {
+                return reply.error(Errno::EBADF);
+            };
+            let parent = p.parent_of(ino.0);
+            return pass_readdir(ino.0, parent, &entries, offset, reply);
+        }
+        if let Some(p) = self.pass.as_deref().filter(|_| ino.0 == ROOT) {
+            // The root: the ref view's names, then the passed-through ones.
+            let refs: Option<Vec<passthrough::DirEntry>> =
+                self.shared.with_handle(fh.0, |h| match h {
+                    Some(Handle::Dir { path, entries }) => Some(
+                        (0..entries.len())
+                            .filter_map(|k| entries.get(k))
+                            .map(|(name, kind)| passthrough::DirEntry {
+                                name: name.into(),
+                                kind: file_type(kind),
+                                ino: crate::fs::inode::ino_of(
+                                    &crate::fs::view::join(path, name),
+                                    kind,
+                                ),
+                            })
+                            .collect(),
+                    ),
+                    _ => None,
+                });
+            let (Some(mut all), Some(rest)) = (refs, p.root_entries(fh.0)) else {
+                return reply.error(Errno::EBADF);
+            };
+            all.extend(rest.iter().cloned());
+            return pass_readdir(ROOT, ROOT, &all, offset, reply);
+        }
         let parent = self.shared.parent_of(ino.0);
         // The listing is taken out of the state; the reply is built without its lock.
         let listing = self.shared.with_handle(fh.0, |h| match h {
@@ -429,20 +655,108 @@ impl Filesystem for RefFs {
     fn releasedir(
         &self,
         _req: &Request,
-        _ino: INodeNo,
+        ino: INodeNo,
         fh: FileHandle,
         _flags: OpenFlags,
         reply: ReplyEmpty,
     ) {
+        if let Some(p) = self.pass_ino(ino) {
+            p.releasedir(fh.0);
+            return reply.ok();
+        }
+        if let Some(p) = self.pass.as_deref().filter(|_| ino.0 == ROOT) {
+            p.release_root(fh.0);
+        }
         self.shared.release(fh.0);
         reply.ok();
     }
 
+    fn readlink(&self, _req: &Request, ino: INodeNo, reply: ReplyData) {
+        match self.pass_ino(ino).map(|p| p.readlink(ino.0)) {
+            Some(Ok(t)) => reply.data(&t),
+            Some(Err(e)) => reply.error(errno(e)),
+            None => reply.error(Errno::EINVAL),
+        }
+    }
+
+    fn symlink(
+        &self,
+        _req: &Request,
+        parent: INodeNo,
+        link_name: &OsStr,
+        target: &std::path::Path,
+        reply: ReplyEntry,
+    ) {
+        match self.pass_child(parent, link_name) {
+            Some(p) => pass_reply_entry(
+                p.symlink(
+                    parent.0,
+                    link_name.as_bytes(),
+                    target.as_os_str().as_bytes(),
+                ),
+                reply,
+            ),
+            None => reply.error(Errno::EPERM),
+        }
+    }
+
+    /// Hard links are refused (git then renames its temporary object files instead).
+    fn link(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        _newparent: INodeNo,
+        _newname: &OsStr,
+        reply: ReplyEntry,
+    ) {
+        reply.error(Errno::EPERM);
+    }
+
     fn statfs(&self, _req: &Request, _ino: INodeNo, reply: ReplyStatfs) {
+        if let Some(Ok(s)) = self.pass.as_deref().map(Passthrough::statfs) {
+            return reply.statfs(
+                s.f_blocks,
+                s.f_bfree,
+                s.f_bavail,
+                s.f_files,
+                s.f_ffree,
+                s.f_bsize as u32,
+                s.f_namemax as u32,
+                s.f_frsize as u32,
+            );
+        }
         reply.statfs(1 << 20, 1 << 19, 1 << 19, 1 << 20, 1 << 19, 4096, 255, 4096);
     }
 
     fn access(&self, _req: &Request, _ino: INodeNo, _mask: fuser::AccessFlags, reply: ReplyEmpty) {
         reply.ok();
     }
+}
+
+/// Replies to a `readdir` from a listing: `.`, `..`, then `entries`, from `offset` on.
+fn pass_readdir(
+    ino: u64,
+    parent: u64,
+    entries: &[passthrough::DirEntry],
+    offset: u64,
+    mut reply: ReplyDirectory,
+) {
+    let mut i = offset;
+    loop {
+        let full = match i {
+            0 => reply.add(INodeNo(ino), 1, FileType::Directory, "."),
+            1 => reply.add(INodeNo(parent), 2, FileType::Directory, ".."),
+            n => {
+                let Some(e) = usize::try_from(n - 2).ok().and_then(|k| entries.get(k)) else {
+                    break;
+                };
+                reply.add(INodeNo(e.ino), n + 1, e.kind, OsStr::from_bytes(&e.name))
+            }
+        };
+        if full {
+            break;
+        }
+        i += 1;
+    }
+    reply.ok();
 }

@@ -54,8 +54,12 @@ pub fn ino_of(path: &[u8], kind: Kind) -> u64 {
     ino_of_sized(path, kind, None)
 }
 
+/// The largest ref inode number: numbers with the top bit set belong to the
+/// passed-through part of the mount (`passthrough.rs`).
+pub const REF_INO_MAX: u64 = (1 << 63) - 1;
+
 /// FNV-1a over the path, the kind and (for a ref file of fixed size) the size, never 0
-/// or 1.
+/// or 1, never above [`REF_INO_MAX`].
 pub fn ino_of_sized(path: &[u8], kind: Kind, size: Option<u64>) -> u64 {
     if path.is_empty() {
         return ROOT;
@@ -71,7 +75,7 @@ pub fn ino_of_sized(path: &[u8], kind: Kind, size: Option<u64>) -> u64 {
         h ^= u64::from(b);
         h = h.wrapping_mul(0x0000_0100_0000_01b3);
     }
-    h.max(2)
+    (h & REF_INO_MAX).max(2)
 }
 
 impl Inodes {
@@ -120,7 +124,7 @@ impl Inodes {
                     return ino;
                 }
                 // A 64-bit hash collision: probe (stable as long as the colliding node lives).
-                Some(_) => ino = ino.wrapping_add(1).max(2),
+                Some(_) => ino = (ino.wrapping_add(1) & REF_INO_MAX).max(2),
             }
         }
     }
@@ -149,7 +153,7 @@ impl Inodes {
                         found = Some(ino);
                         break;
                     }
-                    Some(_) => ino = ino.wrapping_add(1).max(2),
+                    Some(_) => ino = (ino.wrapping_add(1) & REF_INO_MAX).max(2),
                     None => break,
                 }
             }
@@ -185,7 +189,7 @@ impl Inodes {
             if n.kind == Kind::Dir && self.path(ino, &mut buf).is_some() && buf == path {
                 return Some((ino, n.parent));
             }
-            ino = ino.wrapping_add(1).max(2);
+            ino = (ino.wrapping_add(1) & REF_INO_MAX).max(2);
         }
         None
     }

@@ -24,7 +24,9 @@
 //!
 //! Order: state → own tables; writer → own tables; never writer → state or state → writer.
 
+pub mod config_view;
 pub mod inode;
+pub mod passthrough;
 pub mod source;
 pub mod stack_source;
 pub mod view;
@@ -59,6 +61,16 @@ pub struct MountOptions {
     pub fsync: bool,
     /// Number of FUSE event-loop threads (at least 2).
     pub threads: usize,
+    /// Serve only the ref view (`HEAD`, `refs/`, `logs/`, `packed-refs`); by default
+    /// everything else of the git directory is passed through (`passthrough.rs`).
+    pub refs_only: bool,
+    /// Use the kernel's FUSE passthrough for passed-through regular files when the kernel
+    /// offers it (off: every read and write is forwarded by the mount).
+    pub kernel_passthrough: bool,
+    /// Unmount when the mount process dies (fusermount3's `auto_unmount`; needs
+    /// `allow_root`, so `user_allow_other` in /etc/fuse.conf for a non-root user). Used by
+    /// `mount --over`, where a dead mount would hide the real `.git`.
+    pub auto_unmount: bool,
 }
 
 impl Default for MountOptions {
@@ -69,6 +81,9 @@ impl Default for MountOptions {
             batch_max: 10_000,
             fsync: true,
             threads: 4,
+            refs_only: false,
+            kernel_passthrough: true,
+            auto_unmount: false,
         }
     }
 }
@@ -191,8 +206,18 @@ pub fn mount(
             max: opts.batch_max.max(1),
         },
     );
+    // The real git directory, opened before mounting: passthrough never goes through
+    // the mount.
+    let pass = match (opts.refs_only, reftable_dir.parent()) {
+        (false, Some(gitdir)) => Some(std::sync::Arc::new(
+            passthrough::Passthrough::new(gitdir).map_err(|e| Error::io(gitdir, e))?,
+        )),
+        _ => None,
+    };
     let fs = fuse::RefFs {
         shared: shared.clone(),
+        pass,
+        kernel_passthrough: opts.kernel_passthrough,
     };
     let mut config = Config::default();
     config.mount_options = vec![
@@ -206,6 +231,10 @@ pub fn mount(
             MountOption::RW
         },
     ];
+    if opts.auto_unmount {
+        config.mount_options.push(MountOption::AutoUnmount);
+        config.acl = fuser::SessionACL::RootAndOwner;
+    }
     config.n_threads = Some(opts.threads.max(2));
     // One /dev/fuse descriptor per event-loop thread (FUSE_DEV_IOC_CLONE): the threads
     // do not contend on one descriptor's queue.

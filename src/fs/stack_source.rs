@@ -454,7 +454,14 @@ fn stack_options(repo: &Repo, fsync: bool) -> StackOptions {
 pub fn open(gitdir: &Path, opts: &MountOptions) -> Result<Opened> {
     let repo = Repo::open(gitdir)?;
     repo.require_reftable()?;
-    let dir = repo.reftable_dir();
+    // The caller's spelling of the directory, not the canonical one: `mount --over` passes
+    // `/proc/self/fd/N` (the real `.git` under the mount), whose canonical path leads
+    // through the mount itself.
+    let dir = if repo.worktree_reftable_dir().is_none() {
+        gitdir.join("reftable")
+    } else {
+        repo.reftable_dir()
+    };
     let id = repo.committer()?;
     let log = LogSettings {
         log_all: repo.settings.log_all_ref_updates,

@@ -1,12 +1,16 @@
-//! The table reader: validates header, footer and CRC on open; loads blocks lazily,
-//! checking each block's type before decoding it; keeps inflated log blocks in an `lru`
-//! cache; seeks through (multi-level) indexes; iterates with reseekable cursors.
+//! The table reader: validates header, footer and CRC on open; reads blocks on demand
+//! (`pread` on the open file, never a mapping: a file truncated under us gives an error,
+//! not a signal), checking each block's type before decoding it; keeps loaded blocks
+//! (log blocks inflated) in one process-wide cache bounded in bytes; seeks through
+//! (multi-level) indexes; iterates with reseekable cursors.
 
 #![cfg_attr(not(test), deny(clippy::indexing_slicing))]
 
-use std::num::NonZeroUsize;
-use std::path::Path;
-use std::sync::{Arc, Mutex};
+use std::fs::File;
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 
 use flate2::{Decompress, FlushDecompress, Status};
 use lru::LruCache;
@@ -22,38 +26,144 @@ use crate::format::{varint, HashKind, LogRecord, ObjectId, RefRecord, RefValue};
 
 use super::{LogIter, RefIter};
 
-/// How many inflated log blocks a table keeps. Other blocks need no decoding (records
-/// are read in place from the file bytes), so only log blocks are cached.
-const LOG_CACHE_BLOCKS: usize = 64;
+/// Default byte budget of the block cache shared by every table of the process.
+pub const DEFAULT_BLOCK_CACHE_BYTES: usize = 32 << 20;
 /// Largest uncompressed log block accepted (the u24 `block_len` cannot say more anyway).
 const MAX_LOG_BLOCK: usize = 16 << 20;
+/// How much compressed input a log block inflation reads at a time.
+const INFLATE_CHUNK: usize = 64 << 10;
+/// What a cached block costs beyond its bytes (the cache node, the `Arc`, the info).
+const ENTRY_OVERHEAD: usize = 128;
 
-struct ReadState {
-    cache: LruCache<u64, (Arc<[u8]>, u64)>,
-    inflate: Decompress,
+static CACHE_BUDGET: AtomicUsize = AtomicUsize::new(DEFAULT_BLOCK_CACHE_BYTES);
+static NEXT_SERIAL: AtomicU64 = AtomicU64::new(1);
+
+/// The loaded blocks of every open table, keyed by (table serial, block offset), least
+/// recently used evicted first once their bytes exceed the budget.
+struct BlockCache {
+    lru: LruCache<(u64, u64), Block>,
+    bytes: usize,
+}
+
+fn cache() -> MutexGuard<'static, BlockCache> {
+    static CACHE: OnceLock<Mutex<BlockCache>> = OnceLock::new();
+    let m = CACHE.get_or_init(|| {
+        Mutex::new(BlockCache {
+            lru: LruCache::unbounded(),
+            bytes: 0,
+        })
+    });
+    // The cache holds no invariant a panicking holder could break halfway: entries are
+    // whole blocks, and `bytes` is only a budget.
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+impl BlockCache {
+    fn insert(&mut self, key: (u64, u64), b: Block) {
+        self.bytes += b.charge();
+        if let Some(old) = self.lru.put(key, b) {
+            self.bytes = self.bytes.saturating_sub(old.charge());
+        }
+        let budget = CACHE_BUDGET.load(Ordering::Relaxed);
+        while self.bytes > budget {
+            let Some((_, old)) = self.lru.pop_lru() else {
+                break;
+            };
+            self.bytes = self.bytes.saturating_sub(old.charge());
+        }
+    }
+}
+
+/// Sets the byte budget of the block cache shared by all tables (default
+/// [`DEFAULT_BLOCK_CACHE_BYTES`]); takes effect at the next block loaded.
+pub fn set_block_cache_bytes(bytes: usize) {
+    CACHE_BUDGET.store(bytes, Ordering::Relaxed);
+}
+
+/// Bytes the block cache holds now (blocks plus bookkeeping).
+pub fn block_cache_bytes() -> usize {
+    cache().bytes
+}
+
+/// Where a table's bytes are: an open file read with `pread`, or bytes in memory.
+enum Source {
+    File(File),
+    Mem(Box<[u8]>),
+}
+
+impl Source {
+    /// Fills `buf` from file offset `off`; returns how many bytes were read, fewer than
+    /// `buf.len()` only at the end of the file.
+    fn read_at(&self, off: u64, buf: &mut [u8]) -> std::io::Result<usize> {
+        match self {
+            Source::Mem(m) => {
+                let start = usize::try_from(off).unwrap_or(usize::MAX).min(m.len());
+                let src = m.get(start..).unwrap_or_default();
+                let n = src.len().min(buf.len());
+                if let (Some(d), Some(s)) = (buf.get_mut(..n), src.get(..n)) {
+                    d.copy_from_slice(s);
+                }
+                Ok(n)
+            }
+            Source::File(f) => {
+                let mut done = 0;
+                while let Some(rest) = buf.get_mut(done..).filter(|r| !r.is_empty()) {
+                    match f.read_at(rest, off + done as u64) {
+                        Ok(0) => break,
+                        Ok(n) => done += n,
+                        Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                        Err(e) => return Err(e),
+                    }
+                }
+                Ok(done)
+            }
+        }
+    }
 }
 
 /// One open, immutable table, shared through `Arc` so iterators outlive stack reloads.
+/// A table opened from a path keeps its file open and reads blocks as they are needed.
 pub struct Table {
     name: String,
-    data: Arc<[u8]>,
+    src: Source,
+    /// File size at open.
+    size: u64,
+    /// Key of this table's blocks in the shared cache.
+    serial: u64,
     header: Header,
     footer: Footer,
     /// End of the block area (file size minus footer).
     end: u64,
     has_refs: bool,
     has_logs: bool,
-    state: Mutex<ReadState>,
+    inflate: Mutex<Decompress>,
 }
 
 impl std::fmt::Debug for Table {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Table")
             .field("name", &self.name)
-            .field("size", &self.data.len())
+            .field("size", &self.size)
             .field("header", &self.header)
             .field("footer", &self.footer)
             .finish()
+    }
+}
+
+impl Drop for Table {
+    fn drop(&mut self) {
+        let mut c = cache();
+        let mine: Vec<(u64, u64)> = c
+            .lru
+            .iter()
+            .filter(|(k, _)| k.0 == self.serial)
+            .map(|(k, _)| *k)
+            .collect();
+        for k in mine {
+            if let Some(b) = c.lru.pop(&k) {
+                c.bytes = c.bytes.saturating_sub(b.charge());
+            }
+        }
     }
 }
 
@@ -76,18 +186,28 @@ pub struct BlockInfo {
     pub on_disk: u64,
 }
 
-#[derive(Clone)]
-struct Block {
+struct LoadedBlock {
     info: BlockInfo,
-    buf: Arc<[u8]>,
-    base: usize,
+    /// The block's `block_len` bytes (inflated for log blocks), header included.
+    data: Vec<u8>,
+    /// Only the type is known (the block was looked at, not loaded): `info` holds no more.
+    type_only: bool,
+}
+
+/// A loaded block, shared between the cache and the cursors reading it.
+#[derive(Clone)]
+struct Block(Arc<LoadedBlock>);
+
+impl std::ops::Deref for Block {
+    type Target = LoadedBlock;
+    fn deref(&self) -> &LoadedBlock {
+        &self.0
+    }
 }
 
 impl Block {
     fn bytes(&self) -> &[u8] {
-        self.buf
-            .get(self.base..self.base + self.info.block_len)
-            .unwrap_or_default()
+        &self.data
     }
     /// The records area: from after the block header to the restart table.
     fn records_end(&self) -> usize {
@@ -96,63 +216,75 @@ impl Block {
     fn first_record(&self) -> usize {
         self.info.header_off + 4
     }
+    fn charge(&self) -> usize {
+        self.data.capacity() + ENTRY_OVERHEAD
+    }
 }
 
 impl Table {
-    /// Reads and validates the table at `path`.
+    /// Opens and validates the table at `path`. The file stays open; blocks are read from
+    /// it on demand, so the file must not change while the table is open (reftable files
+    /// never do: they are replaced, not rewritten). A file truncated under an open table
+    /// gives errors naming the file and offset.
     pub fn open(path: impl AsRef<Path>) -> Result<Arc<Table>> {
         let path = path.as_ref();
-        let bytes = std::fs::read(path).map_err(|e| {
+        let file = File::open(path).map_err(|e| {
             if e.kind() == std::io::ErrorKind::NotFound {
                 Error::NotExist(path.to_path_buf())
             } else {
                 Error::io(path, e)
             }
         })?;
-        Table::from_bytes(path.display().to_string(), bytes)
+        let size = file.metadata().map_err(|e| Error::io(path, e))?.len();
+        Table::new(path.display().to_string(), Source::File(file), size)
     }
 
     /// Validates `bytes` as a table called `name` (used in error messages).
     pub fn from_bytes(name: impl Into<String>, bytes: Vec<u8>) -> Result<Arc<Table>> {
-        let name = name.into();
+        let size = bytes.len() as u64;
+        Table::new(name.into(), Source::Mem(bytes.into_boxed_slice()), size)
+    }
+
+    fn new(name: String, src: Source, size: u64) -> Result<Arc<Table>> {
         let ferr = |off: u64, what: &str| Error::format(name.clone(), off, what);
-        if bytes.len() < 29 {
+        let ioerr = |e| Error::io(PathBuf::from(&name), e);
+        if size < 29 {
             return Err(ferr(0, "file too short for a reftable"));
         }
-        let header = Header::parse(&bytes).map_err(|(o, w)| ferr(o, w))?;
+        // Header, and the first block's type byte right after it.
+        let mut head = [0u8; 29];
+        let n = src.read_at(0, &mut head).map_err(ioerr)?;
+        let head = head.get(..n).unwrap_or_default();
+        let header = Header::parse(head).map_err(|(o, w)| ferr(o, w))?;
         let hs = header.size();
         let fs = hs + 44;
-        if bytes.len() < hs + fs {
-            return Err(ferr(
-                bytes.len() as u64,
-                "file too short for header and footer",
-            ));
+        if size < (hs + fs) as u64 {
+            return Err(ferr(size, "file too short for header and footer"));
         }
-        let foot_at = bytes.len() - fs;
-        let footer = Footer::parse(bytes.get(foot_at..).unwrap_or_default(), &header, &bytes)
-            .map_err(|(o, w)| ferr(foot_at as u64 + o, w))?;
-        let end = foot_at as u64;
+        let foot_at = size - fs as u64;
+        let mut foot = vec![0u8; fs];
+        let n = src.read_at(foot_at, &mut foot).map_err(ioerr)?;
+        let foot = foot.get(..n).unwrap_or_default();
+        let footer = Footer::parse(foot, &header, head).map_err(|(o, w)| ferr(foot_at + o, w))?;
+        let end = foot_at;
         let first = if (hs as u64) < end {
-            bytes.get(hs).copied()
+            head.get(hs).copied()
         } else {
             None
         };
         let has_refs = first == Some(BLOCK_REF);
         let has_logs = first == Some(BLOCK_LOG) || footer.log_position > 0;
         Ok(Arc::new(Table {
+            serial: NEXT_SERIAL.fetch_add(1, Ordering::Relaxed),
             name,
-            data: Arc::from(bytes),
+            src,
+            size,
             header,
             footer,
             end,
             has_refs,
             has_logs,
-            state: Mutex::new(ReadState {
-                cache: LruCache::new(
-                    NonZeroUsize::new(LOG_CACHE_BLOCKS).unwrap_or(NonZeroUsize::MIN),
-                ),
-                inflate: Decompress::new(true),
-            }),
+            inflate: Mutex::new(Decompress::new(true)),
         }))
     }
 
@@ -180,13 +312,16 @@ impl Table {
     pub fn max_update_index(&self) -> u64 {
         self.header.max_update_index
     }
-    /// File size in bytes.
+    /// File size in bytes (at open).
     pub fn file_size(&self) -> u64 {
-        self.data.len() as u64
+        self.size
     }
-    /// The whole file.
-    pub fn bytes(&self) -> &[u8] {
-        &self.data
+    /// Reads the whole file (for dumps and tests; tables are otherwise read block by block).
+    pub fn read_all(&self) -> Result<Vec<u8>> {
+        let len = usize::try_from(self.size).map_err(|_| self.ferr(0, "table too large"))?;
+        let mut v = vec![0u8; len];
+        self.read_exact_at(0, &mut v)?;
+        Ok(v)
     }
     /// The decoded header.
     pub fn header(&self) -> &Header {
@@ -221,67 +356,130 @@ impl Table {
         }
     }
 
-    /// The type byte of the block at `off`, or `None` at the end of the block area.
-    fn peek_type(&self, off: u64) -> Result<Option<u8>> {
+    /// Reads up to `buf.len()` bytes at `off`; returns how many (fewer only at the end).
+    fn read_at(&self, off: u64, buf: &mut [u8]) -> Result<usize> {
+        self.src
+            .read_at(off, buf)
+            .map_err(|e| Error::io(PathBuf::from(&self.name), e))
+    }
+
+    /// Fills `buf` from `off`, failing when the file ends first (it was truncated after
+    /// it was opened).
+    fn read_exact_at(&self, off: u64, buf: &mut [u8]) -> Result<()> {
+        let n = self.read_at(off, buf)?;
+        if n < buf.len() {
+            return Err(self.ferr(
+                off + n as u64,
+                format!(
+                    "file ends before its size at open ({} bytes): truncated after open",
+                    self.size
+                ),
+            ));
+        }
+        Ok(())
+    }
+
+    /// The block at `off`; `None` at the end of the block area or, when `want` is not
+    /// empty, when the block there is of a type not in `want` (then it is not decoded).
+    fn block_at(&self, off: u64, want: &[u8]) -> Result<Option<Block>> {
         if off >= self.end {
             return Ok(None);
         }
-        let header_off = if off == 0 {
-            self.header.size() as u64
-        } else {
-            0
-        };
-        let at = off + header_off;
+        let header_off = if off == 0 { self.header.size() } else { 0 };
+        let at = off + header_off as u64;
         if off == 0 && at == self.end {
             return Ok(None); // header and footer only: an empty table
         }
         if at >= self.end {
             return Err(self.ferr(at, "block header past end of table"));
         }
-        let t = self.data.get(at as usize).copied().unwrap_or(0);
-        if !is_block_type(t) {
-            return Err(self.ferr(at, format!("unknown block type 0x{t:02x}")));
+        let cached = cache().lru.get(&(self.serial, off)).cloned();
+        if let Some(b) = cached {
+            if !want.is_empty() && !want.contains(&b.info.typ) {
+                return Ok(None);
+            }
+            if !b.type_only {
+                return Ok(Some(b));
+            }
         }
-        Ok(Some(t))
+        // One read that holds a whole padded block and the byte after it.
+        let bs = self.header.block_size as usize;
+        let first = bs.max(header_off + 4) + 1;
+        let avail = usize::try_from(self.size - off).unwrap_or(usize::MAX);
+        let mut buf = vec![0u8; first.min(avail)];
+        let n = self.read_at(off, &mut buf)?;
+        buf.truncate(n);
+        let typ = buf.get(header_off).copied();
+        let Some(typ) = typ else {
+            return Err(self.ferr(
+                at,
+                "file ends before its size at open: truncated after open",
+            ));
+        };
+        if !is_block_type(typ) {
+            return Err(self.ferr(at, format!("unknown block type 0x{typ:02x}")));
+        }
+        if !want.is_empty() && !want.contains(&typ) {
+            // Remember the type, so that the next look at this block (the end of every
+            // scan of the section before it) reads nothing.
+            let info = BlockInfo {
+                offset: off,
+                typ,
+                header_off,
+                block_len: 0,
+                restart_off: 0,
+                restart_count: 0,
+                on_disk: 0,
+            };
+            let b = Block(Arc::new(LoadedBlock {
+                info,
+                data: Vec::new(),
+                type_only: true,
+            }));
+            cache().insert((self.serial, off), b);
+            return Ok(None);
+        }
+        let b = self.load_block(off, header_off, typ, buf)?;
+        cache().insert((self.serial, off), b.clone());
+        Ok(Some(b))
     }
 
-    /// Loads the block at `off` (whose type the caller has checked).
-    fn load(&self, off: u64) -> Result<Block> {
-        let end = self.end as usize;
-        let off_us = usize::try_from(off).map_err(|_| self.ferr(off, "block offset too large"))?;
-        if off >= self.end {
-            return Err(self.ferr(off, "block offset past end of table"));
-        }
-        let header_off = if off == 0 { self.header.size() } else { 0 };
-        let at = off_us + header_off;
-        let typ = self.data.get(at).copied().unwrap_or(0);
-        let block_len = be24(&self.data, at + 1)
-            .filter(|_| at + 4 <= end)
+    /// Loads the block at `off` (`header_off` past the file start for the first block),
+    /// whose type byte is `typ`; `buf` holds the file bytes from `off` read so far.
+    fn load_block(&self, off: u64, header_off: usize, typ: u8, mut buf: Vec<u8>) -> Result<Block> {
+        let at = off + header_off as u64;
+        let block_len = be24(&buf, header_off + 1)
+            .filter(|_| at + 4 <= self.end)
             .ok_or_else(|| self.ferr(off, "truncated block header"))?
             as usize;
         if block_len < header_off + 4 + 2 {
-            return Err(self.ferr(at as u64 + 1, format!("block length {block_len} too small")));
+            return Err(self.ferr(at + 1, format!("block length {block_len} too small")));
         }
-        let (buf, base, on_disk) = if typ == BLOCK_LOG {
-            let (buf, on_disk) = self.inflate(off, at, header_off, block_len)?;
-            (buf, 0, on_disk)
+        let (data, on_disk) = if typ == BLOCK_LOG {
+            self.inflate(off, header_off, block_len, buf)?
         } else {
-            if off_us + block_len > end {
+            if off + block_len as u64 > self.end {
                 return Err(self.ferr(
-                    at as u64 + 1,
+                    at + 1,
                     format!("block length {block_len} past end of table"),
                 ));
             }
+            // The block and the byte after it (padding is NUL; a nonzero byte right after
+            // block_len starts the next, unpadded, block or the footer).
+            let want = (block_len as u64 + 1).min(self.size - off) as usize;
+            let have = buf.len();
+            if have < want {
+                buf.resize(want, 0);
+                let rest = buf.get_mut(have..).unwrap_or_default();
+                self.read_exact_at(off + have as u64, rest)?;
+            }
             let bs = self.header.block_size as usize;
-            // Padding is NUL; a nonzero byte right after block_len starts the next
-            // (unpadded) block or the footer.
-            let unpadded =
-                block_len < bs && self.data.get(off_us + block_len).is_some_and(|&b| b != 0);
+            let unpadded = block_len < bs && buf.get(block_len).is_some_and(|&b| b != 0);
             let on_disk = if bs == 0 || unpadded { block_len } else { bs };
-            (self.data.clone(), off_us, on_disk as u64)
+            buf.truncate(block_len);
+            (buf, on_disk as u64)
         };
-        let bytes = buf.get(base..base + block_len).unwrap_or_default();
-        let restart_count = be16(bytes, block_len - 2).unwrap_or(0) as usize;
+        let restart_count = be16(&data, block_len - 2).unwrap_or(0) as usize;
         let restart_off = (block_len - 2).checked_sub(3 * restart_count);
         let restart_off = match restart_off {
             Some(r) if r >= header_off + 4 => r,
@@ -292,7 +490,7 @@ impl Table {
                 ))
             }
         };
-        Ok(Block {
+        Ok(Block(Arc::new(LoadedBlock {
             info: BlockInfo {
                 offset: off,
                 typ,
@@ -302,77 +500,101 @@ impl Table {
                 restart_count,
                 on_disk,
             },
-            buf,
-            base,
-        })
+            data,
+            type_only: false,
+        })))
     }
 
+    /// Inflates the log block at `off`; `first` holds the file bytes from `off` read so
+    /// far (at least the block header). Returns the block and its size on disk.
     fn inflate(
         &self,
         off: u64,
-        at: usize,
         header_off: usize,
         block_len: usize,
-    ) -> Result<(Arc<[u8]>, u64)> {
-        let mut st = self
-            .state
-            .lock()
-            .map_err(|_| self.ferr(off, "table lock poisoned"))?;
-        if let Some((buf, on_disk)) = st.cache.get(&off) {
-            return Ok((buf.clone(), *on_disk));
-        }
+        mut first: Vec<u8>,
+    ) -> Result<(Vec<u8>, u64)> {
+        let at = off + header_off as u64;
         let src_start = at + 4;
-        let src = self
-            .data
-            .get(src_start..self.end as usize)
-            .unwrap_or_default();
+        let src_len = self.end.saturating_sub(src_start);
         let want = block_len - (header_off + 4);
         // Deflate cannot expand more than ~1032:1; refuse lengths the input cannot produce.
-        if block_len > MAX_LOG_BLOCK || want > src.len().saturating_mul(1100).saturating_add(64) {
+        if block_len > MAX_LOG_BLOCK
+            || want as u64 > src_len.saturating_mul(1100).saturating_add(64)
+        {
             return Err(self.ferr(
-                at as u64 + 1,
+                at + 1,
                 format!("log block length {block_len} impossible for the data"),
             ));
         }
-        let mut out = Vec::with_capacity(block_len);
-        out.extend_from_slice(self.data.get(off as usize..src_start).unwrap_or_default());
-        st.inflate.reset(true);
         let zerr = |what: String| Error::Zlib {
             file: self.name.clone(),
-            offset: src_start as u64,
+            offset: src_start,
             what,
         };
-        let status = st
-            .inflate
-            .decompress_vec(src, &mut out, FlushDecompress::Finish)
-            .map_err(|e| zerr(e.to_string()))?;
-        if status != Status::StreamEnd {
-            return Err(zerr(format!(
+        let mut out = Vec::with_capacity(block_len);
+        out.extend_from_slice(first.get(..header_off + 4).unwrap_or_default());
+        first.drain(..(header_off + 4).min(first.len()));
+        first.truncate(usize::try_from(src_len).unwrap_or(usize::MAX));
+        let mut chunk = first;
+        let mut chunk_at = src_start;
+        let mut z = self.inflate.lock().unwrap_or_else(|p| p.into_inner());
+        z.reset(true);
+        let short = || {
+            zerr(format!(
                 "log block does not inflate to its length {block_len}"
-            )));
+            ))
+        };
+        loop {
+            let pos = usize::try_from(src_start + z.total_in() - chunk_at).unwrap_or(usize::MAX);
+            let Some(input) = chunk.get(pos..).filter(|i| !i.is_empty()) else {
+                // Next chunk of compressed input, up to the footer.
+                let next_at = src_start + z.total_in();
+                let left = usize::try_from(self.end.saturating_sub(next_at)).unwrap_or(usize::MAX);
+                if left == 0 {
+                    return Err(short());
+                }
+                chunk.resize(INFLATE_CHUNK.min(left), 0);
+                self.read_exact_at(next_at, &mut chunk)?;
+                chunk_at = next_at;
+                continue;
+            };
+            let (in_before, out_before) = (z.total_in(), out.len());
+            let status = z
+                .decompress_vec(input, &mut out, FlushDecompress::None)
+                .map_err(|e| zerr(e.to_string()))?;
+            if status == Status::StreamEnd {
+                break;
+            }
+            if z.total_in() == in_before && out.len() == out_before {
+                return Err(short());
+            }
         }
         if out.len() != block_len {
             return Err(self.ferr(
-                at as u64 + 1,
+                at + 1,
                 format!("log block inflates to {} bytes, not {block_len}", out.len()),
             ));
         }
-        let on_disk = (header_off + 4) as u64 + st.inflate.total_in();
-        let buf: Arc<[u8]> = Arc::from(out);
-        st.cache.put(off, (buf.clone(), on_disk));
-        Ok((buf, on_disk))
+        let on_disk = (header_off + 4) as u64 + z.total_in();
+        Ok((out, on_disk))
     }
 
     /// Every block of the file in order, as git's `dump-reftable -b` lists them.
     pub fn blocks(&self) -> Result<Vec<BlockInfo>> {
         let mut v = Vec::new();
         let mut off = 0;
-        while self.peek_type(off)?.is_some() {
-            let b = self.load(off)?;
+        while let Some(b) = self.block_at(off, &[])? {
             off += b.info.on_disk;
-            v.push(b.info);
+            v.push(b.info.clone());
         }
         Ok(v)
+    }
+
+    /// The block at `off`, which must exist (an offset from [`Table::blocks`]).
+    fn load(&self, off: u64) -> Result<Block> {
+        self.block_at(off, &[])?
+            .ok_or_else(|| self.ferr(off, "no block at this offset"))
     }
 
     /// A reseekable iterator over the refs.
@@ -439,10 +661,10 @@ impl Table {
         }
         let mut it = self.ref_iter();
         for &p in &positions {
-            if self.peek_type(p)? != Some(BLOCK_REF) {
+            let Some(b) = self.block_at(p, &[BLOCK_REF])? else {
                 return Err(self.ferr(p, "obj record points to a block that is not a ref block"));
-            }
-            it.cur.set_block(self.load(p)?);
+            };
+            it.cur.set_block(b);
             it.cur.single_block = true;
             while let Some(r) = RefIter::next(&mut it)? {
                 if matches(r) {
@@ -462,6 +684,12 @@ struct Cursor {
     pos: usize,
     key: Vec<u8>,
     single_block: bool,
+    /// The block the last seek started from (an index root or a section's first
+    /// block), kept so that reseeking the same section does not go through the cache.
+    root: Option<Block>,
+    /// A (section type, offset) known to hold no block of that section: where a scan
+    /// of the section stops, remembered so that it is not looked up again.
+    section_end: Option<(u8, u64)>,
 }
 
 impl Cursor {
@@ -472,7 +700,22 @@ impl Cursor {
             pos: 0,
             key: Vec::new(),
             single_block: false,
+            root: None,
+            section_end: None,
         }
+    }
+
+    /// The block after `b` if it belongs to the same section.
+    fn next_in_section(&mut self, b: &Block) -> Result<Option<Block>> {
+        let (typ, next) = (b.info.typ, b.info.offset + b.info.on_disk);
+        if self.section_end == Some((typ, next)) {
+            return Ok(None);
+        }
+        let nb = self.table.block_at(next, &[typ])?;
+        if nb.is_none() {
+            self.section_end = Some((typ, next));
+        }
+        Ok(nb)
     }
 
     fn set_block(&mut self, b: Block) {
@@ -527,9 +770,9 @@ impl Cursor {
             if child >= parent {
                 return Err(t.ferr(parent, format!("index record points forward to {child}")));
             }
-            match t.peek_type(child)? {
-                Some(c) if c == typ || c == BLOCK_INDEX => {
-                    let b = t.load(child)?;
+            match t.block_at(child, &[typ, BLOCK_INDEX])? {
+                Some(b) => {
+                    let c = b.info.typ;
                     self.set_block(b);
                     self.seek_in_block(want)?;
                     if c == typ {
@@ -543,16 +786,17 @@ impl Cursor {
 
     fn seek_linear(&mut self, start: u64, typ: u8, want: &[u8]) -> Result<()> {
         let t = self.table.clone();
-        if t.peek_type(start)? != Some(typ) {
-            return Err(t.ferr(start, format!("expected a '{}' block", typ as char)));
-        }
-        let mut cur = t.load(start)?;
-        loop {
-            let next = cur.info.offset + cur.info.on_disk;
-            if t.peek_type(next)? != Some(typ) {
-                break;
+        let mut cur = match &self.root {
+            Some(b) if b.info.offset == start && b.info.typ == typ => b.clone(),
+            _ => {
+                let Some(b) = t.block_at(start, &[typ])? else {
+                    return Err(t.ferr(start, format!("expected a '{}' block", typ as char)));
+                };
+                self.root = Some(b.clone());
+                b
             }
-            let nb = t.load(next)?;
+        };
+        while let Some(nb) = self.next_in_section(&cur)? {
             let first = restart_key(
                 nb.bytes()
                     .get(nb.first_record()..nb.records_end())
@@ -655,12 +899,11 @@ impl Cursor {
                 self.block = None;
                 return Ok(None);
             }
-            let (typ, next) = (b.info.typ, b.info.offset + b.info.on_disk);
-            if self.table.peek_type(next)? != Some(typ) {
+            let b = b.clone();
+            let Some(nb) = self.next_in_section(&b)? else {
                 self.block = None;
                 return Ok(None);
-            }
-            let nb = self.table.load(next)?;
+            };
             self.set_block(nb);
         }
     }

@@ -209,6 +209,15 @@ impl TableWriter {
         &self.out
     }
 
+    /// Moves the bytes written so far to `sink` and empties the output buffer; offsets
+    /// are unaffected. A caller streaming a large table calls this between records, then
+    /// writes what `finish` returns after them.
+    pub fn drain_output(&mut self, sink: &mut dyn std::io::Write) -> std::io::Result<()> {
+        sink.write_all(&self.out)?;
+        self.out.clear();
+        Ok(())
+    }
+
     fn check_id(&self, id: &ObjectId) -> Result<()> {
         if id.as_bytes().len() != self.opts.hash.size() {
             return Err(Error::Api(format!(
@@ -253,11 +262,19 @@ impl TableWriter {
         let extra = encode_ref_value(&mut self.val, rec.update_index - min, &rec.value);
         self.add_record(BLOCK_REF, extra)?;
         if !self.opts.skip_index_objects {
+            // Consecutive refs of one block often share an id: keep one entry (the
+            // obj section dedups anyway), so the list grows with distinct ids, not refs.
+            let next = self.next;
+            let mut push = |id: ObjectId| {
+                if self.objs.last() != Some(&(id, next)) {
+                    self.objs.push((id, next));
+                }
+            };
             match &rec.value {
-                RefValue::Val1(id) => self.objs.push((*id, self.next)),
+                RefValue::Val1(id) => push(*id),
                 RefValue::Val2 { value, peeled } => {
-                    self.objs.push((*value, self.next));
-                    self.objs.push((*peeled, self.next));
+                    push(*value);
+                    push(*peeled);
                 }
                 _ => {}
             }

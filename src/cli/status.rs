@@ -1,0 +1,773 @@
+//! `reftablefs status [--json] [MOUNTPOINT]`: this user's reftablefs mounts, and what one
+//! of them is doing.
+//!
+//! The list comes from `/proc/self/mountinfo` (file system type `fuse.reftable`, source
+//! `reftablefs`, the mount's `user_id` equal to ours); the serving process, its
+//! repository and its options from the `reftablefs mount` command lines under `/proc`.
+//! Nothing here touches a mount's files except the one status file of the mount asked
+//! about, `MOUNTPOINT/.reftablefs/status` ([`STATUS_FILE`]; format in docs/cli.md and
+//! [`Report`]), read with a size bound and a time limit so a hung mount cannot hang us.
+
+use std::ffi::OsStr;
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Component, Path, PathBuf};
+use std::process::ExitCode;
+use std::time::Duration;
+
+use super::json::{self, Value};
+use super::{commands, common, Args};
+use crate::{Error, Result};
+
+/// The status file a mount serves, relative to its mount point.
+pub const STATUS_FILE: &str = ".reftablefs/status";
+/// The largest status file read.
+pub const MAX_STATUS_BYTES: u64 = 1 << 20;
+/// How long to wait for a mount to answer.
+pub const READ_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// One reftablefs mount, as far as the kernel and `/proc` tell.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Mount {
+    pub mountpoint: PathBuf,
+    /// `rw` or `ro` (the mount's options).
+    pub mode: String,
+    pub user_id: Option<u32>,
+    /// The serving `reftablefs mount` process, when found.
+    pub pid: Option<u32>,
+    /// Its GITDIR argument, made absolute.
+    pub repository: Option<PathBuf>,
+    /// Its command-line options (`--batch-window=5`, `--read-only`, ...).
+    pub options: Vec<String>,
+}
+
+/// Undoes mountinfo's octal escapes (`\040` for a space).
+fn unescape(s: &[u8]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(s.len());
+    let mut i = 0;
+    while let Some(&b) = s.get(i) {
+        if b == b'\\' {
+            if let Some(v) = s
+                .get(i + 1..i + 4)
+                .and_then(|o| std::str::from_utf8(o).ok())
+                .and_then(|o| u8::from_str_radix(o, 8).ok())
+            {
+                out.push(v);
+                i += 4;
+                continue;
+            }
+        }
+        out.push(b);
+        i += 1;
+    }
+    out
+}
+
+/// The reftablefs mounts listed in a mountinfo text (see proc(5)).
+pub fn parse_mountinfo(text: &[u8]) -> Vec<Mount> {
+    let mut out = Vec::new();
+    for line in text.split(|&b| b == b'\n') {
+        let fields: Vec<&[u8]> = line.split(|&b| b == b' ').collect();
+        let Some(sep) = fields.iter().position(|f| *f == b"-") else {
+            continue;
+        };
+        let (Some(mp), Some(opts), Some(fstype), Some(source)) = (
+            fields.get(4),
+            fields.get(5),
+            fields.get(sep + 1),
+            fields.get(sep + 2),
+        ) else {
+            continue;
+        };
+        let ours = *fstype == b"fuse.reftable"
+            || (fstype.starts_with(b"fuse") && *source == b"reftablefs");
+        if !ours {
+            continue;
+        }
+        let mode = if opts.split(|&b| b == b',').any(|o| o == b"ro") {
+            "ro"
+        } else {
+            "rw"
+        };
+        let user_id = fields.get(sep + 3).and_then(|so| {
+            so.split(|&b| b == b',')
+                .find_map(|o| o.strip_prefix(b"user_id="))
+                .and_then(|v| std::str::from_utf8(v).ok()?.parse().ok())
+        });
+        out.push(Mount {
+            mountpoint: PathBuf::from(OsStr::from_bytes(&unescape(mp))),
+            mode: mode.into(),
+            user_id,
+            pid: None,
+            repository: None,
+            options: Vec::new(),
+        });
+    }
+    out
+}
+
+/// `(gitdir, mountpoint, options)` of a `reftablefs mount` command line (argv after the
+/// program name), paths as written; `None` for any other command line (including the
+/// `--daemon` parent, which only waits).
+pub fn parse_mount_argv(argv: &[&[u8]]) -> Option<(Vec<PathBuf>, PathBuf, PathBuf, Vec<String>)> {
+    let mut i = 0;
+    let mut dirs = Vec::new();
+    // Global options, as `common::parse_global_options` reads them.
+    loop {
+        match argv.get(i).copied() {
+            Some(b"-C") => {
+                dirs.push(PathBuf::from(OsStr::from_bytes(argv.get(i + 1)?)));
+                i += 2;
+            }
+            Some(b"-c") | Some(b"--git-dir") => i += 2,
+            Some(w) if w.starts_with(b"--git-dir=") => i += 1,
+            _ => break,
+        }
+    }
+    if argv.get(i).copied() != Some(b"mount".as_slice()) {
+        return None;
+    }
+    let spec = commands::find("mount")?;
+    let mut positional = Vec::new();
+    let mut options = Vec::new();
+    let mut only_positional = false;
+    let mut words = argv.get(i + 1..)?.iter();
+    while let Some(w) = words.next() {
+        if !only_positional && *w == b"--" {
+            only_positional = true;
+        } else if !only_positional && w.starts_with(b"-") && w.len() > 1 {
+            let w = String::from_utf8_lossy(w).into_owned();
+            if w == "--daemon" {
+                return None;
+            }
+            let takes_value = spec
+                .options
+                .iter()
+                .flat_map(|o| o.names())
+                .any(|n| n.name == w && n.value.is_some());
+            if takes_value {
+                let v = words
+                    .next()
+                    .map(|v| String::from_utf8_lossy(v).into_owned());
+                options.push(format!("{w}={}", v.unwrap_or_default()));
+            } else {
+                options.push(w);
+            }
+        } else {
+            positional.push(PathBuf::from(OsStr::from_bytes(w)));
+        }
+    }
+    let [gitdir, mountpoint] = <[PathBuf; 2]>::try_from(positional).ok()?;
+    Some((dirs, gitdir, mountpoint, options))
+}
+
+/// `p` made absolute against `base` without touching the file system (`.` and `..`
+/// resolved lexically), so that naming a hung mount does not hang.
+fn absolute(base: &Path, p: &Path) -> PathBuf {
+    let mut out = PathBuf::new();
+    for c in base.join(p).components() {
+        match c {
+            Component::ParentDir => {
+                out.pop();
+            }
+            Component::CurDir => {}
+            other => out.push(other),
+        }
+    }
+    out
+}
+
+/// Fills in pid, repository and options from the `reftablefs mount` processes of `/proc`.
+fn find_processes(mounts: &mut [Mount]) {
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return;
+    };
+    for e in entries.flatten() {
+        let Some(pid) = e.file_name().to_str().and_then(|s| s.parse::<u32>().ok()) else {
+            continue;
+        };
+        let Ok(cmdline) = std::fs::read(e.path().join("cmdline")) else {
+            continue;
+        };
+        let argv: Vec<&[u8]> = cmdline
+            .split(|&b| b == 0)
+            .filter(|w| !w.is_empty())
+            .collect();
+        let is_ours = argv
+            .first()
+            .is_some_and(|a0| a0.split(|&b| b == b'/').next_back() == Some(b"reftablefs"));
+        if !is_ours {
+            continue;
+        }
+        let Some((dirs, gitdir, mp, options)) = parse_mount_argv(argv.get(1..).unwrap_or_default())
+        else {
+            continue;
+        };
+        let Ok(cwd) = std::fs::read_link(e.path().join("cwd")) else {
+            continue;
+        };
+        let base = dirs.iter().fold(cwd, |b, d| absolute(&b, d));
+        let mp = absolute(&base, &mp);
+        if let Some(m) = mounts
+            .iter_mut()
+            .find(|m| m.pid.is_none() && m.mountpoint == mp)
+        {
+            m.pid = Some(pid);
+            m.repository = Some(absolute(&base, &gitdir));
+            m.options = options;
+        }
+    }
+}
+
+/// This user's reftablefs mounts.
+pub fn list_mounts() -> Result<Vec<Mount>> {
+    let text =
+        std::fs::read("/proc/self/mountinfo").map_err(|e| Error::io("/proc/self/mountinfo", e))?;
+    // SAFETY: getuid has no preconditions and cannot fail.
+    let uid = unsafe { libc::getuid() };
+    let mut mounts: Vec<Mount> = parse_mountinfo(&text)
+        .into_iter()
+        .filter(|m| m.user_id.is_none_or(|u| u == uid))
+        .collect();
+    find_processes(&mut mounts);
+    Ok(mounts)
+}
+
+/// One recorded event (a conflict or a refused write).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Event {
+    pub time: Option<u64>,
+    /// The ref (conflicts) or the path under the mount (refused writes).
+    pub what: String,
+    /// The operation refused (`rename`, `write`, `unlink`, ...), if given.
+    pub op: Option<String>,
+    /// The errno name returned to the client (`EEXIST`), if given.
+    pub errno: Option<String>,
+    pub reason: String,
+}
+
+/// The last table the mount committed.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LastCommit {
+    pub update_index: u64,
+    pub table: String,
+    pub time: Option<u64>,
+}
+
+/// A lock file that looks abandoned.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct StaleLock {
+    pub path: String,
+    pub age_s: Option<u64>,
+}
+
+/// What a mount reports about itself (version 1 of the status file).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Report {
+    pub repository: Option<String>,
+    pub pid: Option<u64>,
+    pub mode: Option<String>,
+    pub mounted_at: Option<u64>,
+    pub now: Option<u64>,
+    pub pending_edits: u64,
+    pub open_batch_age_ms: Option<u64>,
+    pub commits: Option<u64>,
+    pub last_commit: Option<LastCommit>,
+    pub conflicts_total: u64,
+    pub conflicts: Vec<Event>,
+    pub refused_total: u64,
+    pub refused: Vec<Event>,
+    pub stale_locks: Vec<StaleLock>,
+}
+
+fn events(v: Option<&Value>, key: &str) -> Vec<Event> {
+    v.map(Value::items)
+        .unwrap_or_default()
+        .iter()
+        .map(|e| Event {
+            time: e.get("time").and_then(Value::as_u64),
+            what: e
+                .get(key)
+                .and_then(Value::as_str)
+                .unwrap_or_default()
+                .to_owned(),
+            op: e.get("op").and_then(Value::as_str).map(str::to_owned),
+            errno: e.get("errno").and_then(Value::as_str).map(str::to_owned),
+            reason: e
+                .get("reason")
+                .and_then(Value::as_str)
+                .unwrap_or_default()
+                .to_owned(),
+        })
+        .collect()
+}
+
+impl Report {
+    /// Reads a status document (see docs/cli.md). Unknown members are ignored; a
+    /// `version` other than 1 or a missing `pending_edits` is an error.
+    pub fn from_json(v: &Value) -> std::result::Result<Report, String> {
+        match v.get("version").and_then(Value::as_u64) {
+            Some(1) => {}
+            Some(n) => return Err(format!("unsupported status version {n}")),
+            None => return Err("no \"version\"".into()),
+        }
+        let u = |k: &str| v.get(k).and_then(Value::as_u64);
+        let conflicts = events(v.get("conflicts"), "ref");
+        let refused = events(v.get("refused"), "path");
+        Ok(Report {
+            repository: v
+                .get("repository")
+                .and_then(Value::as_str)
+                .map(str::to_owned),
+            pid: u("pid"),
+            mode: v.get("mode").and_then(Value::as_str).map(str::to_owned),
+            mounted_at: u("mounted_at"),
+            now: u("now"),
+            pending_edits: u("pending_edits").ok_or("no \"pending_edits\"")?,
+            open_batch_age_ms: u("open_batch_age_ms"),
+            commits: u("commits"),
+            last_commit: v.get("last_commit").and_then(|c| {
+                Some(LastCommit {
+                    update_index: c.get("update_index")?.as_u64()?,
+                    table: c.get("table")?.as_str()?.to_owned(),
+                    time: c.get("time").and_then(Value::as_u64),
+                })
+            }),
+            conflicts_total: u("conflicts_total").unwrap_or(conflicts.len() as u64),
+            conflicts,
+            refused_total: u("refused_total").unwrap_or(refused.len() as u64),
+            refused,
+            stale_locks: v
+                .get("stale_locks")
+                .map(Value::items)
+                .unwrap_or_default()
+                .iter()
+                .filter_map(|l| {
+                    Some(StaleLock {
+                        path: l.get("path")?.as_str()?.to_owned(),
+                        age_s: l.get("age_s").and_then(Value::as_u64),
+                    })
+                })
+                .collect(),
+        })
+    }
+}
+
+/// Reads `mountpoint/.reftablefs/status` in a helper thread, at most
+/// [`MAX_STATUS_BYTES`], waiting at most `timeout`. `Ok(None)`: the mount serves no
+/// status file (this version of the mount has none).
+pub fn read_status(
+    mountpoint: &Path,
+    timeout: Duration,
+) -> std::result::Result<Option<String>, String> {
+    use std::io::Read;
+    let path = mountpoint.join(STATUS_FILE);
+    let (tx, rx) = std::sync::mpsc::channel();
+    let p = path.clone();
+    // The thread is left behind if the mount never answers; the process exits anyway.
+    std::thread::spawn(move || {
+        let r = std::fs::File::open(&p).and_then(|f| {
+            let mut s = String::new();
+            f.take(MAX_STATUS_BYTES + 1)
+                .read_to_string(&mut s)
+                .map(|_| s)
+        });
+        let _ = tx.send(r);
+    });
+    match rx.recv_timeout(timeout) {
+        Ok(Ok(s)) if s.len() as u64 > MAX_STATUS_BYTES => Err(format!(
+            "{} is larger than {MAX_STATUS_BYTES} bytes",
+            path.display()
+        )),
+        Ok(Ok(s)) => Ok(Some(s)),
+        Ok(Err(e)) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+        Ok(Err(e)) => Err(format!("cannot read {}: {e}", path.display())),
+        Err(_) => Err(format!(
+            "{} did not answer within {} s",
+            path.display(),
+            timeout.as_secs()
+        )),
+    }
+}
+
+/// What `status` learned about one mount's details.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Details {
+    /// Not asked (listing every mount).
+    NotAsked,
+    /// The mount serves no status file.
+    Unavailable,
+    /// The file could not be read or parsed.
+    Error(String),
+    /// The report, and the document as read.
+    Report(Box<Report>, Value),
+}
+
+fn details_of(mountpoint: &Path) -> Details {
+    match read_status(mountpoint, READ_TIMEOUT) {
+        Ok(None) => Details::Unavailable,
+        Err(e) => Details::Error(e),
+        Ok(Some(text)) => match json::parse(&text) {
+            Err(e) => Details::Error(format!("{STATUS_FILE}: not JSON: {e}")),
+            Ok(v) => match Report::from_json(&v) {
+                Ok(r) => Details::Report(Box::new(r), v),
+                Err(e) => Details::Error(format!("{STATUS_FILE}: {e}")),
+            },
+        },
+    }
+}
+
+fn ago(now: Option<u64>, t: Option<u64>) -> String {
+    match (now, t) {
+        (Some(n), Some(t)) if n >= t => format!("{t} ({} s ago)", n - t),
+        (_, Some(t)) => t.to_string(),
+        _ => "-".into(),
+    }
+}
+
+/// The human-readable text for one mount.
+pub fn render_text(m: &Mount, d: &Details) -> String {
+    let show = |p: &Option<PathBuf>| {
+        p.as_ref()
+            .map_or("(unknown)".to_owned(), |p| p.display().to_string())
+    };
+    let mut s = format!("{}\n", m.mountpoint.display());
+    s.push_str(&format!("    repository:      {}\n", show(&m.repository)));
+    s.push_str(&format!(
+        "    pid:             {}\n",
+        m.pid.map_or("(not found)".into(), |p| p.to_string())
+    ));
+    let mut mode = m.mode.clone();
+    if !m.options.is_empty() {
+        mode.push_str(&format!(" ({})", m.options.join(" ")));
+    }
+    s.push_str(&format!("    mode:            {mode}\n"));
+    match d {
+        Details::NotAsked => {}
+        Details::Unavailable => s.push_str("    details not available from this mount\n"),
+        Details::Error(e) => s.push_str(&format!("    details: error: {e}\n")),
+        Details::Report(r, _) => {
+            let now = r.now;
+            let batch = match r.open_batch_age_ms {
+                Some(ms) => format!(" (open batch {ms} ms old)"),
+                None => String::new(),
+            };
+            s.push_str(&format!(
+                "    pending edits:   {}{batch}\n",
+                r.pending_edits
+            ));
+            if let Some(t) = r.mounted_at {
+                s.push_str(&format!("    mounted at:      {}\n", ago(now, Some(t))));
+            }
+            if let Some(n) = r.commits {
+                s.push_str(&format!("    commits:         {n}\n"));
+            }
+            match &r.last_commit {
+                Some(c) => s.push_str(&format!(
+                    "    last commit:     update index {}, table {}, at {}\n",
+                    c.update_index,
+                    c.table,
+                    ago(now, c.time)
+                )),
+                None => s.push_str("    last commit:     none since mount\n"),
+            }
+            for (title, total, list) in [
+                ("conflicts:", r.conflicts_total, &r.conflicts),
+                ("refused writes:", r.refused_total, &r.refused),
+            ] {
+                let shown = if (list.len() as u64) < total {
+                    format!(" (last {} shown)", list.len())
+                } else {
+                    String::new()
+                };
+                s.push_str(&format!("    {title:<17}{total}{shown}\n"));
+                for e in list {
+                    let mut line = format!("        {} {}", ago(now, e.time), e.what);
+                    if let Some(op) = &e.op {
+                        line.push_str(&format!(" [{op}]"));
+                    }
+                    if let Some(errno) = &e.errno {
+                        line.push_str(&format!(" {errno}"));
+                    }
+                    s.push_str(&format!("{line}: {}\n", e.reason));
+                }
+            }
+            for l in &r.stale_locks {
+                let age = l.age_s.map_or(String::new(), |a| format!(" ({a} s old)"));
+                s.push_str(&format!(
+                    "    warning: stale lock {}{age}: a crashed writer may have left it\n",
+                    l.path
+                ));
+            }
+        }
+    }
+    s
+}
+
+/// The `--json` object for one mount.
+pub fn render_json(m: &Mount, d: &Details) -> Value {
+    let path = |p: &Option<PathBuf>| {
+        p.as_ref().map_or(Value::Null, |p| {
+            Value::Str(p.to_string_lossy().into_owned())
+        })
+    };
+    let mut o = vec![
+        (
+            "mountpoint".to_owned(),
+            Value::Str(m.mountpoint.to_string_lossy().into_owned()),
+        ),
+        ("repository".into(), path(&m.repository)),
+        (
+            "pid".into(),
+            m.pid.map_or(Value::Null, |p| Value::Num(f64::from(p))),
+        ),
+        ("mode".into(), Value::Str(m.mode.clone())),
+        (
+            "options".into(),
+            Value::Arr(m.options.iter().cloned().map(Value::Str).collect()),
+        ),
+    ];
+    match d {
+        Details::NotAsked => {}
+        Details::Unavailable => {
+            o.push(("details".into(), Value::Null));
+            o.push((
+                "details_error".into(),
+                Value::Str("details not available from this mount".into()),
+            ));
+        }
+        Details::Error(e) => {
+            o.push(("details".into(), Value::Null));
+            o.push(("details_error".into(), Value::Str(e.clone())));
+        }
+        Details::Report(_, v) => o.push(("details".into(), v.clone())),
+    }
+    Value::Obj(o)
+}
+
+/// Runs the subcommand.
+pub fn run(mut args: Args) -> Result<ExitCode> {
+    let mut as_json = false;
+    let mut target: Option<PathBuf> = None;
+    while !args.is_empty() {
+        if args.flag("--json") {
+            as_json = true;
+        } else if args.peek_is_option() {
+            return Ok(common::unknown_option(&args, "status"));
+        } else if target.is_none() {
+            target = args.next_path();
+        } else {
+            return Ok(common::usage_error("too many arguments", "status"));
+        }
+    }
+    let mut mounts = list_mounts()?;
+    let mut out = common::Out::new();
+    if let Some(t) = target {
+        let cwd = std::env::current_dir().map_err(|e| Error::io(".", e))?;
+        let want = absolute(&cwd, &t);
+        // The parent is not on the mount: canonicalizing it cannot hang on a hung mount.
+        let canon = match (want.parent(), want.file_name()) {
+            (Some(p), Some(f)) => p.canonicalize().map(|p| p.join(f)).ok(),
+            _ => None,
+        };
+        let Some(m) = mounts
+            .iter()
+            .find(|m| m.mountpoint == want || Some(&m.mountpoint) == canon.as_ref())
+        else {
+            eprintln!("error: {} is not a reftablefs mount", t.display());
+            return Ok(ExitCode::from(1));
+        };
+        let d = details_of(&m.mountpoint);
+        if as_json {
+            out.write(render_json(m, &d).to_json().as_bytes())?;
+            out.write(b"\n")?;
+        } else {
+            out.write(render_text(m, &d).as_bytes())?;
+        }
+        out.flush()?;
+        return Ok(ExitCode::SUCCESS);
+    }
+    mounts.sort_by(|a, b| a.mountpoint.cmp(&b.mountpoint));
+    if as_json {
+        let list = Value::Arr(
+            mounts
+                .iter()
+                .map(|m| render_json(m, &Details::NotAsked))
+                .collect(),
+        );
+        let doc = Value::Obj(vec![("mounts".into(), list)]);
+        out.write(doc.to_json().as_bytes())?;
+        out.write(b"\n")?;
+    } else if mounts.is_empty() {
+        out.write(b"no reftablefs mounts\n")?;
+    } else {
+        for m in &mounts {
+            out.write(render_text(m, &Details::NotAsked).as_bytes())?;
+        }
+    }
+    out.flush()?;
+    Ok(ExitCode::SUCCESS)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MOUNTINFO: &[u8] = b"22 1 0:21 / /proc rw,nosuid,nodev,noexec,relatime shared:12 - proc proc rw\n\
+        97 30 0:52 / /tmp/a\\040b rw,nosuid,nodev,relatime shared:50 - fuse.reftable reftablefs rw,user_id=0,group_id=0\n\
+        98 30 0:53 / /mnt/ro ro,nosuid,nodev,relatime - fuse.reftable reftablefs ro,user_id=1000,group_id=1000\n\
+        99 30 0:54 / /mnt/other rw,relatime - fuse.sshfs host:/x rw,user_id=0,group_id=0\n\
+        garbage line\n";
+
+    #[test]
+    fn mountinfo_lists_only_reftablefs_mounts() {
+        let m = parse_mountinfo(MOUNTINFO);
+        assert_eq!(m.len(), 2);
+        assert_eq!(m[0].mountpoint, Path::new("/tmp/a b"));
+        assert_eq!((m[0].mode.as_str(), m[0].user_id), ("rw", Some(0)));
+        assert_eq!(m[1].mountpoint, Path::new("/mnt/ro"));
+        assert_eq!((m[1].mode.as_str(), m[1].user_id), ("ro", Some(1000)));
+    }
+
+    #[test]
+    fn mount_command_lines() {
+        let argv: Vec<&[u8]> = vec![
+            b"-C",
+            b"work",
+            b"mount",
+            b"--batch-window",
+            b"50",
+            b"--read-only",
+            b"repo/.git",
+            b"mnt",
+        ];
+        let (dirs, g, m, o) = parse_mount_argv(&argv).unwrap();
+        assert_eq!(dirs, [PathBuf::from("work")]);
+        assert_eq!((g, m), (PathBuf::from("repo/.git"), PathBuf::from("mnt")));
+        assert_eq!(o, ["--batch-window=50", "--read-only"]);
+        let argv: Vec<&[u8]> = vec![b"mount", b"--daemon", b"g", b"m"];
+        assert!(
+            parse_mount_argv(&argv).is_none(),
+            "the daemon's parent only waits"
+        );
+        let argv: Vec<&[u8]> = vec![b"show-ref"];
+        assert!(parse_mount_argv(&argv).is_none());
+        assert_eq!(
+            absolute(Path::new("/a/b"), Path::new("../c/./d")),
+            Path::new("/a/c/d")
+        );
+    }
+
+    const SAMPLE: &str = r#"{
+      "version": 1,
+      "repository": "/srv/repo.git",
+      "pid": 4242,
+      "mode": "rw",
+      "mounted_at": 1764500000,
+      "now": 1764500100,
+      "pending_edits": 3,
+      "open_batch_age_ms": 12,
+      "commits": 17,
+      "last_commit": {"update_index": 42, "table": "0x00000000002a-0x00000000002a-0a1b2c3d.ref", "time": 1764500090},
+      "conflicts_total": 1,
+      "conflicts": [{"time": 1764500050, "ref": "refs/heads/topic", "reason": "changed on the stack since it was read"}],
+      "refused_total": 5,
+      "refused": [{"time": 1764500060, "path": "refs/heads/a..b.lock", "op": "create", "errno": "EINVAL", "reason": "invalid ref name"}],
+      "stale_locks": [{"path": "reftable/tables.list.lock", "age_s": 3600}],
+      "future_member": {"ignored": true}
+    }"#;
+
+    #[test]
+    fn status_document_is_read_and_shown() {
+        let v = json::parse(SAMPLE).unwrap();
+        let r = Report::from_json(&v).unwrap();
+        assert_eq!(r.pending_edits, 3);
+        assert_eq!(r.open_batch_age_ms, Some(12));
+        assert_eq!(
+            r.last_commit,
+            Some(LastCommit {
+                update_index: 42,
+                table: "0x00000000002a-0x00000000002a-0a1b2c3d.ref".into(),
+                time: Some(1764500090)
+            })
+        );
+        assert_eq!(r.conflicts[0].what, "refs/heads/topic");
+        assert_eq!((r.refused_total, r.refused.len()), (5, 1));
+        assert_eq!(r.refused[0].errno.as_deref(), Some("EINVAL"));
+        assert_eq!(r.stale_locks[0].age_s, Some(3600));
+
+        let m = Mount {
+            mountpoint: "/mnt/r".into(),
+            mode: "rw".into(),
+            user_id: Some(0),
+            pid: Some(4242),
+            repository: Some("/srv/repo.git".into()),
+            options: vec!["--batch-window=50".into()],
+        };
+        let text = render_text(&m, &Details::Report(Box::new(r), v.clone()));
+        for want in [
+            "pending edits:   3 (open batch 12 ms old)",
+            "last commit:     update index 42, table 0x00000000002a-0x00000000002a-0a1b2c3d.ref, at 1764500090 (10 s ago)",
+            "conflicts:       1\n",
+            "refs/heads/topic: changed on the stack",
+            "refused writes:  5 (last 1 shown)",
+            "refs/heads/a..b.lock [create] EINVAL: invalid ref name",
+            "warning: stale lock reftable/tables.list.lock (3600 s old)",
+            "mode:            rw (--batch-window=50)",
+        ] {
+            assert!(text.contains(want), "{want:?} in\n{text}");
+        }
+        let j = render_json(
+            &m,
+            &Details::Report(Box::new(Report::from_json(&v).unwrap()), v.clone()),
+        );
+        let back = json::parse(&j.to_json()).unwrap();
+        assert_eq!(back.get("details"), Some(&v));
+        assert_eq!(back.get("pid").and_then(Value::as_u64), Some(4242));
+    }
+
+    #[test]
+    fn missing_or_bad_documents() {
+        let m = Mount {
+            mountpoint: "/mnt/r".into(),
+            mode: "ro".into(),
+            user_id: None,
+            pid: None,
+            repository: None,
+            options: vec![],
+        };
+        let text = render_text(&m, &Details::Unavailable);
+        assert!(
+            text.contains("details not available from this mount"),
+            "{text}"
+        );
+        assert!(text.contains("pid:             (not found)"), "{text}");
+        let j = render_json(&m, &Details::Unavailable).to_json();
+        assert!(
+            j.contains(r#""details":null,"details_error":"details not available from this mount""#),
+            "{j}"
+        );
+        for (doc, err) in [
+            (
+                r#"{"version": 2, "pending_edits": 0}"#,
+                "unsupported status version 2",
+            ),
+            (r#"{"pending_edits": 0}"#, "no \"version\""),
+            (r#"{"version": 1}"#, "no \"pending_edits\""),
+        ] {
+            assert_eq!(
+                Report::from_json(&json::parse(doc).unwrap()).unwrap_err(),
+                err
+            );
+        }
+        let r = Report::from_json(&json::parse(r#"{"version": 1, "pending_edits": 0}"#).unwrap())
+            .unwrap();
+        assert!(r.last_commit.is_none() && r.conflicts.is_empty());
+        let tmp = tempfile::tempdir().unwrap();
+        assert_eq!(read_status(tmp.path(), READ_TIMEOUT), Ok(None));
+        std::fs::create_dir(tmp.path().join(".reftablefs")).unwrap();
+        std::fs::write(tmp.path().join(STATUS_FILE), SAMPLE).unwrap();
+        assert!(matches!(details_of(tmp.path()), Details::Report(..)));
+        std::fs::write(tmp.path().join(STATUS_FILE), "{oops").unwrap();
+        assert!(matches!(details_of(tmp.path()), Details::Error(e) if e.contains("not JSON")));
+    }
+}

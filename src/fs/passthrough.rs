@@ -1,0 +1,1187 @@
+//! Everything of the git directory that is not a ref: `objects/`, `index`, `config`,
+//! `hooks/`, `COMMIT_EDITMSG`, `FETCH_HEAD`, `rebase-merge/`, … passed through to the real
+//! git directory, so that the mountpoint is a complete git directory.
+//!
+//! Every system call reaches the real directory relative to a descriptor opened before
+//! mounting (`openat`, `renameat2`, `unlinkat`, …), never through the mount itself. The
+//! stack's own files (`reftable/`) are not visible and cannot be created; `config` is served
+//! without `extensions.refStorage` and written back with it (`config_view.rs`).
+//!
+//! Inode numbers have the top bit set ([`PASS_BIT`]), disjoint from the ref inodes
+//! (`inode.rs` keeps theirs below it). A node is remembered as (parent, name) while the
+//! kernel holds it, so a path is rebuilt from the parents at each request and a renamed
+//! directory takes its children along. Regular files are opened with the kernel's FUSE
+//! passthrough (reads, writes and mmap go straight to the real file) when the kernel and
+//! our privileges allow it, else forwarded by `pread`/`pwrite`.
+
+use std::collections::HashMap;
+use std::ffi::CString;
+use std::fs::File;
+use std::io;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::unix::fs::FileExt;
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use fuser::{BackingId, FileAttr, FileType, INodeNo};
+
+use crate::fs::config_view;
+use crate::fs::inode::ROOT;
+
+/// The top bit: set in every passed-through inode number, clear in every ref inode.
+pub const PASS_BIT: u64 = 1 << 63;
+
+/// Entry and attribute TTL of passed-through nodes. Changes made through the mount are
+/// seen at once (the kernel updates its own view); a change made directly in the git
+/// directory is seen within this time.
+pub const PASS_TTL: Duration = Duration::from_secs(1);
+
+/// Whether `ino` is a passed-through node.
+pub fn is_pass_ino(ino: u64) -> bool {
+    ino & PASS_BIT != 0
+}
+
+/// Whether a name at the top of the mount belongs to the ref view: `refs`, `logs`,
+/// `packed-refs` (and its `.lock`, `.new`), git's root refs (`HEAD`, `ORIG_HEAD`,
+/// `AUTO_MERGE`, …, by `refname::is_root_ref`) and their `.lock` files. Everything else
+/// (`FETCH_HEAD`, `MERGE_HEAD`, `COMMIT_EDITMSG`, `config`, `objects`, …) is passed through.
+pub fn is_ref_name_at_root(name: &[u8]) -> bool {
+    if matches!(
+        name,
+        b"refs" | b"logs" | b"packed-refs" | b"packed-refs.lock" | b"packed-refs.new"
+    ) {
+        return true;
+    }
+    let stem = name.strip_suffix(b".lock").unwrap_or(name);
+    crate::refname::is_root_ref(stem)
+}
+
+/// Names at the top of the real git directory that the mount never shows nor lets anyone
+/// create: the stack's directory. (git's stubs `HEAD` and `refs/` are shadowed by the ref
+/// view, see [`is_ref_name_at_root`].)
+fn is_reserved_at_root(name: &[u8]) -> bool {
+    name == b"reftable"
+}
+
+const CONFIG: &[u8] = b"config";
+
+/// One node the kernel holds.
+#[derive(Debug)]
+struct Node {
+    parent: u64,
+    name: Box<[u8]>,
+    nlookup: u64,
+    /// (st_dev, st_ino) of the real file when it was last looked up.
+    real: (u64, u64),
+    /// `S_IFMT` bits.
+    fmt: u32,
+}
+
+/// One directory entry of a listing.
+#[derive(Debug, Clone)]
+pub struct DirEntry {
+    pub name: Box<[u8]>,
+    pub kind: FileType,
+    pub ino: u64,
+}
+
+enum PHandle {
+    File {
+        file: Arc<File>,
+        ino: u64,
+        backed: bool,
+    },
+    Config {
+        data: Arc<Vec<u8>>,
+    },
+    Dir {
+        entries: Arc<Vec<DirEntry>>,
+    },
+}
+
+/// What an `open` or `create` hands back to the kernel.
+pub enum Opened {
+    /// Forwarded: reads and writes come to us.
+    Plain { fh: u64, direct: bool },
+    /// Kernel passthrough on this backing file.
+    Backed { fh: u64, backing: Arc<BackingId> },
+}
+
+#[derive(Default)]
+struct Inner {
+    nodes: HashMap<u64, Node>,
+    by_real: HashMap<(u64, u64), u64>,
+    next_ino: u64,
+    handles: HashMap<u64, PHandle>,
+    next_fh: u64,
+    /// Per inode: its backing file (the kernel wants one per inode) and how many open
+    /// handles use it.
+    backing: HashMap<u64, (Arc<BackingId>, usize)>,
+    /// Listings of the root's passed-through part, keyed by the ref view's directory
+    /// handle of the same `opendir`.
+    root_lists: HashMap<u64, Arc<Vec<DirEntry>>>,
+}
+
+/// The passed-through part of the mount.
+pub struct Passthrough {
+    root: OwnedFd,
+    inner: Mutex<Inner>,
+    kernel: AtomicBool,
+    tmp_seq: AtomicU64,
+    uid: u32,
+    gid: u32,
+}
+
+fn last_errno() -> i32 {
+    io::Error::last_os_error()
+        .raw_os_error()
+        .unwrap_or(libc::EIO)
+}
+
+fn io_errno(e: &io::Error) -> i32 {
+    e.raw_os_error().unwrap_or(libc::EIO)
+}
+
+fn cstr(path: &[u8]) -> Result<CString, i32> {
+    CString::new(path).map_err(|_| libc::EINVAL)
+}
+
+fn file_type(mode: u32) -> FileType {
+    match mode & libc::S_IFMT {
+        libc::S_IFDIR => FileType::Directory,
+        libc::S_IFLNK => FileType::Symlink,
+        libc::S_IFIFO => FileType::NamedPipe,
+        libc::S_IFSOCK => FileType::Socket,
+        libc::S_IFCHR => FileType::CharDevice,
+        libc::S_IFBLK => FileType::BlockDevice,
+        _ => FileType::RegularFile,
+    }
+}
+
+fn time(sec: i64, nsec: i64) -> SystemTime {
+    let nsec = u32::try_from(nsec).unwrap_or(0).min(999_999_999);
+    if sec >= 0 {
+        UNIX_EPOCH + Duration::new(sec.unsigned_abs(), nsec)
+    } else {
+        UNIX_EPOCH - Duration::new(sec.unsigned_abs(), 0) + Duration::new(0, nsec)
+    }
+}
+
+fn join(dir: &[u8], name: &[u8]) -> Vec<u8> {
+    if dir == b"." {
+        return name.to_vec();
+    }
+    let mut p = Vec::with_capacity(dir.len() + 1 + name.len());
+    p.extend_from_slice(dir);
+    p.push(b'/');
+    p.extend_from_slice(name);
+    p
+}
+
+impl Inner {
+    fn path_of(&self, ino: u64) -> Result<Vec<u8>, i32> {
+        if ino == ROOT {
+            return Ok(b".".to_vec());
+        }
+        let mut parts: Vec<&[u8]> = Vec::new();
+        let mut cur = ino;
+        while cur != ROOT {
+            let n = self.nodes.get(&cur).ok_or(libc::ESTALE)?;
+            parts.push(&n.name);
+            if parts.len() > 4096 {
+                return Err(libc::ELOOP);
+            }
+            cur = n.parent;
+        }
+        let mut p = Vec::new();
+        for (i, part) in parts.iter().rev().enumerate() {
+            if i > 0 {
+                p.push(b'/');
+            }
+            p.extend_from_slice(part);
+        }
+        Ok(p)
+    }
+
+    fn remember(&mut self, parent: u64, name: &[u8], st: &libc::stat) -> u64 {
+        let real = (st.st_dev, st.st_ino);
+        let fmt = st.st_mode & libc::S_IFMT;
+        if let Some(&ino) = self.by_real.get(&real) {
+            if let Some(n) = self.nodes.get_mut(&ino) {
+                if n.fmt == fmt {
+                    n.parent = parent;
+                    n.name = name.into();
+                    n.nlookup += 1;
+                    return ino;
+                }
+            }
+        }
+        self.next_ino += 1;
+        let ino = PASS_BIT | self.next_ino;
+        self.nodes.insert(
+            ino,
+            Node {
+                parent,
+                name: name.into(),
+                nlookup: 1,
+                real,
+                fmt,
+            },
+        );
+        self.by_real.insert(real, ino);
+        ino
+    }
+
+    /// The real file `real` is gone (unlinked, replaced): a new file that reuses its
+    /// number gets a new inode.
+    fn gone(&mut self, real: (u64, u64)) {
+        self.by_real.remove(&real);
+    }
+
+    fn add_handle(&mut self, h: PHandle) -> u64 {
+        self.next_fh += 1;
+        self.handles.insert(self.next_fh, h);
+        self.next_fh
+    }
+
+    fn is_config(&self, ino: u64) -> bool {
+        self.nodes
+            .get(&ino)
+            .is_some_and(|n| n.parent == ROOT && *n.name == *CONFIG)
+    }
+}
+
+impl Passthrough {
+    /// Opens the real git directory (before mounting: every later access is relative to
+    /// this descriptor).
+    pub fn new(gitdir: &Path) -> io::Result<Passthrough> {
+        let c = CString::new(std::os::unix::ffi::OsStrExt::as_bytes(gitdir.as_os_str()))
+            .map_err(io::Error::other)?;
+        // SAFETY: a NUL-terminated path; the descriptor is owned below.
+        let fd = unsafe {
+            libc::open(
+                c.as_ptr(),
+                libc::O_RDONLY | libc::O_DIRECTORY | libc::O_CLOEXEC,
+            )
+        };
+        if fd < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        // SAFETY: a descriptor we just opened and own.
+        let root = unsafe { OwnedFd::from_raw_fd(fd) };
+        // SAFETY: getuid/getgid cannot fail.
+        let (uid, gid) = unsafe { (libc::getuid(), libc::getgid()) };
+        Ok(Passthrough {
+            root,
+            inner: Mutex::new(Inner::default()),
+            kernel: AtomicBool::new(false),
+            tmp_seq: AtomicU64::new(0),
+            uid,
+            gid,
+        })
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Inner> {
+        self.inner.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Turns kernel passthrough on (the kernel accepted `FUSE_PASSTHROUGH`) or off.
+    pub fn set_kernel_passthrough(&self, on: bool) {
+        self.kernel.store(on, Ordering::SeqCst);
+    }
+
+    /// Whether regular files are opened with kernel passthrough.
+    pub fn kernel_passthrough(&self) -> bool {
+        self.kernel.load(Ordering::SeqCst)
+    }
+
+    fn lstat(&self, path: &[u8]) -> Result<libc::stat, i32> {
+        let c = cstr(path)?;
+        // SAFETY: zeroed plain-data struct filled by the kernel.
+        let mut st: libc::stat = unsafe { std::mem::zeroed() };
+        // SAFETY: valid descriptor, NUL-terminated path, valid out pointer.
+        let r = unsafe {
+            libc::fstatat(
+                self.root.as_raw_fd(),
+                c.as_ptr(),
+                &mut st,
+                libc::AT_SYMLINK_NOFOLLOW,
+            )
+        };
+        if r != 0 {
+            return Err(last_errno());
+        }
+        Ok(st)
+    }
+
+    fn fstat(file: &File) -> Result<libc::stat, i32> {
+        // SAFETY: as in `lstat`.
+        let mut st: libc::stat = unsafe { std::mem::zeroed() };
+        // SAFETY: an open descriptor and a valid out pointer.
+        if unsafe { libc::fstat(file.as_raw_fd(), &mut st) } != 0 {
+            return Err(last_errno());
+        }
+        Ok(st)
+    }
+
+    fn openat(&self, path: &[u8], flags: i32, mode: u32) -> Result<File, i32> {
+        let c = cstr(path)?;
+        // SAFETY: valid descriptor and NUL-terminated path.
+        let fd = unsafe {
+            libc::openat(
+                self.root.as_raw_fd(),
+                c.as_ptr(),
+                flags | libc::O_CLOEXEC,
+                mode as libc::c_uint,
+            )
+        };
+        if fd < 0 {
+            return Err(last_errno());
+        }
+        // SAFETY: a descriptor we just opened and own.
+        Ok(unsafe { File::from_raw_fd(fd) })
+    }
+
+    fn attr(&self, ino: u64, st: &libc::stat, size: Option<u64>) -> FileAttr {
+        let kind = file_type(st.st_mode);
+        FileAttr {
+            ino: INodeNo(ino),
+            size: size.unwrap_or(st.st_size as u64),
+            blocks: st.st_blocks as u64,
+            atime: time(st.st_atime, st.st_atime_nsec),
+            mtime: time(st.st_mtime, st.st_mtime_nsec),
+            ctime: time(st.st_ctime, st.st_ctime_nsec),
+            crtime: time(st.st_mtime, st.st_mtime_nsec),
+            kind,
+            perm: (st.st_mode & 0o7777) as u16,
+            nlink: st.st_nlink as u32,
+            // The mount is the mounting user's; the real owner may differ (root's files
+            // in a user's repository are still shown as the user's, as the ref view does).
+            uid: if st.st_uid == 0 { self.uid } else { st.st_uid },
+            gid: if st.st_gid == 0 { self.gid } else { st.st_gid },
+            rdev: st.st_rdev as u32,
+            blksize: st.st_blksize as u32,
+            flags: 0,
+        }
+    }
+
+    /// The real config as served (without the extension).
+    fn served_config(&self) -> Result<Vec<u8>, i32> {
+        let raw = self.read_real(CONFIG)?;
+        Ok(config_view::served(&raw))
+    }
+
+    fn read_real(&self, path: &[u8]) -> Result<Vec<u8>, i32> {
+        use std::io::Read;
+        let mut f = self.openat(path, libc::O_RDONLY | libc::O_NOFOLLOW, 0)?;
+        let mut out = Vec::new();
+        // Config files and locks are small; cap what is read to stay bounded.
+        (&mut f)
+            .take(64 << 20)
+            .read_to_end(&mut out)
+            .map_err(|e| io_errno(&e))?;
+        Ok(out)
+    }
+
+    /// Attributes of a node whose real file has `st`; `config` gets its served size.
+    fn attr_for(&self, ino: u64, is_config: bool, st: &libc::stat) -> Result<FileAttr, i32> {
+        let size = if is_config && st.st_mode & libc::S_IFMT == libc::S_IFREG {
+            Some(self.served_config()?.len() as u64)
+        } else {
+            None
+        };
+        Ok(self.attr(ino, st, size))
+    }
+
+    fn child_path(&self, parent: u64, name: &[u8]) -> Result<Vec<u8>, i32> {
+        if !crate::fs::view::is_component(name) {
+            return Err(libc::ENOENT);
+        }
+        if parent == ROOT && is_reserved_at_root(name) {
+            return Err(libc::ENOENT);
+        }
+        let dir = self.lock().path_of(parent)?;
+        Ok(join(&dir, name))
+    }
+
+    /// Refuses to create or replace a reserved name at the root.
+    fn check_creatable(parent: u64, name: &[u8]) -> Result<(), i32> {
+        if parent == ROOT && is_reserved_at_root(name) {
+            crate::fs::state::log_error(
+                "create",
+                name,
+                &"the reftable stack's directory is not writable through the mount",
+            );
+            return Err(libc::EPERM);
+        }
+        Ok(())
+    }
+
+    pub fn lookup(&self, parent: u64, name: &[u8]) -> Result<FileAttr, i32> {
+        let path = self.child_path(parent, name)?;
+        let st = self.lstat(&path)?;
+        let ino = self.lock().remember(parent, name, &st);
+        self.attr_for(ino, parent == ROOT && name == CONFIG, &st)
+    }
+
+    pub fn forget(&self, ino: u64, n: u64) {
+        let mut g = self.lock();
+        let Some(node) = g.nodes.get_mut(&ino) else {
+            return;
+        };
+        node.nlookup = node.nlookup.saturating_sub(n);
+        if node.nlookup == 0 {
+            let real = node.real;
+            g.nodes.remove(&ino);
+            if g.by_real.get(&real) == Some(&ino) {
+                g.by_real.remove(&real);
+            }
+        }
+    }
+
+    pub fn parent_of(&self, ino: u64) -> u64 {
+        self.lock().nodes.get(&ino).map_or(ROOT, |n| n.parent)
+    }
+
+    pub fn getattr(&self, ino: u64, fh: Option<u64>) -> Result<FileAttr, i32> {
+        let (path, is_config, file) = {
+            let g = self.lock();
+            let file = fh.and_then(|fh| match g.handles.get(&fh) {
+                Some(PHandle::File { file, .. }) => Some(file.clone()),
+                _ => None,
+            });
+            (g.path_of(ino), g.is_config(ino), file)
+        };
+        if let Some(f) = file {
+            // An open file: its own attributes, even when its name is gone.
+            let st = Self::fstat(&f)?;
+            return self.attr_for(ino, false, &st);
+        }
+        let st = self.lstat(&path?)?;
+        self.attr_for(ino, is_config, &st)
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    pub fn setattr(
+        &self,
+        ino: u64,
+        mode: Option<u32>,
+        uid: Option<u32>,
+        gid: Option<u32>,
+        size: Option<u64>,
+        atime: Option<fuser::TimeOrNow>,
+        mtime: Option<fuser::TimeOrNow>,
+        fh: Option<u64>,
+    ) -> Result<FileAttr, i32> {
+        let (path, is_config, file) = {
+            let g = self.lock();
+            let file = fh.and_then(|fh| match g.handles.get(&fh) {
+                Some(PHandle::File { file, .. }) => Some(file.clone()),
+                _ => None,
+            });
+            (g.path_of(ino)?, g.is_config(ino), file)
+        };
+        let c = cstr(&path)?;
+        let fd = self.root.as_raw_fd();
+        if let Some(size) = size {
+            if is_config {
+                crate::fs::state::log_error(
+                    "truncate",
+                    &path,
+                    &"config is written through config.lock and rename only",
+                );
+                return Err(libc::EPERM);
+            }
+            let f = match file {
+                Some(f) => f,
+                None => Arc::new(self.openat(&path, libc::O_WRONLY | libc::O_NOFOLLOW, 0)?),
+            };
+            f.set_len(size).map_err(|e| io_errno(&e))?;
+        }
+        if let Some(mode) = mode {
+            // SAFETY: valid descriptor and path.
+            if unsafe { libc::fchmodat(fd, c.as_ptr(), mode & 0o7777, 0) } != 0 {
+                return Err(last_errno());
+            }
+        }
+        if uid.is_some() || gid.is_some() {
+            let u = uid.unwrap_or(u32::MAX);
+            let g = gid.unwrap_or(u32::MAX);
+            // SAFETY: valid descriptor and path; -1 leaves an id unchanged.
+            if unsafe { libc::fchownat(fd, c.as_ptr(), u, g, libc::AT_SYMLINK_NOFOLLOW) } != 0 {
+                return Err(last_errno());
+            }
+        }
+        if atime.is_some() || mtime.is_some() {
+            let ts = |t: Option<fuser::TimeOrNow>| match t {
+                None => libc::timespec {
+                    tv_sec: 0,
+                    tv_nsec: libc::UTIME_OMIT,
+                },
+                Some(fuser::TimeOrNow::Now) => libc::timespec {
+                    tv_sec: 0,
+                    tv_nsec: libc::UTIME_NOW,
+                },
+                Some(fuser::TimeOrNow::SpecificTime(t)) => {
+                    let d = t.duration_since(UNIX_EPOCH).unwrap_or_default();
+                    libc::timespec {
+                        tv_sec: d.as_secs() as libc::time_t,
+                        tv_nsec: libc::c_long::from(d.subsec_nanos() as i32),
+                    }
+                }
+            };
+            let times = [ts(atime), ts(mtime)];
+            // SAFETY: valid descriptor, path and two timespecs.
+            if unsafe { libc::utimensat(fd, c.as_ptr(), times.as_ptr(), libc::AT_SYMLINK_NOFOLLOW) }
+                != 0
+            {
+                return Err(last_errno());
+            }
+        }
+        self.getattr(ino, fh)
+    }
+
+    /// Registers `file` for kernel passthrough on `ino` (one backing file per inode,
+    /// shared by its open handles), or says why not.
+    fn backing_for(
+        &self,
+        ino: u64,
+        file: &File,
+        open_backing: impl FnOnce(&File) -> io::Result<BackingId>,
+    ) -> Option<Arc<BackingId>> {
+        if !self.kernel_passthrough() {
+            return None;
+        }
+        let mut g = self.lock();
+        if let Some((b, n)) = g.backing.get_mut(&ino) {
+            *n += 1;
+            return Some(b.clone());
+        }
+        match open_backing(file) {
+            Ok(b) => {
+                let b = Arc::new(b);
+                g.backing.insert(ino, (b.clone(), 1));
+                Some(b)
+            }
+            Err(e) => {
+                drop(g);
+                eprintln!(
+                    "reftablefs: kernel FUSE passthrough refused ({e}); passed-through files are forwarded from now on"
+                );
+                self.set_kernel_passthrough(false);
+                None
+            }
+        }
+    }
+
+    fn opened(
+        &self,
+        ino: u64,
+        file: File,
+        open_backing: impl FnOnce(&File) -> io::Result<BackingId>,
+    ) -> Result<Opened, i32> {
+        let regular = Self::fstat(&file)?.st_mode & libc::S_IFMT == libc::S_IFREG;
+        let backing = if regular {
+            self.backing_for(ino, &file, open_backing)
+        } else {
+            None
+        };
+        let backed = backing.is_some();
+        let fh = self.lock().add_handle(PHandle::File {
+            file: Arc::new(file),
+            ino,
+            backed,
+        });
+        Ok(match backing {
+            Some(backing) => Opened::Backed { fh, backing },
+            None => Opened::Plain { fh, direct: false },
+        })
+    }
+
+    pub fn open(
+        &self,
+        ino: u64,
+        flags: i32,
+        open_backing: impl FnOnce(&File) -> io::Result<BackingId>,
+    ) -> Result<Opened, i32> {
+        let (path, is_config) = {
+            let g = self.lock();
+            (g.path_of(ino)?, g.is_config(ino))
+        };
+        if is_config {
+            if flags & libc::O_ACCMODE != libc::O_RDONLY {
+                crate::fs::state::log_error(
+                    "open for writing",
+                    &path,
+                    &"config is written through config.lock and rename only",
+                );
+                return Err(libc::EPERM);
+            }
+            let data = Arc::new(self.served_config()?);
+            let fh = self.lock().add_handle(PHandle::Config { data });
+            return Ok(Opened::Plain { fh, direct: true });
+        }
+        let flags = flags & !(libc::O_CREAT | libc::O_EXCL | libc::O_NOCTTY) | libc::O_NOFOLLOW;
+        let file = self.openat(&path, flags, 0)?;
+        self.opened(ino, file, open_backing)
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    pub fn create(
+        &self,
+        parent: u64,
+        name: &[u8],
+        mode: u32,
+        umask: u32,
+        flags: i32,
+        open_backing: impl FnOnce(&File) -> io::Result<BackingId>,
+    ) -> Result<(FileAttr, Opened), i32> {
+        Self::check_creatable(parent, name)?;
+        if parent == ROOT && name == CONFIG {
+            crate::fs::state::log_error(
+                "create",
+                name,
+                &"config is written through config.lock and rename only",
+            );
+            return Err(if flags & libc::O_EXCL != 0 {
+                libc::EEXIST
+            } else {
+                libc::EPERM
+            });
+        }
+        let path = self.child_path(parent, name)?;
+        let file = self.openat(
+            &path,
+            flags | libc::O_CREAT | libc::O_NOFOLLOW,
+            mode & !umask & 0o7777,
+        )?;
+        let st = Self::fstat(&file)?;
+        let ino = self.lock().remember(parent, name, &st);
+        let attr = self.attr(ino, &st, None);
+        Ok((attr, self.opened(ino, file, open_backing)?))
+    }
+
+    pub fn read(&self, fh: u64, offset: u64, size: u32) -> Result<Vec<u8>, i32> {
+        let h = {
+            let g = self.lock();
+            match g.handles.get(&fh) {
+                Some(PHandle::File { file, .. }) => Ok(file.clone()),
+                Some(PHandle::Config { data }) => Err(Some(data.clone())),
+                _ => Err(None),
+            }
+        };
+        match h {
+            Ok(file) => {
+                let mut buf = vec![0; size as usize];
+                let mut done = 0;
+                while done < buf.len() {
+                    match file.read_at(&mut buf[done..], offset + done as u64) {
+                        Ok(0) => break,
+                        Ok(n) => done += n,
+                        Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                        Err(e) => return Err(io_errno(&e)),
+                    }
+                }
+                buf.truncate(done);
+                Ok(buf)
+            }
+            Err(Some(data)) => {
+                let start = usize::try_from(offset)
+                    .unwrap_or(usize::MAX)
+                    .min(data.len());
+                let end = start.saturating_add(size as usize).min(data.len());
+                Ok(data.get(start..end).unwrap_or_default().to_vec())
+            }
+            Err(None) => Err(libc::EBADF),
+        }
+    }
+
+    pub fn write(&self, fh: u64, offset: u64, data: &[u8]) -> Result<u32, i32> {
+        let file = match self.lock().handles.get(&fh) {
+            Some(PHandle::File { file, .. }) => file.clone(),
+            _ => return Err(libc::EBADF),
+        };
+        // With O_APPEND, pwrite appends whatever the offset (as a write through the kernel).
+        file.write_all_at(data, offset).map_err(|e| io_errno(&e))?;
+        u32::try_from(data.len()).map_err(|_| libc::EINVAL)
+    }
+
+    pub fn fsync(&self, fh: u64, datasync: bool) -> Result<(), i32> {
+        let file = match self.lock().handles.get(&fh) {
+            Some(PHandle::File { file, .. }) => file.clone(),
+            Some(_) => return Ok(()),
+            None => return Err(libc::EBADF),
+        };
+        let r = if datasync {
+            file.sync_data()
+        } else {
+            file.sync_all()
+        };
+        r.map_err(|e| io_errno(&e))
+    }
+
+    pub fn release(&self, fh: u64) {
+        let mut g = self.lock();
+        if let Some(PHandle::File {
+            ino, backed: true, ..
+        }) = g.handles.remove(&fh)
+        {
+            if let Some((_, n)) = g.backing.get_mut(&ino) {
+                *n -= 1;
+                if *n == 0 {
+                    g.backing.remove(&ino);
+                }
+            }
+        }
+    }
+
+    pub fn mkdir(&self, parent: u64, name: &[u8], mode: u32, umask: u32) -> Result<FileAttr, i32> {
+        Self::check_creatable(parent, name)?;
+        let path = self.child_path(parent, name)?;
+        let c = cstr(&path)?;
+        // SAFETY: valid descriptor and path.
+        if unsafe { libc::mkdirat(self.root.as_raw_fd(), c.as_ptr(), mode & !umask & 0o7777) } != 0
+        {
+            return Err(last_errno());
+        }
+        let st = self.lstat(&path)?;
+        let ino = self.lock().remember(parent, name, &st);
+        Ok(self.attr(ino, &st, None))
+    }
+
+    pub fn symlink(&self, parent: u64, name: &[u8], target: &[u8]) -> Result<FileAttr, i32> {
+        Self::check_creatable(parent, name)?;
+        let path = self.child_path(parent, name)?;
+        let (c, t) = (cstr(&path)?, cstr(target)?);
+        // SAFETY: valid descriptor and paths.
+        if unsafe { libc::symlinkat(t.as_ptr(), self.root.as_raw_fd(), c.as_ptr()) } != 0 {
+            return Err(last_errno());
+        }
+        let st = self.lstat(&path)?;
+        let ino = self.lock().remember(parent, name, &st);
+        Ok(self.attr(ino, &st, None))
+    }
+
+    pub fn readlink(&self, ino: u64) -> Result<Vec<u8>, i32> {
+        let path = self.lock().path_of(ino)?;
+        let c = cstr(&path)?;
+        let mut buf = vec![0u8; libc::PATH_MAX as usize];
+        // SAFETY: valid descriptor, path and buffer of the given length.
+        let n = unsafe {
+            libc::readlinkat(
+                self.root.as_raw_fd(),
+                c.as_ptr(),
+                buf.as_mut_ptr().cast(),
+                buf.len(),
+            )
+        };
+        if n < 0 {
+            return Err(last_errno());
+        }
+        buf.truncate(n as usize);
+        Ok(buf)
+    }
+
+    fn remove(&self, parent: u64, name: &[u8], dir: bool) -> Result<(), i32> {
+        if parent == ROOT && name == CONFIG {
+            crate::fs::state::log_error(
+                "unlink",
+                name,
+                &"the repository's config cannot be removed through the mount",
+            );
+            return Err(libc::EPERM);
+        }
+        let path = self.child_path(parent, name)?;
+        let st = self.lstat(&path).ok();
+        let c = cstr(&path)?;
+        let flag = if dir { libc::AT_REMOVEDIR } else { 0 };
+        // SAFETY: valid descriptor and path.
+        if unsafe { libc::unlinkat(self.root.as_raw_fd(), c.as_ptr(), flag) } != 0 {
+            return Err(last_errno());
+        }
+        if let Some(st) = st {
+            if dir || st.st_nlink <= 1 {
+                self.lock().gone((st.st_dev, st.st_ino));
+            }
+        }
+        Ok(())
+    }
+
+    pub fn unlink(&self, parent: u64, name: &[u8]) -> Result<(), i32> {
+        self.remove(parent, name, false)
+    }
+
+    pub fn rmdir(&self, parent: u64, name: &[u8]) -> Result<(), i32> {
+        self.remove(parent, name, true)
+    }
+
+    pub fn rename(
+        &self,
+        parent: u64,
+        name: &[u8],
+        newparent: u64,
+        newname: &[u8],
+        flags: u32,
+    ) -> Result<(), i32> {
+        Self::check_creatable(newparent, newname)?;
+        if parent == ROOT && name == CONFIG {
+            crate::fs::state::log_error(
+                "rename",
+                name,
+                &"the repository's config cannot be moved away through the mount",
+            );
+            return Err(libc::EPERM);
+        }
+        let from = self.child_path(parent, name)?;
+        let to = self.child_path(newparent, newname)?;
+        let src = self.lstat(&from)?;
+        if newparent == ROOT && newname == CONFIG {
+            if flags != 0 {
+                return Err(libc::EINVAL);
+            }
+            return self.install_config(&from, &src);
+        }
+        let old_target = self.lstat(&to).ok();
+        let (a, b) = (cstr(&from)?, cstr(&to)?);
+        let fd = self.root.as_raw_fd();
+        // SAFETY: valid descriptors and paths.
+        let r = unsafe {
+            libc::syscall(
+                libc::SYS_renameat2,
+                fd,
+                a.as_ptr(),
+                fd,
+                b.as_ptr(),
+                flags as libc::c_uint,
+            )
+        };
+        if r != 0 {
+            return Err(last_errno());
+        }
+        let mut g = self.lock();
+        if let Some(t) = old_target {
+            if flags & libc::RENAME_EXCHANGE == 0
+                && (t.st_dev, t.st_ino) != (src.st_dev, src.st_ino)
+            {
+                g.gone((t.st_dev, t.st_ino));
+            }
+        }
+        if let Some(&ino) = g.by_real.get(&(src.st_dev, src.st_ino)) {
+            if let Some(n) = g.nodes.get_mut(&ino) {
+                n.parent = newparent;
+                n.name = newname.into();
+            }
+        }
+        Ok(())
+    }
+
+    /// `rename(X → config)`: X's content with the real config's `extensions.refStorage`
+    /// and `core.repositoryformatversion` put back, written to a temporary file in the
+    /// git directory, fsynced and renamed over `config`; then X is removed.
+    fn install_config(&self, from: &[u8], src: &libc::stat) -> Result<(), i32> {
+        if src.st_mode & libc::S_IFMT != libc::S_IFREG {
+            return Err(libc::EINVAL);
+        }
+        let written = self.read_real(from)?;
+        let original = self.read_real(CONFIG)?;
+        let content = config_view::restored(&written, &original);
+        if content != written {
+            let served = config_view::served(&content);
+            if served != config_view::served(&written) {
+                eprintln!(
+                    "reftablefs: config written through the mount changed extensions.refStorage or core.repositoryformatversion; the repository's values are kept"
+                );
+            }
+        }
+        let tmp = format!(
+            "config.reftablefs-{}-{}.tmp",
+            std::process::id(),
+            self.tmp_seq.fetch_add(1, Ordering::Relaxed)
+        );
+        let tmp = tmp.as_bytes();
+        let write = || -> Result<(), i32> {
+            let f = self.openat(
+                tmp,
+                libc::O_WRONLY | libc::O_CREAT | libc::O_EXCL | libc::O_NOFOLLOW,
+                src.st_mode & 0o7777,
+            )?;
+            f.write_all_at(&content, 0).map_err(|e| io_errno(&e))?;
+            f.sync_all().map_err(|e| io_errno(&e))?;
+            let (a, b) = (cstr(tmp)?, cstr(CONFIG)?);
+            let fd = self.root.as_raw_fd();
+            // SAFETY: valid descriptors and paths.
+            if unsafe { libc::renameat(fd, a.as_ptr(), fd, b.as_ptr()) } != 0 {
+                return Err(last_errno());
+            }
+            Ok(())
+        };
+        if let Err(e) = write() {
+            if let Ok(c) = cstr(tmp) {
+                // SAFETY: valid descriptor and path.
+                unsafe { libc::unlinkat(self.root.as_raw_fd(), c.as_ptr(), 0) };
+            }
+            return Err(e);
+        }
+        // SAFETY: an open directory descriptor.
+        unsafe { libc::fsync(self.root.as_raw_fd()) };
+        let c = cstr(from)?;
+        // SAFETY: valid descriptor and path.
+        if unsafe { libc::unlinkat(self.root.as_raw_fd(), c.as_ptr(), 0) } != 0 {
+            return Err(last_errno());
+        }
+        // The kernel now knows the renamed node as `config`: it resolves to the real one.
+        let mut g = self.lock();
+        if let Some(&ino) = g.by_real.get(&(src.st_dev, src.st_ino)) {
+            if let Some(n) = g.nodes.get_mut(&ino) {
+                n.parent = ROOT;
+                n.name = CONFIG.into();
+            }
+        }
+        g.gone((src.st_dev, src.st_ino));
+        Ok(())
+    }
+
+    /// Lists a directory of the real tree (`.` and `..` excluded; at the root, the ref
+    /// view's names and the reserved ones excluded).
+    fn list(&self, path: &[u8], at_root: bool) -> Result<Vec<DirEntry>, i32> {
+        let dir = self.openat(path, libc::O_RDONLY | libc::O_DIRECTORY, 0)?;
+        let fd = dir.as_raw_fd();
+        // SAFETY: fdopendir takes ownership of a dup of our descriptor.
+        let dup = unsafe { libc::dup(fd) };
+        if dup < 0 {
+            return Err(last_errno());
+        }
+        // SAFETY: a valid descriptor; on success the stream owns it.
+        let stream = unsafe { libc::fdopendir(dup) };
+        if stream.is_null() {
+            // SAFETY: still ours on failure.
+            unsafe { libc::close(dup) };
+            return Err(last_errno());
+        }
+        let mut out = Vec::new();
+        loop {
+            // SAFETY: a valid stream; the entry is valid until the next readdir.
+            let ent = unsafe { libc::readdir64(stream) };
+            if ent.is_null() {
+                break;
+            }
+            // SAFETY: d_name is NUL-terminated within the entry.
+            let name = unsafe { std::ffi::CStr::from_ptr((*ent).d_name.as_ptr()) }.to_bytes();
+            if name == b"." || name == b".." {
+                continue;
+            }
+            if at_root && (is_ref_name_at_root(name) || is_reserved_at_root(name)) {
+                continue;
+            }
+            // SAFETY: as above.
+            let (d_ino, d_type) = unsafe { ((*ent).d_ino, (*ent).d_type) };
+            let kind = match d_type {
+                libc::DT_DIR => FileType::Directory,
+                libc::DT_LNK => FileType::Symlink,
+                libc::DT_FIFO => FileType::NamedPipe,
+                libc::DT_SOCK => FileType::Socket,
+                libc::DT_CHR => FileType::CharDevice,
+                libc::DT_BLK => FileType::BlockDevice,
+                _ => FileType::RegularFile,
+            };
+            // Informational only (readdir's d_ino): the real number in our range.
+            let ino = PASS_BIT | (d_ino & !PASS_BIT);
+            out.push(DirEntry {
+                name: name.into(),
+                kind,
+                ino,
+            });
+        }
+        // SAFETY: the stream we opened (closes `dup`).
+        unsafe { libc::closedir(stream) };
+        Ok(out)
+    }
+
+    pub fn opendir(&self, ino: u64) -> Result<u64, i32> {
+        let path = self.lock().path_of(ino)?;
+        let entries = Arc::new(self.list(&path, ino == ROOT)?);
+        Ok(self.lock().add_handle(PHandle::Dir { entries }))
+    }
+
+    /// The entries of an open directory.
+    pub fn dir_entries(&self, fh: u64) -> Option<Arc<Vec<DirEntry>>> {
+        match self.lock().handles.get(&fh) {
+            Some(PHandle::Dir { entries }) => Some(entries.clone()),
+            _ => None,
+        }
+    }
+
+    /// Lists the root's passed-through names for the ref view's directory handle `fh`.
+    pub fn open_root(&self, fh: u64) -> Result<(), i32> {
+        let entries = Arc::new(self.list(b".", true)?);
+        self.lock().root_lists.insert(fh, entries);
+        Ok(())
+    }
+
+    pub fn root_entries(&self, fh: u64) -> Option<Arc<Vec<DirEntry>>> {
+        self.lock().root_lists.get(&fh).cloned()
+    }
+
+    pub fn release_root(&self, fh: u64) {
+        self.lock().root_lists.remove(&fh);
+    }
+
+    pub fn releasedir(&self, fh: u64) {
+        self.lock().handles.remove(&fh);
+    }
+
+    /// `fsync` of a directory: of the real one.
+    pub fn fsyncdir(&self, ino: u64) -> Result<(), i32> {
+        let path = self.lock().path_of(ino)?;
+        let d = self.openat(&path, libc::O_RDONLY | libc::O_DIRECTORY, 0)?;
+        d.sync_all().map_err(|e| io_errno(&e))
+    }
+
+    /// `statvfs` of the real directory.
+    pub fn statfs(&self) -> Result<libc::statvfs, i32> {
+        // SAFETY: zeroed plain data filled by the kernel.
+        let mut s: libc::statvfs = unsafe { std::mem::zeroed() };
+        // SAFETY: an open descriptor and a valid out pointer.
+        if unsafe { libc::fstatvfs(self.root.as_raw_fd(), &mut s) } != 0 {
+            return Err(last_errno());
+        }
+        Ok(s)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ref_names_at_root_follow_git() {
+        for n in [
+            &b"HEAD"[..],
+            b"HEAD.lock",
+            b"ORIG_HEAD",
+            b"ORIG_HEAD.lock",
+            b"AUTO_MERGE",
+            b"CHERRY_PICK_HEAD",
+            b"refs",
+            b"logs",
+            b"packed-refs",
+            b"packed-refs.lock",
+            b"packed-refs.new",
+        ] {
+            assert!(is_ref_name_at_root(n), "{}", String::from_utf8_lossy(n));
+        }
+        for n in [
+            &b"FETCH_HEAD"[..],
+            b"MERGE_HEAD",
+            b"COMMIT_EDITMSG",
+            b"MERGE_MSG",
+            b"config",
+            b"config.lock",
+            b"index",
+            b"index.lock",
+            b"objects",
+            b"hooks",
+            b"description",
+            b"rebase-merge",
+            b"gc.pid",
+            b"reftable",
+        ] {
+            assert!(!is_ref_name_at_root(n), "{}", String::from_utf8_lossy(n));
+        }
+        assert!(is_reserved_at_root(b"reftable"));
+    }
+
+    #[test]
+    fn passes_through_relative_to_the_directory() {
+        let dir = std::env::temp_dir().join(format!("rtfs-pt-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(dir.join("objects")).unwrap();
+        std::fs::create_dir_all(dir.join("reftable")).unwrap();
+        std::fs::write(
+            dir.join("config"),
+            b"[core]\n\trepositoryformatversion = 1\n[extensions]\n\trefStorage = reftable\n",
+        )
+        .unwrap();
+        std::fs::write(dir.join("HEAD"), b"ref: refs/heads/.invalid\n").unwrap();
+        let p = Passthrough::new(&dir).unwrap();
+        let none = |_: &File| -> io::Result<BackingId> { Err(io::Error::other("no")) };
+        // The root listing hides the stack and git's stubs.
+        let mut names: Vec<_> = p
+            .list(b".", true)
+            .unwrap()
+            .into_iter()
+            .map(|e| String::from_utf8_lossy(&e.name).into_owned())
+            .collect();
+        names.sort();
+        assert_eq!(names, ["config", "objects"]);
+        assert_eq!(p.lookup(ROOT, b"reftable").unwrap_err(), libc::ENOENT);
+        assert_eq!(
+            p.mkdir(ROOT, b"reftable", 0o755, 0).unwrap_err(),
+            libc::EPERM
+        );
+        // config is served without the extension, with its served size.
+        let a = p.lookup(ROOT, b"config").unwrap();
+        let served = b"[core]\n\trepositoryformatversion = 1\n[extensions]\n";
+        assert_eq!(a.size, served.len() as u64);
+        let Opened::Plain { fh, .. } = p.open(a.ino.0, libc::O_RDONLY, none).unwrap() else {
+            panic!("config is never backed");
+        };
+        assert_eq!(p.read(fh, 0, 4096).unwrap(), served.to_vec());
+        p.release(fh);
+        assert_eq!(
+            p.open(a.ino.0, libc::O_WRONLY, none).err(),
+            Some(libc::EPERM)
+        );
+        // A config.lock renamed over config keeps the extension in the real file.
+        let (_, o) = p
+            .create(
+                ROOT,
+                b"config.lock",
+                0o644,
+                0,
+                libc::O_WRONLY | libc::O_EXCL,
+                none,
+            )
+            .unwrap();
+        let Opened::Plain { fh, .. } = o else {
+            panic!("no kernel passthrough here");
+        };
+        p.write(
+            fh,
+            0,
+            b"[core]\n\trepositoryformatversion = 0\n[user]\n\tname = x\n",
+        )
+        .unwrap();
+        p.release(fh);
+        p.rename(ROOT, b"config.lock", ROOT, b"config", 0).unwrap();
+        assert_eq!(
+            std::fs::read(dir.join("config")).unwrap(),
+            b"[core]\n\trepositoryformatversion = 1\n[user]\n\tname = x\n[extensions]\n\trefStorage = reftable\n".to_vec()
+        );
+        assert!(!dir.join("config.lock").exists());
+        // Objects: a temporary file renamed into a new directory.
+        let objects = p.lookup(ROOT, b"objects").unwrap().ino.0;
+        let ab = p.mkdir(objects, b"ab", 0o755, 0o022).unwrap().ino.0;
+        let (t, o) = p
+            .create(
+                objects,
+                b"tmp_obj",
+                0o444,
+                0,
+                libc::O_RDWR | libc::O_EXCL,
+                none,
+            )
+            .unwrap();
+        let Opened::Plain { fh, .. } = o else {
+            panic!("no kernel passthrough here");
+        };
+        p.write(fh, 0, b"blob").unwrap();
+        p.release(fh);
+        p.rename(objects, b"tmp_obj", ab, b"cdef", 0).unwrap();
+        assert_eq!(std::fs::read(dir.join("objects/ab/cdef")).unwrap(), b"blob");
+        assert_eq!(p.getattr(t.ino.0, None).unwrap().size, 4);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+}
