@@ -300,6 +300,12 @@ const TESTS: &[Test] = &[
         timeout_secs: 120,
         run: status::lists_live_mounts,
     },
+    Test {
+        name: "status::shows_pending_and_refused_writes",
+        needs_mount: true,
+        timeout_secs: 120,
+        run: status::shows_pending_and_refused_writes,
+    },
 ];
 
 fn main() -> std::process::ExitCode {

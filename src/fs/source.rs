@@ -130,6 +130,20 @@ pub trait RefSource: Send {
     fn fsync_count(&self) -> u64 {
         0
     }
+    /// The time (Unix seconds) of the newest entry of `name`'s reflog, tombstones and
+    /// existence markers skipped; `None` when it has none.
+    fn newest_log_time(&mut self, name: &[u8]) -> Result<Option<u64>> {
+        let mut out = Vec::new();
+        self.read_log(name, &mut out)?;
+        Ok(out
+            .iter()
+            .find(|l| !l.deleted && !crate::stack::is_existence_marker(l))
+            .map(|l| l.time))
+    }
+    /// The stack's last table: its highest update index and file name, if known.
+    fn last_table(&self) -> Option<(u64, String)> {
+        None
+    }
 }
 
 /// Looks up one ref by exact name (tombstones count as absent).

@@ -174,6 +174,7 @@ pub fn log_error(op: &str, path: &[u8], err: &dyn std::fmt::Display) {
 
 fn refuse(op: &str, path: &[u8], r: Refusal) -> i32 {
     log_error(op, path, &r.reason);
+    crate::fs::status::recorder().refused(op, path, r.errno, &r.reason);
     r.errno
 }
 
@@ -254,6 +255,11 @@ impl Shared {
         self.read_only
     }
 
+    /// The owner (uid, gid) of every file of the mount.
+    pub(crate) fn owner(&self) -> (u32, u32) {
+        (self.uid, self.gid)
+    }
+
     /// The thread group (process) of the thread `pid` that sent a request: FUSE
     /// requests carry the calling thread's id. Cached for a second per thread id.
     pub(crate) fn tgid(&self, pid: u32) -> u32 {
@@ -331,6 +337,24 @@ impl Shared {
         if queued {
             self.wake_watcher();
         }
+    }
+
+    /// Ref edits accepted and not yet in a committed table (refs with a pending value or
+    /// reflog), and the age of the open batch (`None` when none is open).
+    pub(crate) fn pending_status(&self) -> (u64, Option<Duration>) {
+        let g = self.lock();
+        let w = &g.w;
+        let logs_only = w
+            .pending_logs
+            .keys()
+            .filter(|k| !w.pending.contains_key(*k))
+            .count();
+        let n = (w.pending.len() + logs_only) as u64;
+        let age = match g.open_since {
+            Some((seq, t)) if seq == w.open.seq && !w.open.is_empty() => Some(t.elapsed()),
+            _ => None,
+        };
+        (n, age)
     }
 
     /// Whether a reload changed the view since the last call (for the watcher).
