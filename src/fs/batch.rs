@@ -194,6 +194,7 @@ fn run(shared: &Shared) {
         drop(g);
         let names: Vec<&[u8]> = batch.edits.iter().map(|e| e.name.as_slice()).collect();
         shared.queue_changed_dirs(&names);
+        shared.queue_changed_times(&names);
         let mut g = shared.lock();
         g.durable_seq = batch.seq;
         // Keep the failure record bounded.

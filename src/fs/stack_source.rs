@@ -403,7 +403,7 @@ impl RefSource for StackSource {
         Ok(outcome)
     }
 
-    fn newest_log_time(&mut self, name: &[u8]) -> Result<Option<u64>> {
+    fn newest_log(&mut self, name: &[u8]) -> Result<Option<(u64, u64)>> {
         let gen = self.stack.generation();
         let it = match &mut self.log_it {
             Some((g, it)) if *g == gen => it,
@@ -415,10 +415,14 @@ impl RefSource for StackSource {
                 break;
             }
             if !l.deleted && !crate::stack::is_existence_marker(l) {
-                return Ok(Some(l.time));
+                return Ok(Some((l.update_index, l.time)));
             }
         }
         Ok(None)
+    }
+
+    fn max_update_index(&self) -> u64 {
+        self.stack.next_update_index().saturating_sub(1)
     }
 
     fn last_table(&self) -> Option<(u64, String)> {
