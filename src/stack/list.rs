@@ -144,7 +144,7 @@ impl Stack {
         opts.write.hash = opts.hash;
         let perms = opts
             .default_permissions
-            .unwrap_or_else(|| lockfile::default_permissions(0))
+            .unwrap_or_else(|| lockfile::default_permissions(lockfile::SharedRepository::Umask))
             & 0o7777;
         let mut st = Stack {
             list_path: dir.join("tables.list"),
