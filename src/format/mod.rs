@@ -1,7 +1,7 @@
 //! The pure byte layer: no files, no locks, no clocks. Bytes in, values out.
 //!
-//! Owned by the format-core work (issue 2). The types in this file are the shared
-//! vocabulary of every layer above and should change only with care.
+//! The types in this file are the shared vocabulary of every layer above and should
+//! change only with care.
 
 pub mod block;
 pub mod codec;

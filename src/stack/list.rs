@@ -162,7 +162,6 @@ impl Stack {
             cached: None,
             writer: None,
             stats: StackStats::default(),
-            on_reload: None,
             progress: None,
         };
         st.reload_now()?;
@@ -212,12 +211,6 @@ impl Stack {
     /// The stack's counters (fsyncs, tables, compactions).
     pub fn stats(&self) -> StackStats {
         self.stats
-    }
-
-    /// Sets a hook called with the new generation after every reload that changed the
-    /// table set (after the cached iterator was dropped).
-    pub fn set_on_reload(&mut self, hook: Option<Box<dyn FnMut(u64) + Send>>) {
-        self.on_reload = hook;
     }
 
     /// Sets a hook that receives compaction progress (about every 64k records).
@@ -391,9 +384,6 @@ impl Stack {
             self.generation += 1;
             self.stats.reloads += 1;
             self.cached = None;
-            if let Some(hook) = self.on_reload.as_mut() {
-                hook(self.generation);
-            }
         }
     }
 }

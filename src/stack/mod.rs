@@ -121,8 +121,7 @@ pub struct LogExpiry {
     pub min_update_index: u64,
 }
 
-pub(super) type ReloadHook = Box<dyn FnMut(u64) + Send>;
-type ProgressHook = Box<dyn FnMut(CompactionProgress) + Send>;
+pub(super) type ProgressHook = Box<dyn FnMut(CompactionProgress) + Send>;
 
 /// A reftable stack: `tables.list` plus its tables.
 pub struct Stack {
@@ -144,7 +143,6 @@ pub struct Stack {
     cached: Option<MergedRefIter>,
     writer: Option<TableWriter>,
     pub(crate) stats: StackStats,
-    on_reload: Option<ReloadHook>,
     progress: Option<ProgressHook>,
 }
 
