@@ -13,16 +13,21 @@ use reftablefs::Error;
 
 struct Largest;
 static LARGEST: AtomicUsize = AtomicUsize::new(0);
+// SAFETY: every call is forwarded unchanged to the system allocator; the only addition
+// is an atomic counter update.
 unsafe impl GlobalAlloc for Largest {
     unsafe fn alloc(&self, l: Layout) -> *mut u8 {
         LARGEST.fetch_max(l.size(), Ordering::Relaxed);
+        // SAFETY: the caller's contract for `alloc` is passed on unchanged.
         unsafe { System.alloc(l) }
     }
     unsafe fn dealloc(&self, p: *mut u8, l: Layout) {
+        // SAFETY: `p` came from `System` (every allocation goes through it) with `l`.
         unsafe { System.dealloc(p, l) }
     }
     unsafe fn realloc(&self, p: *mut u8, l: Layout, n: usize) -> *mut u8 {
         LARGEST.fetch_max(n, Ordering::Relaxed);
+        // SAFETY: as for `dealloc`; the caller's contract for `realloc` is passed on.
         unsafe { System.realloc(p, l, n) }
     }
 }

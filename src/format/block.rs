@@ -7,8 +7,6 @@
 //! for the first block, so it includes the file header). Restarts are forced every
 //! `restart_interval` records and also placed at every record whose prefix length is 0.
 
-#![cfg_attr(not(test), deny(clippy::indexing_slicing))]
-
 use super::codec::encode_key;
 
 /// At most this many restarts are registered in one block.

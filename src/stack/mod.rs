@@ -19,6 +19,13 @@
 //! * `compact.rs`: geometric and explicit compaction with table locks;
 //! * `clean.rs`: removal of unlisted tables and of leftovers proven to be garbage.
 
+// The decode path: no panic on any input, so no `unwrap`/`expect`/`panic!`; tests may.
+// (Slice indexing is still used here, on indices the code bounds itself.)
+#![cfg_attr(
+    not(test),
+    deny(clippy::unwrap_used, clippy::expect_used, clippy::panic)
+)]
+
 mod clean;
 mod compact;
 mod list;
