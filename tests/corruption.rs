@@ -4,7 +4,6 @@
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::path::Path;
-use std::process::Command;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
@@ -34,19 +33,14 @@ unsafe impl GlobalAlloc for Largest {
 #[global_allocator]
 static A: Largest = Largest;
 
+#[path = "support/git.rs"]
+mod util;
+
+/// git without auto-compaction, so that each command leaves its own table.
 fn git(dir: &Path, args: &[&str]) {
-    let st = Command::new("git")
-        .current_dir(dir)
-        .args(args)
-        .env("GIT_CONFIG_NOSYSTEM", "1")
-        .env("HOME", dir)
+    let st = util::git_cmd(dir)
         .env("GIT_TEST_REFTABLE_AUTOCOMPACTION", "false")
-        .env("GIT_AUTHOR_NAME", "A U Thor")
-        .env("GIT_AUTHOR_EMAIL", "author@example.com")
-        .env("GIT_COMMITTER_NAME", "C O Mitter")
-        .env("GIT_COMMITTER_EMAIL", "committer@example.com")
-        .env("GIT_COMMITTER_DATE", "1112912053 -0700")
-        .env("GIT_AUTHOR_DATE", "1112912053 -0700")
+        .args(args)
         .stdout(std::process::Stdio::null())
         .status()
         .unwrap();
