@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Mount benchmarks (issues 4 and 5): each line puts our figure beside the comparison
+# Mount benchmarks: each line puts our figure beside the comparison
 # (loose files on local disk, or git 2.47 on the reftable repo) with the ratio ours/theirs.
 #
 #   bash benches/mount_bench.sh            full sizes (100k and 1M refs)

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Write-path benchmarks of issue 8, ours beside a reference build, in one run:
+# Write-path benchmarks, ours beside a reference build, in one run:
 #   * 10k lock+rename updates through the mount by 1 client and by 4 clients (+ final fsync),
 #   * lock-create latency (p50/p99/max) while every batch commit is slowed to 1 s
 #     (RTFS_TEST_COMMIT_DELAY_MS=1000, a test-only knob).

@@ -13,11 +13,17 @@
 //! * `fs` (feature `fuse`): the FUSE adapter.
 //! * `cli`: the `reftablefs` binary's subcommands, on top of the public API.
 
+// `unsafe` only where it is allowed below, per module, for FFI calls into libc; each
+// block carries a `// SAFETY:` comment (enforced by clippy, see Cargo.toml).
+#![deny(unsafe_code)]
+
+#[allow(unsafe_code)] // isatty
 pub mod cli;
 pub mod error;
 pub mod files;
 pub mod format;
 #[cfg(feature = "fuse")]
+#[allow(unsafe_code)] // mount, signals, eventfd, uid/gid, O_PATH descriptors
 pub mod fs;
 pub mod fsio;
 pub mod lockfile;
@@ -26,6 +32,7 @@ pub mod refname;
 pub mod repo;
 pub mod stack;
 pub mod table;
+#[allow(unsafe_code)] // localtime_r
 pub mod transaction;
 
 pub use error::{Error, Result};

@@ -281,21 +281,45 @@ pub fn current_umask() -> u32 {
 }
 
 /// git's default for new reftable files: `0666 & ~umask`, adjusted by
-/// `core.sharedRepository` (`shared_bits`: 0 for `umask`, 0o660 for `group`, 0o664 for
-/// `world`/`everybody`), as `calc_shared_perm` does.
-pub fn default_permissions(shared_bits: u32) -> u32 {
-    calc_shared_perm(0o666 & !current_umask(), shared_bits)
+/// `core.sharedRepository` as `calc_shared_perm` does.
+pub fn default_permissions(shared: SharedRepository) -> u32 {
+    shared.calc_perm(0o666 & !current_umask())
 }
 
-/// git's `calc_shared_perm` for a positive `core.sharedRepository` (`group` = 0o660,
-/// `world` = 0o664, `umask` = 0): OR the shared bits in, without write bits when the
-/// user cannot write.
-pub fn calc_shared_perm(mode: u32, shared_bits: u32) -> u32 {
-    let mut tweak = shared_bits;
-    if mode & 0o200 == 0 {
-        tweak &= !0o222;
+/// `core.sharedRepository`, as git's `git_config_perm`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SharedRepository {
+    /// `umask`/`false`/`0`: permissions from the umask.
+    Umask,
+    /// `group`/`true`/`1`: OR in 0660.
+    Group,
+    /// `all`/`world`/`everybody`/`2`: OR in 0664.
+    Everybody,
+    /// An octal mode: files get exactly `mode & 0666`.
+    Mode(u32),
+}
+
+impl SharedRepository {
+    /// git's `calc_shared_perm(mode)`.
+    pub fn calc_perm(self, mode: u32) -> u32 {
+        let (mut tweak, exact) = match self {
+            SharedRepository::Umask => (0, false),
+            SharedRepository::Group => (0o660, false),
+            SharedRepository::Everybody => (0o664, false),
+            SharedRepository::Mode(m) => (m, true),
+        };
+        if mode & 0o200 == 0 {
+            tweak &= !0o222;
+        }
+        if mode & 0o100 != 0 {
+            tweak |= (tweak & 0o444) >> 2;
+        }
+        if exact {
+            (mode & !0o777) | tweak
+        } else {
+            mode | tweak
+        }
     }
-    mode | tweak
 }
 
 thread_local! {
@@ -438,23 +462,24 @@ mod tests {
 
     #[test]
     fn shared_permissions_match_t0610() {
-        // (umask, shared bits) -> mode, from t0610 "honors --shared=$shared with umask".
+        // (umask, shared) -> mode, from t0610 "honors --shared=$shared with umask".
+        use SharedRepository::{Everybody, Group, Umask};
         let cases = [
-            (0o002, 0, 0o664),
-            (0o022, 0, 0o644),
-            (0o027, 0, 0o640),
-            (0o002, 0o660, 0o664),
-            (0o022, 0o660, 0o664),
-            (0o027, 0o660, 0o660),
-            (0o002, 0o664, 0o664),
-            (0o022, 0o664, 0o664),
-            (0o027, 0o664, 0o664),
+            (0o002, Umask, 0o664),
+            (0o022, Umask, 0o644),
+            (0o027, Umask, 0o640),
+            (0o002, Group, 0o664),
+            (0o022, Group, 0o664),
+            (0o027, Group, 0o660),
+            (0o002, Everybody, 0o664),
+            (0o022, Everybody, 0o664),
+            (0o027, Everybody, 0o664),
         ];
         for (umask, shared, want) in cases {
             assert_eq!(
-                calc_shared_perm(0o666 & !umask, shared),
+                shared.calc_perm(0o666 & !umask),
                 want,
-                "umask {umask:o} shared {shared:o}"
+                "umask {umask:o} shared {shared:?}"
             );
         }
     }

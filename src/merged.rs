@@ -12,6 +12,13 @@
 //! Tombstones are returned by default (callers skip them after their own bounds check,
 //! as git does since `146a946321`); [`MergedRefIter::suppress_deletions`] hides them.
 
+// The decode path: no panic on any input, so no `unwrap`/`expect`/`panic!`; tests may.
+// (Slice indexing is still used here, on indices the code bounds itself.)
+#![cfg_attr(
+    not(test),
+    deny(clippy::unwrap_used, clippy::expect_used, clippy::panic)
+)]
+
 use std::cmp::Ordering;
 
 use crate::format::{LogRecord, RefRecord, RefValue};

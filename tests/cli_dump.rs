@@ -2,21 +2,11 @@
 
 use std::process::Command;
 
+#[path = "support/git.rs"]
+mod util;
+
 fn git(dir: &std::path::Path, args: &[&str]) {
-    let st = Command::new("git")
-        .current_dir(dir)
-        .args(args)
-        .env("GIT_CONFIG_NOSYSTEM", "1")
-        .env("HOME", dir)
-        .env("GIT_AUTHOR_NAME", "A U Thor")
-        .env("GIT_AUTHOR_EMAIL", "author@example.com")
-        .env("GIT_COMMITTER_NAME", "C O Mitter")
-        .env("GIT_COMMITTER_EMAIL", "committer@example.com")
-        .env("GIT_COMMITTER_DATE", "1112912053 -0700")
-        .env("GIT_AUTHOR_DATE", "1112912053 -0700")
-        .status()
-        .unwrap();
-    assert!(st.success(), "git {args:?}");
+    util::git(dir, args);
 }
 
 #[test]

@@ -1137,29 +1137,7 @@ fn random_update_ref_batches_give_gits_stack_byte_for_byte() {
             input += &line;
         }
         let args = ["update-ref", "-m", &format!("round {round}"), "--stdin"];
-        let mut ca = Command::new(BIN);
-        let mut cb = Command::new("git");
-        for (cmd, dir) in [(&mut ca, &a), (&mut cb, &b)] {
-            env(cmd)
-                .env("GIT_TEST_REFTABLE_AUTOCOMPACTION", "true")
-                .current_dir(dir)
-                .args(args);
-            cmd.stdin(Stdio::piped())
-                .stdout(Stdio::piped())
-                .stderr(Stdio::piped());
-        }
-        let out = |mut c: Command| {
-            let mut child = c.spawn().unwrap();
-            use std::io::Write;
-            child
-                .stdin
-                .take()
-                .unwrap()
-                .write_all(input.as_bytes())
-                .unwrap();
-            child.wait_with_output().unwrap()
-        };
-        let (oa, ob) = (out(ca), out(cb));
+        let (oa, ob) = run_both(&a, &b, &args, &input);
         assert_eq!(
             oa.status.code(),
             ob.status.code(),
@@ -1656,29 +1634,7 @@ fn random_batches_with_symrefs_and_head_match_git_byte_for_byte() {
         if rnd(8) == 0 {
             args.insert(1, "--no-deref");
         }
-        let mut ca = Command::new(BIN);
-        let mut cb = Command::new("git");
-        for (cmd, dir) in [(&mut ca, &a), (&mut cb, &b)] {
-            env(cmd)
-                .env("GIT_TEST_REFTABLE_AUTOCOMPACTION", "true")
-                .current_dir(dir)
-                .args(&args);
-            cmd.stdin(Stdio::piped())
-                .stdout(Stdio::piped())
-                .stderr(Stdio::piped());
-        }
-        let out = |mut c: Command| {
-            let mut child = c.spawn().unwrap();
-            use std::io::Write;
-            child
-                .stdin
-                .take()
-                .unwrap()
-                .write_all(input.as_bytes())
-                .unwrap();
-            child.wait_with_output().unwrap()
-        };
-        let (oa, ob) = (out(ca), out(cb));
+        let (oa, ob) = run_both(&a, &b, &args, &input);
         let (ea, eb) = (
             String::from_utf8_lossy(&oa.stderr),
             String::from_utf8_lossy(&ob.stderr),
@@ -1922,4 +1878,33 @@ fn update_ref_checks_objects_like_git() {
             );
         }
     }
+}
+
+/// Runs `args` with `input` on stdin in `a` with our binary and in `b` with git (both with
+/// auto-compaction on), and returns both outputs: ours first.
+fn run_both(
+    a: &Path,
+    b: &Path,
+    args: &[&str],
+    input: &str,
+) -> (std::process::Output, std::process::Output) {
+    let run = |mut cmd: Command, dir: &Path| {
+        env(&mut cmd)
+            .env("GIT_TEST_REFTABLE_AUTOCOMPACTION", "true")
+            .current_dir(dir)
+            .args(args)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        let mut child = cmd.spawn().unwrap();
+        use std::io::Write;
+        child
+            .stdin
+            .take()
+            .unwrap()
+            .write_all(input.as_bytes())
+            .unwrap();
+        child.wait_with_output().unwrap()
+    };
+    (run(Command::new(BIN), a), run(Command::new("git"), b))
 }

@@ -4,7 +4,6 @@
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::path::Path;
-use std::process::Command;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
@@ -13,35 +12,35 @@ use reftablefs::Error;
 
 struct Largest;
 static LARGEST: AtomicUsize = AtomicUsize::new(0);
+// SAFETY: every call is forwarded unchanged to the system allocator; the only addition
+// is an atomic counter update.
 unsafe impl GlobalAlloc for Largest {
     unsafe fn alloc(&self, l: Layout) -> *mut u8 {
         LARGEST.fetch_max(l.size(), Ordering::Relaxed);
+        // SAFETY: the caller's contract for `alloc` is passed on unchanged.
         unsafe { System.alloc(l) }
     }
     unsafe fn dealloc(&self, p: *mut u8, l: Layout) {
+        // SAFETY: `p` came from `System` (every allocation goes through it) with `l`.
         unsafe { System.dealloc(p, l) }
     }
     unsafe fn realloc(&self, p: *mut u8, l: Layout, n: usize) -> *mut u8 {
         LARGEST.fetch_max(n, Ordering::Relaxed);
+        // SAFETY: as for `dealloc`; the caller's contract for `realloc` is passed on.
         unsafe { System.realloc(p, l, n) }
     }
 }
 #[global_allocator]
 static A: Largest = Largest;
 
+#[path = "support/git.rs"]
+mod util;
+
+/// git without auto-compaction, so that each command leaves its own table.
 fn git(dir: &Path, args: &[&str]) {
-    let st = Command::new("git")
-        .current_dir(dir)
-        .args(args)
-        .env("GIT_CONFIG_NOSYSTEM", "1")
-        .env("HOME", dir)
+    let st = util::git_cmd(dir)
         .env("GIT_TEST_REFTABLE_AUTOCOMPACTION", "false")
-        .env("GIT_AUTHOR_NAME", "A U Thor")
-        .env("GIT_AUTHOR_EMAIL", "author@example.com")
-        .env("GIT_COMMITTER_NAME", "C O Mitter")
-        .env("GIT_COMMITTER_EMAIL", "committer@example.com")
-        .env("GIT_COMMITTER_DATE", "1112912053 -0700")
-        .env("GIT_AUTHOR_DATE", "1112912053 -0700")
+        .args(args)
         .stdout(std::process::Stdio::null())
         .status()
         .unwrap();

@@ -5,7 +5,7 @@
 //! corrupt tables); no listed table is missing; the error reaches the caller unless the
 //! failed call was cleanup after the commit point.
 
-#[path = "stack_util/mod.rs"]
+#[path = "support/git.rs"]
 mod util;
 
 use std::collections::BTreeMap;

@@ -134,7 +134,7 @@ fn every_git_table_re_encodes_byte_for_byte() {
 }
 
 #[test]
-fn fixtures_cover_what_the_issue_lists() {
+fn fixtures_cover_multilevel_indexes_sha256_and_log_only_tables() {
     let t = Table::open(&case("many-sha1").tables[0]).unwrap();
     let blocks = t.blocks().unwrap();
     let idx = blocks.iter().filter(|b| b.typ == b'i').count();

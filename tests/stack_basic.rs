@@ -1,7 +1,7 @@
 //! Stack behaviour from git's t0610 and the reftable unit tests ("stack", "merged"),
 //! reproduced with our library on repositories made by git 2.47, checked with git.
 
-#[path = "stack_util/mod.rs"]
+#[path = "support/git.rs"]
 mod util;
 
 use std::fs;

@@ -1,7 +1,7 @@
 //! Compaction and stack-maintenance behaviours from git's reftable unit tests ("stack")
 //! and t0610 (pack-refs), on stacks written by us and read back by git where it matters.
 
-#[path = "stack_util/mod.rs"]
+#[path = "support/git.rs"]
 mod util;
 
 use std::fs;

@@ -7,7 +7,7 @@
 //!
 //! `STACK_SEED` replays a run.
 
-#[path = "stack_util/mod.rs"]
+#[path = "support/git.rs"]
 mod util;
 
 use std::collections::BTreeMap;

@@ -3,7 +3,7 @@
 //! file changed on disk is re-read. Integrity is checked with `verify_stack` (what
 //! `reftablefs verify` runs) and the refs' values, read by us and by git.
 
-#[path = "stack_util/mod.rs"]
+#[path = "support/git.rs"]
 mod util;
 
 use std::fs;

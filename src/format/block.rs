@@ -7,9 +7,7 @@
 //! for the first block, so it includes the file header). Restarts are forced every
 //! `restart_interval` records and also placed at every record whose prefix length is 0.
 
-#![cfg_attr(not(test), deny(clippy::indexing_slicing))]
-
-use super::codec::{encode_key, BLOCK_LOG};
+use super::codec::encode_key;
 
 /// At most this many restarts are registered in one block.
 pub const MAX_RESTARTS: usize = (1 << 16) - 1;
@@ -119,11 +117,6 @@ impl BlockWriter {
             dst.copy_from_slice(&len[1..]);
         }
         &mut self.buf
-    }
-
-    /// Whether this block is compressed on disk.
-    pub fn is_log(&self) -> bool {
-        self.typ == BLOCK_LOG
     }
 }
 

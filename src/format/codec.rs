@@ -13,8 +13,6 @@
 //! Decoders never panic and never allocate more than the input could describe: every
 //! length is checked against the bytes actually available.
 
-#![cfg_attr(not(test), deny(clippy::indexing_slicing))]
-
 use super::varint;
 use super::{HashKind, LogRecord, ObjectId, RefValue};
 

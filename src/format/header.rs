@@ -7,8 +7,6 @@
 //!         log_pos:u64 log_index_pos:u64 crc32:u32                            68 / 72 bytes
 //! ```
 
-#![cfg_attr(not(test), deny(clippy::indexing_slicing))]
-
 use super::codec::{be24, be32, be64};
 use super::HashKind;
 

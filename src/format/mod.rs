@@ -1,7 +1,19 @@
 //! The pure byte layer: no files, no locks, no clocks. Bytes in, values out.
 //!
-//! Owned by the format-core work (issue 2). The types in this file are the shared
-//! vocabulary of every layer above and should change only with care.
+//! The types in this file are the shared vocabulary of every layer above and should
+//! change only with care.
+
+// The decode path: no panic on any input, so no `unwrap`/`expect`/`panic!` and no slice
+// indexing (use `get`); tests may.
+#![cfg_attr(
+    not(test),
+    deny(
+        clippy::unwrap_used,
+        clippy::expect_used,
+        clippy::panic,
+        clippy::indexing_slicing
+    )
+)]
 
 pub mod block;
 pub mod codec;
@@ -83,7 +95,7 @@ impl ObjectId {
             return None;
         }
         let mut bytes = [0u8; 32];
-        bytes[..raw.len()].copy_from_slice(raw);
+        bytes.get_mut(..raw.len())?.copy_from_slice(raw);
         Some(ObjectId {
             len: raw.len() as u8,
             bytes,
@@ -96,10 +108,11 @@ impl ObjectId {
             return None;
         }
         let mut bytes = [0u8; 32];
-        for (i, pair) in hex.chunks_exact(2).enumerate() {
-            let hi = (pair[0] as char).to_digit(16)?;
-            let lo = (pair[1] as char).to_digit(16)?;
-            bytes[i] = (hi * 16 + lo) as u8;
+        for (dst, pair) in bytes.iter_mut().zip(hex.chunks_exact(2)) {
+            let [hi, lo] = pair else { return None };
+            let hi = (*hi as char).to_digit(16)?;
+            let lo = (*lo as char).to_digit(16)?;
+            *dst = (hi * 16 + lo) as u8;
         }
         Some(ObjectId {
             len: kind.size() as u8,
@@ -109,7 +122,7 @@ impl ObjectId {
 
     /// The raw bytes (20 or 32 of them).
     pub fn as_bytes(&self) -> &[u8] {
-        &self.bytes[..self.len as usize]
+        self.bytes.get(..self.len as usize).unwrap_or(&self.bytes)
     }
 
     /// Whether every byte is zero (git's "null oid").
@@ -128,10 +141,16 @@ impl ObjectId {
 
     /// Appends the lowercase hex form to `out` without allocating a new string.
     pub fn write_hex(&self, out: &mut Vec<u8>) {
-        const HEX: &[u8; 16] = b"0123456789abcdef";
+        fn digit(n: u8) -> u8 {
+            if n < 10 {
+                b'0' + n
+            } else {
+                b'a' + n - 10
+            }
+        }
         for &b in self.as_bytes() {
-            out.push(HEX[(b >> 4) as usize]);
-            out.push(HEX[(b & 15) as usize]);
+            out.push(digit(b >> 4));
+            out.push(digit(b & 15));
         }
     }
 

@@ -5,8 +5,6 @@
 //! 0 -> 00   127 -> 7f   128 -> 80 00   137 -> 80 09   300 -> 81 2c   u64::MAX -> 80 fe×8 7f
 //! ```
 
-#![cfg_attr(not(test), deny(clippy::indexing_slicing))]
-
 /// Longest encoding of a u64.
 pub const MAX_VARINT_LEN: usize = 10;
 

@@ -4,8 +4,6 @@
 //! (log blocks inflated) in one process-wide cache bounded in bytes; seeks through
 //! (multi-level) indexes; iterates with reseekable cursors.
 
-#![cfg_attr(not(test), deny(clippy::indexing_slicing))]
-
 use std::fs::File;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};

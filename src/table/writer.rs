@@ -6,8 +6,6 @@
 //! buffers are reused — all kept from one record, one block and one table to the next.
 //! Writing a record allocates nothing once the buffers have grown.
 
-#![cfg_attr(not(test), deny(clippy::indexing_slicing))]
-
 use flate2::{Compress, Compression, FlushCompress, Status};
 
 use crate::error::{Error, Result};

@@ -1,5 +1,6 @@
-//! Helpers shared by the `stack_*` integration tests: throw-away git repositories with
-//! reftable stacks, a fixed identity and clock, and commits to point refs at.
+//! The git oracle shared by the integration tests: git run with a fixed identity and clock
+//! and no user or system config, throw-away repositories with reftable stacks, and
+//! commits to point refs at. Included with `#[path = "support/git.rs"] mod util;`.
 #![allow(dead_code)]
 
 use std::path::{Path, PathBuf};

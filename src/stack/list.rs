@@ -1,0 +1,389 @@
+//! `tables.list`: parsing, reading it with its identity, opening and reloading a stack.
+
+use std::fs::{self, File};
+use std::io;
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use super::{CompactionProgress, Stack, StackOptions, StackStats, TABLE_RECHECK_INTERVAL};
+use crate::fsio;
+use crate::lockfile::{self};
+use crate::table::Table;
+use crate::{Error, Result};
+/// An open `tables.list` and its `(dev, ino)`.
+pub(super) type ListHandle = (File, (u64, u64));
+
+/// What identifies a table file's content on disk: device, inode, size and
+/// modification time (seconds, nanoseconds). A table is reused across reloads only while
+/// its file keeps the identity it had when it was opened.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) struct FileId {
+    dev: u64,
+    ino: u64,
+    size: u64,
+    mtime: (i64, i64),
+}
+
+impl FileId {
+    pub(super) fn of(m: &fs::Metadata) -> FileId {
+        FileId {
+            dev: m.dev(),
+            ino: m.ino(),
+            size: m.size(),
+            mtime: (m.mtime(), m.mtime_nsec()),
+        }
+    }
+}
+
+/// Parses `tables.list` content: one name per line, empty lines skipped. Names must be
+/// plain file names (no `/`, not `.`/`..`).
+pub fn parse_tables_list(content: &[u8], file: &str) -> Result<Vec<String>> {
+    let mut names = Vec::new();
+    let mut offset = 0u64;
+    for line in content.split(|&b| b == b'\n') {
+        if !line.is_empty() {
+            let name = std::str::from_utf8(line)
+                .map_err(|_| Error::format(file, offset, "table name is not UTF-8"))?;
+            if name.contains('/') || name == "." || name == ".." || name.contains('\0') {
+                return Err(Error::format(
+                    file,
+                    offset,
+                    format!("invalid table name {name:?}"),
+                ));
+            }
+            names.push(name.to_owned());
+        }
+        offset += line.len() as u64 + 1;
+    }
+    Ok(names)
+}
+
+pub(super) fn is_not_found(e: &Error) -> bool {
+    match e {
+        Error::NotExist(_) => true,
+        Error::Io { source, .. } => source.kind() == io::ErrorKind::NotFound,
+        _ => false,
+    }
+}
+
+/// Whether `name` is a table file name (git's `is_table_name`: it ends in `.ref`).
+pub(super) fn is_table_name(name: &str) -> bool {
+    name.ends_with(".ref")
+}
+
+/// Reads `tables.list` through an open descriptor so that the `(dev, ino)` cached with
+/// the names belongs to the content read.
+///
+/// A missing `tables.list` is an empty stack only in a directory without tables (a
+/// fresh repository, as git reads it); next to tables it is an error naming the file:
+/// the list was moved or deleted, and "empty" would hide every ref (and let cleanup
+/// delete the tables).
+pub(super) fn read_list(path: &Path) -> Result<(Vec<String>, Option<ListHandle>)> {
+    let mut f = match fsio::open(path) {
+        Ok(f) => f,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => {
+            missing_list_error(path)?;
+            return Ok((Vec::new(), None));
+        }
+        Err(e) => return Err(Error::io(path, e)),
+    };
+    let meta = f.metadata().map_err(|e| Error::io(path, e))?;
+    let mut content = Vec::with_capacity(meta.len().min(1 << 20) as usize);
+    fsio::read_to_end(&mut f, path, &mut content).map_err(|e| Error::io(path, e))?;
+    let names = parse_tables_list(&content, &path.display().to_string())?;
+    Ok((names, Some((f, (meta.dev(), meta.ino())))))
+}
+
+/// For a missing `tables.list`: `Ok` (an empty stack) when its directory holds no table,
+/// else the error that says so.
+pub fn missing_list_error(list: &Path) -> Result<()> {
+    let dir = list.parent().unwrap_or(Path::new("."));
+    let entries = fsio::read_dir(dir).map_err(|e| Error::io(dir, e))?;
+    let mut tables = 0usize;
+    let mut example = String::new();
+    for e in entries {
+        let e = e.map_err(|e| Error::io(dir, e))?;
+        if let Some(n) = e.file_name().to_str().filter(|n| is_table_name(n)) {
+            tables += 1;
+            if example.is_empty() {
+                example = n.to_owned();
+            }
+        }
+    }
+    if tables == 0 {
+        return Ok(());
+    }
+    Err(Error::io(
+        list,
+        io::Error::new(
+            io::ErrorKind::NotFound,
+            format!(
+                "missing, but the directory holds {tables} table(s) ({example}{}); refusing \
+                 to read the stack as empty: restore tables.list",
+                if tables > 1 { ", ..." } else { "" }
+            ),
+        ),
+    ))
+}
+
+impl Stack {
+    /// Opens the stack in `dir` (`$GIT_DIR/reftable`), which must exist. A missing
+    /// `tables.list` is an empty stack when the directory holds no table, and an
+    /// error otherwise.
+    pub fn open(dir: impl Into<PathBuf>, mut opts: StackOptions) -> Result<Stack> {
+        let dir = dir.into();
+        let meta = fs::metadata(&dir).map_err(|e| Error::io(&dir, e))?;
+        if !meta.is_dir() {
+            return Err(Error::io(
+                &dir,
+                io::Error::new(io::ErrorKind::NotADirectory, "not a directory"),
+            ));
+        }
+        opts.write.hash = opts.hash;
+        let perms = opts
+            .default_permissions
+            .unwrap_or_else(|| lockfile::default_permissions(lockfile::SharedRepository::Umask))
+            & 0o7777;
+        let mut st = Stack {
+            list_path: dir.join("tables.list"),
+            lock_path: dir.join("tables.list.lock"),
+            dir,
+            opts,
+            perms,
+            names: Vec::new(),
+            tables: Vec::new(),
+            ids: Vec::new(),
+            tables_checked: Instant::now(),
+            list_file: None,
+            list_id: None,
+            generation: 0,
+            cached: None,
+            writer: None,
+            stats: StackStats::default(),
+            progress: None,
+        };
+        st.reload_now()?;
+        Ok(st)
+    }
+
+    /// The reftable directory.
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// The options the stack was opened with.
+    pub fn options(&self) -> &StackOptions {
+        &self.opts
+    }
+
+    /// Changes options (write options, fsync, auto-compaction, timeouts). The hash stays.
+    pub fn set_options(&mut self, mut opts: StackOptions) {
+        opts.hash = self.opts.hash;
+        opts.write.hash = opts.hash;
+        if let Some(p) = opts.default_permissions {
+            self.perms = p & 0o7777;
+        }
+        self.opts = opts;
+    }
+
+    /// The permission bits given to new tables and `tables.list`.
+    pub fn permissions(&self) -> u32 {
+        self.perms
+    }
+
+    /// Table file names, oldest first.
+    pub fn table_names(&self) -> &[String] {
+        &self.names
+    }
+
+    /// The open tables, oldest first.
+    pub fn tables(&self) -> &[Arc<Table>] {
+        &self.tables
+    }
+
+    /// Counter that changes whenever a reload changes the table set.
+    pub fn generation(&self) -> u64 {
+        self.generation
+    }
+
+    /// The stack's counters (fsyncs, tables, compactions).
+    pub fn stats(&self) -> StackStats {
+        self.stats
+    }
+
+    /// Sets a hook that receives compaction progress (about every 64k records).
+    pub fn set_progress(&mut self, hook: Option<Box<dyn FnMut(CompactionProgress) + Send>>) {
+        self.progress = hook;
+    }
+
+    /// The update index the next table gets: newest max + 1, or 1 when empty.
+    pub fn next_update_index(&self) -> u64 {
+        self.tables.last().map_or(1, |t| t.max_update_index() + 1)
+    }
+
+    /// Whether the loaded table set is current: `tables.list` unchanged (one `stat` when
+    /// its `(dev, ino)` is cached, else a comparison of its names) and every table file
+    /// still the file that was opened (device, inode, size, mtime).
+    pub fn is_up_to_date(&self) -> Result<bool> {
+        Ok(self.list_up_to_date()? && !self.tables_changed())
+    }
+
+    pub(super) fn list_up_to_date(&self) -> Result<bool> {
+        if let Some(id) = self.list_id {
+            return match fs::metadata(&self.list_path) {
+                Ok(m) => Ok((m.dev(), m.ino()) == id),
+                Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(self.names.is_empty()),
+                Err(e) => Err(Error::io(&self.list_path, e)),
+            };
+        }
+        let (names, _) = read_list(&self.list_path)?;
+        Ok(names == self.names)
+    }
+
+    /// Whether some table file is no longer the file that was opened (replaced,
+    /// rewritten or gone).
+    pub(super) fn tables_changed(&self) -> bool {
+        self.names.iter().zip(&self.ids).any(|(name, id)| {
+            fs::metadata(self.dir.join(name)).map_or(true, |m| FileId::of(&m) != *id)
+        })
+    }
+
+    /// Reloads if `tables.list` changed, or (checked at most every
+    /// [`TABLE_RECHECK_INTERVAL`]) a table file changed on disk. Returns whether the
+    /// table set changed.
+    pub fn reload(&mut self) -> Result<bool> {
+        if self.list_up_to_date()? {
+            if self.tables_checked.elapsed() < TABLE_RECHECK_INTERVAL {
+                return Ok(false);
+            }
+            self.tables_checked = Instant::now();
+            if !self.tables_changed() {
+                return Ok(false);
+            }
+        }
+        self.reload_now()
+    }
+
+    /// Re-reads `tables.list` unconditionally, reusing already open tables. When a
+    /// listed table is missing (a concurrent compaction), retries as git does: only if
+    /// the list changed meanwhile, with a growing randomised delay, for up to 3 s but at
+    /// least 3 attempts.
+    pub fn reload_now(&mut self) -> Result<bool> {
+        let deadline = Instant::now() + Duration::from_secs(3);
+        let mut tries = 0u32;
+        let mut delay_ms: u64 = 0;
+        loop {
+            tries += 1;
+            let (names, handle) = read_list(&self.list_path)?;
+            match self.open_tables(&names) {
+                Ok((tables, ids, reopened)) => {
+                    let changed = reopened || names != self.names;
+                    self.install(names, tables, ids, handle, changed);
+                    return Ok(changed);
+                }
+                Err(e) if is_not_found(&e) => {
+                    if tries >= 3 && Instant::now() >= deadline {
+                        return Err(e);
+                    }
+                    let (again, _) = read_list(&self.list_path)?;
+                    if again == names {
+                        return Err(e);
+                    }
+                    self.stats.reload_retries += 1;
+                    delay_ms = delay_ms + ((delay_ms * u64::from(lockfile::rand_u32())) >> 32) + 1;
+                    std::thread::sleep(Duration::from_millis(delay_ms));
+                }
+                Err(e) => return Err(e),
+            }
+        }
+    }
+
+    /// Opens the tables `names`, reusing open ones whose file kept its identity. Returns
+    /// the tables, their identities, and whether a table of the same name was re-opened
+    /// because its file changed.
+    pub(super) fn open_tables(
+        &self,
+        names: &[String],
+    ) -> Result<(Vec<Arc<Table>>, Vec<FileId>, bool)> {
+        let mut out = Vec::with_capacity(names.len());
+        let mut ids = Vec::with_capacity(names.len());
+        let mut reopened = false;
+        for name in names {
+            let path = self.dir.join(name);
+            let not_exist = |e: Error| {
+                if is_not_found(&e) {
+                    Error::NotExist(path.clone())
+                } else {
+                    e
+                }
+            };
+            // The identity is taken before opening: a file replaced in between is
+            // noticed (and re-opened) at the next check, never missed.
+            let id = fs::metadata(&path)
+                .map(|m| FileId::of(&m))
+                .map_err(|e| not_exist(Error::io(&path, e)))?;
+            if let Some(pos) = self.names.iter().position(|n| n == name) {
+                if let (Some(t), Some(old)) = (self.tables.get(pos), self.ids.get(pos)) {
+                    if *old == id {
+                        out.push(Arc::clone(t));
+                        ids.push(id);
+                        continue;
+                    }
+                    reopened = true;
+                }
+            }
+            fsio::before_open(&path).map_err(|e| not_exist(Error::io(&path, e)))?;
+            let table = Table::open(&path).map_err(not_exist)?;
+            if table.hash_kind() != self.opts.hash {
+                return Err(Error::format(
+                    name.clone(),
+                    0,
+                    format!(
+                        "table hash {} does not match the stack's {}",
+                        table.hash_kind().name(),
+                        self.opts.hash.name()
+                    ),
+                ));
+            }
+            out.push(table);
+            ids.push(id);
+        }
+        Ok((out, ids, reopened))
+    }
+
+    /// Installs a freshly read table set. Tables of the old set that are not in the new
+    /// one are only closed, never unlinked: git's reload unlinks them (for Windows), but
+    /// a reload cannot prove them garbage (a list moved away and back, a list another
+    /// tool wrote wrongly); the compaction that replaced them unlinks them itself, and
+    /// [`Stack::clean`] removes leftovers under the lock.
+    pub(super) fn install(
+        &mut self,
+        names: Vec<String>,
+        tables: Vec<Arc<Table>>,
+        ids: Vec<FileId>,
+        handle: Option<ListHandle>,
+        changed: bool,
+    ) {
+        self.names = names;
+        self.tables = tables;
+        self.ids = ids;
+        self.tables_checked = Instant::now();
+        match handle {
+            Some((f, id)) => {
+                self.list_file = Some(f);
+                self.list_id = Some(id);
+            }
+            None => {
+                self.list_file = None;
+                self.list_id = None;
+            }
+        }
+        if changed {
+            self.generation += 1;
+            self.stats.reloads += 1;
+            self.cached = None;
+        }
+    }
+}

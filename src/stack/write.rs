@@ -1,0 +1,186 @@
+//! git's write protocol: hold `tables.list.lock`, write the table file, commit the new
+//! list, then one fsync round (table, list, directory).
+
+use std::fs::File;
+use std::path::Path;
+
+use super::{table_name, Stack};
+use crate::fsio;
+use crate::lockfile::{self, LockFile};
+use crate::table::TableWriter;
+use crate::{Error, Result};
+
+/// A failed [`Stack::commit_list`]: the error, and whether `tables.list` was already
+/// replaced when it happened.
+pub(super) struct CommitError {
+    pub(super) committed: bool,
+    pub(super) error: Error,
+}
+
+impl Stack {
+    // ----- writing ------------------------------------------------------------------
+
+    pub(crate) fn lock_list(&self) -> Result<LockFile> {
+        let lock = LockFile::acquire(&self.lock_path, self.opts.lock_timeout)?;
+        lockfile::chmod(lock.path(), self.perms)?;
+        Ok(lock)
+    }
+
+    pub(super) fn sync_file(&mut self, f: &File, path: &Path) -> Result<()> {
+        if self.opts.fsync {
+            fsio::fsync(f, path).map_err(|e| Error::io(path, e))?;
+            self.stats.file_fsyncs += 1;
+        }
+        Ok(())
+    }
+
+    pub(super) fn sync_dir(&mut self) -> Result<()> {
+        if self.opts.fsync {
+            lockfile::sync_dir(&self.dir)?;
+            self.stats.dir_fsyncs += 1;
+        }
+        Ok(())
+    }
+
+    /// Writes `bytes` as a new table file: temp name `<prefix>.temp.XXXXXX`, chmod,
+    /// write, fsync, rename to `0x<min>-0x<max>-<rand>.ref`. Returns the final name.
+    pub(super) fn write_table_file(&mut self, bytes: &[u8], min: u64, max: u64) -> Result<String> {
+        let prefix = format!("0x{min:012x}-0x{max:012x}-{:08x}", lockfile::rand_u32());
+        let (mut f, tmp) = lockfile::create_temp(&self.dir, &prefix)?;
+        let result = (|| {
+            lockfile::chmod(&tmp, self.perms)?;
+            fsio::write_all(&mut f, &tmp, bytes).map_err(|e| Error::io(&tmp, e))?;
+            self.sync_file(&f, &tmp)?;
+            drop(f);
+            let name = table_name(min, max, lockfile::rand_u32());
+            let path = self.dir.join(&name);
+            fsio::rename(&tmp, &path).map_err(|e| Error::io(&path, e))?;
+            Ok(name)
+        })();
+        if result.is_err() {
+            // Never listed: garbage (git's reftable_addition_close).
+            let _ = fsio::remove_file(&tmp);
+        }
+        result
+    }
+
+    /// Writes `names` into the held list lock, fsyncs it, renames it over `tables.list`
+    /// and fsyncs the directory. The error says whether the rename happened: once it
+    /// did, the new list is what every reader sees, and the tables it names must stay.
+    pub(super) fn commit_list(
+        &mut self,
+        mut lock: LockFile,
+        names: &[String],
+    ) -> Result<(), CommitError> {
+        let mut content = Vec::with_capacity(names.len() * 48);
+        for n in names {
+            content.extend_from_slice(n.as_bytes());
+            content.push(b'\n');
+        }
+        let path = lock.path().to_path_buf();
+        let before = |e| CommitError {
+            committed: false,
+            error: e,
+        };
+        {
+            let f = lock.file().map_err(before)?;
+            fsio::write_all(f, &path, &content).map_err(|e| before(Error::io(&path, e)))?;
+        }
+        if self.opts.fsync {
+            let f = lock.file().map_err(before)?;
+            fsio::fsync(f, &path).map_err(|e| before(Error::io(&path, e)))?;
+            self.stats.file_fsyncs += 1;
+        }
+        lock.commit(&self.list_path).map_err(before)?;
+        self.sync_dir().map_err(|error| CommitError {
+            committed: true,
+            error,
+        })
+    }
+
+    /// Takes the writer (created on first use) out of the stack; put it back with
+    /// [`put_writer`](Self::put_writer).
+    pub(crate) fn take_writer(&mut self) -> TableWriter {
+        let mut w = self
+            .writer
+            .take()
+            .unwrap_or_else(|| TableWriter::new(self.opts.write));
+        w.set_options(self.opts.write);
+        w
+    }
+
+    pub(crate) fn put_writer(&mut self, w: TableWriter) {
+        self.writer = Some(w);
+    }
+
+    /// Adds the table `writer` just finished (or nothing for an empty table) under the
+    /// held `lock`: one fsync round, reload, then auto-compaction. Returns the new
+    /// table's name.
+    pub(crate) fn add_finished_table(
+        &mut self,
+        lock: LockFile,
+        writer: &mut TableWriter,
+        min: u64,
+        max: u64,
+    ) -> Result<Option<String>> {
+        let bytes = match writer.finish() {
+            Ok(b) => b,
+            Err(Error::EmptyTable) => return Ok(None),
+            Err(e) => return Err(e),
+        };
+        if min < self.next_update_index() {
+            return Err(Error::Api(format!(
+                "table update index {min} below the stack's next {}",
+                self.next_update_index()
+            )));
+        }
+        let name = self.write_table_file(bytes, min, max)?;
+        let mut names = self.names.clone();
+        names.push(name.clone());
+        if let Err(e) = self.commit_list(lock, &names) {
+            if e.committed {
+                // tables.list names the new table: it stays. The commit is visible but
+                // not known durable; report that, and re-read the stack.
+                self.stats.tables_added += 1;
+                if self.reload_now().is_err() {
+                    self.list_id = None;
+                }
+            } else {
+                // Never listed: garbage (git's reftable_addition_close).
+                let _ = fsio::remove_file(&self.dir.join(&name));
+                self.list_id = None;
+            }
+            return Err(e.error);
+        }
+        self.stats.tables_added += 1;
+        // The table is committed: a failing reload must not report the commit as failed.
+        // Forget the cached list identity so the next operation re-reads the list.
+        if self.reload_now().is_err() {
+            self.list_id = None;
+        }
+        if self.opts.auto_compact {
+            self.auto_compact_quiet();
+        }
+        Ok(Some(name))
+    }
+
+    /// Adds one table built by `build` with update indexes `[min, max]` (`min` must be
+    /// at least [`next_update_index`](Self::next_update_index) after reload): a
+    /// low-level addition; most callers want [`Stack::transaction`].
+    pub fn add_table(
+        &mut self,
+        min: u64,
+        max: u64,
+        build: impl FnOnce(&mut TableWriter) -> Result<()>,
+    ) -> Result<Option<String>> {
+        let lock = self.lock_list()?;
+        if !self.is_up_to_date()? {
+            self.reload_now()?;
+        }
+        let mut w = self.take_writer();
+        let r = w.begin(min, max).and_then(|()| build(&mut w));
+        let r = r.and_then(|()| self.add_finished_table(lock, &mut w, min, max));
+        self.put_writer(w);
+        r
+    }
+}
