@@ -96,6 +96,9 @@ pub struct Inner {
     /// Names a request found resolved to an inode of a ref's old size: the watcher sends
     /// `inval_entry` for them.
     stale_names: Vec<(u64, Vec<u8>)>,
+    /// Ref file inodes whose cached attributes (mtime) went stale with their content
+    /// unchanged: the watcher sends an attributes-only `inval_inode` for them.
+    stale_attrs: Vec<u64>,
     /// Edits that could not be written, by the process that staged them (thread group
     /// id): its next `fsync` on the mount fails with EIO and takes the record (Linux's
     /// errseq rule for writeback errors: each failure is reported once, to whoever
@@ -221,6 +224,7 @@ impl Shared {
                 open_since: None,
                 broken: None,
                 stale_names: Vec::new(),
+                stale_attrs: Vec::new(),
             }),
             cv: Condvar::new(),
             read_only: writer.is_none(),
@@ -379,27 +383,31 @@ impl Shared {
     }
 
     /// After the mount's own batch: the kernel may hold the attributes of the written
-    /// refs and reflogs (a symref such as `HEAD` keeps its content and its 10 s
-    /// attributes while its reflog, hence its mtime, moves): their names are queued for
-    /// `inval_entry`, so the next `stat` looks them up afresh.
+    /// refs for 10 s (a symref such as `HEAD` keeps its content while its reflog, hence
+    /// its mtime, moves): the known ref file inodes of these names are queued for an
+    /// attributes-only `inval_inode` (it takes no inode or page lock, so it cannot wait
+    /// for a client request in flight). Reflogs have attributes TTL 0 anyway.
     pub(crate) fn queue_changed_times(&self, names: &[&[u8]]) {
         let mut g = self.lock();
+        let mut buf = Vec::new();
+        let mut queued = false;
         for name in names {
-            for base in [&b""[..], &b"logs/"[..]] {
-                let path = [base, name].concat();
-                let (dir, file) = match path.iter().rposition(|&b| b == b'/') {
-                    Some(i) => (path.get(..i).unwrap_or_default(), path.get(i + 1..)),
-                    None => (&b""[..], Some(path.as_slice())),
-                };
-                let Some(file) = file else { continue };
-                let parent = crate::fs::inode::ino_of(dir, Kind::Dir);
-                if !g.stale_names.iter().any(|(q, n)| *q == parent && n == file) {
-                    g.stale_names.push((parent, file.to_vec()));
-                }
+            if g.render(name, Kind::Ref, &mut buf).is_err() {
+                continue;
+            }
+            let ino = crate::fs::inode::ino_of_sized(name, Kind::Ref, Some(buf.len() as u64));
+            if g.inodes.kernel_view(ino).is_some()
+                && !g.stale_attrs.contains(&ino)
+                && g.stale_attrs.len() < 4096
+            {
+                g.stale_attrs.push(ino);
+                queued = true;
             }
         }
         drop(g);
-        self.wake_watcher();
+        if queued {
+            self.wake_watcher();
+        }
     }
 
     /// Looks up `parent/name`: its attributes, kind and whether they may be cached with a
@@ -1119,11 +1127,13 @@ impl Shared {
                 if let Some((p, name)) = g.inodes.parent_and_name(ino) {
                     out.entries.push((p, name.to_vec()));
                 }
-            } else if pages.is_some_and(|f| f != fingerprint(&buf))
-                || g.log_changed_since(&path, log_since)
-            {
-                // New content, or the same content with a new time (a ref reset to its
-                // own value, a symref whose target moved): the cached attributes go too.
+            } else if pages.is_none_or(|f| f == fingerprint(&buf)) {
+                // The same content, maybe with a new time (a ref reset to its own
+                // value, a symref whose target moved): then only the attributes go.
+                if g.log_changed_since(&path, log_since) {
+                    out.attrs.push(ino);
+                }
+            } else {
                 g.inodes.invalidated(ino);
                 out.inodes.push(ino);
             }
@@ -1135,6 +1145,7 @@ impl Shared {
 impl Shared {
     fn take_stale_names(&self, g: &mut Inner, out: &mut Stale) {
         out.entries.append(&mut g.stale_names);
+        out.attrs.append(&mut g.stale_attrs);
     }
 
     /// Names queued by request handlers (see [`Shared::stale`]), without a scan.
@@ -1152,6 +1163,8 @@ pub struct Stale {
     pub entries: Vec<(u64, Vec<u8>)>,
     /// Inodes for `inval_inode` (attributes and all pages).
     pub inodes: Vec<u64>,
+    /// Inodes for an attributes-only `inval_inode` (a new mtime, the same content).
+    pub attrs: Vec<u64>,
 }
 
 /// Attribute and entry TTL of ref files of a fixed size (see `inode.rs`).

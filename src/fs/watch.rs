@@ -169,4 +169,9 @@ pub fn invalidate(shared: &Shared, notifier: &Notifier) {
     for ino in stale.inodes {
         let _ = notifier.inval_inode(INodeNo(ino), 0, 0);
     }
+    // A new mtime with the same content: attributes only (offset -1: no page is
+    // touched, so this never waits for a read in flight).
+    for ino in stale.attrs {
+        let _ = notifier.inval_inode(INodeNo(ino), -1, 0);
+    }
 }
