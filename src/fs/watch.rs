@@ -3,13 +3,11 @@
 //! stack and tells the kernel which cached names went stale. Notifications are sent from
 //! this thread only, never from a request handler (they could deadlock there).
 
-use std::collections::VecDeque;
 use std::ffi::{CString, OsStr};
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
 use std::sync::Arc;
 use std::thread::JoinHandle;
-use std::time::Instant;
 
 use fuser::{INodeNo, Notifier};
 
@@ -17,15 +15,6 @@ use crate::fs::state::{log_error, Shared};
 
 /// How long the watcher waits between checks when inotify is unavailable.
 const POLL_INTERVAL: std::time::Duration = std::time::Duration::from_millis(50);
-
-/// An entry invalidation can be lost: a lookup answered from the view before the change
-/// installs its dentry in the kernel after the invalidation found nothing to drop (the
-/// requesting task installs it once it runs again). Every invalidated name is therefore
-/// invalidated once more this long after, when such a lookup has long been installed.
-const RESEND_AFTER: std::time::Duration = std::time::Duration::from_millis(10);
-
-/// At most this many names wait for their second invalidation.
-const RESEND_MAX: usize = 4096;
 
 /// At most this many known inodes are re-checked per change; beyond it the entry TTL
 /// bounds staleness.
@@ -141,49 +130,27 @@ pub fn spawn(
 
 fn run(shared: Arc<Shared>, ino: Option<Inotify>, notifier: Notifier) {
     let interval = i32::try_from(POLL_INTERVAL.as_millis()).unwrap_or(50);
-    // Names invalidated, each sent once more `RESEND_AFTER` after its first time.
-    let mut resend: VecDeque<(Instant, u64, Vec<u8>)> = VecDeque::new();
     while !shared.stopping() {
-        let timeout = match resend.front() {
-            None => interval * 4,
-            Some((at, ..)) => {
-                let left = at.saturating_duration_since(Instant::now());
-                i32::try_from(left.as_millis()).unwrap_or(0)
-            }
-        };
         match &ino {
             // Wake up now and then even without events, to notice shutdown (and changes
             // the request handlers already reloaded).
             Some(i) => {
-                i.wait(timeout, shared.wake_fd());
+                i.wait(interval * 4, shared.wake_fd());
             }
             None => {
-                poll2(-1, shared.wake_fd(), timeout.min(interval));
+                poll2(-1, shared.wake_fd(), interval);
             }
         }
         if shared.stopping() {
             break;
         }
-        let now = Instant::now();
-        while resend.front().is_some_and(|(at, ..)| *at <= now) {
-            if let Some((_, parent, name)) = resend.pop_front() {
-                let _ = notifier.inval_entry(INodeNo(parent), OsStr::from_bytes(&name));
-            }
-        }
-        let sent = invalidate(&shared, &notifier);
-        let at = Instant::now() + RESEND_AFTER;
-        for (parent, name) in sent {
-            if resend.len() >= RESEND_MAX {
-                break;
-            }
-            resend.push_back((at, parent, name));
-        }
+        invalidate(&shared, &notifier);
     }
 }
 
 /// Reloads and sends invalidations for names whose kind changed or that vanished and
-/// for ref files whose content changed. Returns the names invalidated.
-pub fn invalidate(shared: &Shared, notifier: &Notifier) -> Vec<(u64, Vec<u8>)> {
+/// for ref files whose content changed.
+pub fn invalidate(shared: &Shared, notifier: &Notifier) {
     let changed = shared.take_changed();
     let _ = shared.refresh();
     let stale = if !changed && !shared.take_changed() {
@@ -192,9 +159,9 @@ pub fn invalidate(shared: &Shared, notifier: &Notifier) -> Vec<(u64, Vec<u8>)> {
     } else {
         shared.stale(INVALIDATE_SCAN_LIMIT)
     };
-    for (parent, name) in &stale.entries {
+    for (parent, name) in stale.entries {
         // ENOENT from the kernel only means the entry was not cached.
-        let _ = notifier.inval_entry(INodeNo(*parent), OsStr::from_bytes(name));
+        let _ = notifier.inval_entry(INodeNo(parent), OsStr::from_bytes(&name));
     }
     // Content changed under a cached name: drop the inode's attributes (its size) and
     // pages, so `stat` shows the new size at once (readers are safe without this: every
@@ -202,5 +169,4 @@ pub fn invalidate(shared: &Shared, notifier: &Notifier) -> Vec<(u64, Vec<u8>)> {
     for ino in stale.inodes {
         let _ = notifier.inval_inode(INodeNo(ino), 0, 0);
     }
-    stale.entries
 }
