@@ -13,6 +13,7 @@ mod expected;
 mod lifecycle;
 mod read_path;
 mod status;
+mod times;
 mod write_path;
 
 use harness::Test;
@@ -223,6 +224,12 @@ const TESTS: &[Test] = &[
         run: write_path::lock_create_latency_during_slow_commit,
     },
     Test {
+        name: "write_path::cas_increments_never_lost",
+        needs_mount: true,
+        timeout_secs: 180,
+        run: write_path::cas_increments_never_lost,
+    },
+    Test {
         name: "clients::boundaries_and_bad_input",
         needs_mount: true,
         timeout_secs: 120,
@@ -299,6 +306,24 @@ const TESTS: &[Test] = &[
         needs_mount: true,
         timeout_secs: 120,
         run: status::lists_live_mounts,
+    },
+    Test {
+        name: "status::shows_pending_and_refused_writes",
+        needs_mount: true,
+        timeout_secs: 120,
+        run: status::shows_pending_and_refused_writes,
+    },
+    Test {
+        name: "times::ls_t_lists_branches_in_update_order",
+        needs_mount: true,
+        timeout_secs: 120,
+        run: times::ls_t_lists_branches_in_update_order,
+    },
+    Test {
+        name: "times::head_mtime_moves_when_head_changes",
+        needs_mount: true,
+        timeout_secs: 120,
+        run: times::head_mtime_moves_when_head_changes,
     },
 ];
 

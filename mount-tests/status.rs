@@ -4,6 +4,7 @@
 
 use crate::harness::{Ctx, Mount, Repo, TestResult, BIN};
 use reftablefs::cli::json::{self, Value};
+use std::os::unix::fs::OpenOptionsExt;
 use std::path::Path;
 use std::process::{Command, Output, Stdio};
 
@@ -97,39 +98,38 @@ pub fn lists_live_mounts(ctx: &Ctx) -> TestResult {
         );
     }
 
-    // One mount: details from its status file when it serves one.
-    let serves = rw_mnt.join(reftablefs::cli::status::STATUS_FILE).exists();
+    // One mount: details from its status file.
+    ensure!(
+        rw_mnt.join(reftablefs::cli::status::STATUS_FILE).exists(),
+        "the mount serves no {}",
+        reftablefs::cli::status::STATUS_FILE
+    );
     let out = status(&[&rw_mnt.to_string_lossy()])?;
     ensure!(out.status.success(), "status MNT: {}", text(&out.stderr));
     let one = text(&out.stdout);
-    if serves {
-        ensure!(one.contains("pending edits:"), "status MNT:\n{one}");
-    } else {
-        ensure!(
-            one.contains("details not available from this mount"),
-            "status MNT:\n{one}"
-        );
-    }
+    ensure!(
+        one.contains("pending edits:   0\n") && one.contains("last commit:     none since mount"),
+        "status MNT:\n{one}"
+    );
     let out = status(&["--json", &rw_mnt.to_string_lossy()])?;
     let doc = json::parse(&text(&out.stdout)).map_err(|e| format!("status --json MNT: {e}"))?;
-    if serves {
-        ensure!(
-            doc.get("details")
-                .and_then(|d| d.get("version"))
-                .and_then(Value::as_u64)
-                == Some(1),
-            "status --json MNT: {}",
-            doc.to_json()
-        );
-    } else {
-        ensure!(
-            doc.get("details") == Some(&Value::Null)
-                && s(&doc, "details_error").as_deref()
-                    == Some("details not available from this mount"),
-            "status --json MNT: {}",
-            doc.to_json()
-        );
-    }
+    let d = doc.get("details").cloned().unwrap_or(Value::Null);
+    ensure!(
+        d.get("version").and_then(Value::as_u64) == Some(1)
+            && d.get("pid").and_then(Value::as_u64) == rw.pid().map(u64::from)
+            && s(&d, "mode").as_deref() == Some("rw")
+            && s(&d, "repository").as_deref()
+                == Some(&*repo.gitdir.canonicalize()?.to_string_lossy()),
+        "status --json MNT: {}",
+        doc.to_json()
+    );
+    let out = status(&["--json", &ro_mnt.to_string_lossy()])?;
+    let doc = json::parse(&text(&out.stdout)).map_err(|e| format!("status --json MNT: {e}"))?;
+    ensure!(
+        doc.get("details").and_then(|d| s(d, "mode")).as_deref() == Some("ro"),
+        "status --json of the read-only mount: {}",
+        doc.to_json()
+    );
 
     let out = status(&[&ctx.path("repo").to_string_lossy()])?;
     ensure!(
@@ -150,6 +150,174 @@ pub fn lists_live_mounts(ctx: &Ctx) -> TestResult {
     ensure!(
         !after.contains(&*rw_mnt.to_string_lossy()),
         "unmounted, still listed: {after}"
+    );
+    Ok(())
+}
+
+/// The details of `status --json MNT`.
+fn details(mnt: &Path) -> TestResult<Value> {
+    let out = status(&["--json", &mnt.to_string_lossy()])?;
+    ensure!(
+        out.status.success(),
+        "status --json MNT: {}",
+        text(&out.stderr)
+    );
+    let doc = json::parse(&text(&out.stdout)).map_err(|e| format!("status --json MNT: {e}"))?;
+    doc.get("details")
+        .filter(|d| **d != Value::Null)
+        .cloned()
+        .ok_or_else(|| format!("no details: {}", doc.to_json()).into())
+}
+
+/// A live mount with a pending edit (long batch window) and refused writes: `status`
+/// shows the pending edit and the open batch's age, each refusal with its path,
+/// operation, errno and reason; once the batch is written, the last commit names a
+/// table of the stack. `.reftablefs` is found but not listed, refuses every change and
+/// never reaches the git directory.
+pub fn shows_pending_and_refused_writes(ctx: &Ctx) -> TestResult {
+    let repo = Repo::init(&ctx.path("repo"), "reftable")?;
+    let id = repo.commit("one")?;
+    let m = Mount::start(&repo.gitdir, &ctx.path("mnt"), &["--batch-window", "30000"])?;
+    let mnt = m.mnt.canonicalize()?;
+
+    // The status directory: found, not listed, read-only, not passed through.
+    let names: Vec<String> = std::fs::read_dir(&mnt)?
+        .map(|e| e.map(|e| e.file_name().to_string_lossy().into_owned()))
+        .collect::<Result<_, _>>()?;
+    ensure!(
+        !names.iter().any(|n| n == ".reftablefs"),
+        "the root lists .reftablefs: {names:?}"
+    );
+    ensure!(mnt.join(".reftablefs").is_dir(), ".reftablefs not found");
+    let inside: Vec<String> = std::fs::read_dir(mnt.join(".reftablefs"))?
+        .map(|e| e.map(|e| e.file_name().to_string_lossy().into_owned()))
+        .collect::<Result<_, _>>()?;
+    ensure!(inside == ["status"], ".reftablefs lists {inside:?}");
+    let eacces = |r: std::io::Result<()>, what: &str| -> TestResult {
+        match r {
+            Err(e) if e.raw_os_error() == Some(libc::EACCES) => Ok(()),
+            other => bail!("{what}: {other:?}, want EACCES"),
+        }
+    };
+    eacces(
+        std::fs::write(mnt.join(".reftablefs/x"), b"x"),
+        "create .reftablefs/x",
+    )?;
+    eacces(
+        std::fs::write(mnt.join(".reftablefs/status"), b"x"),
+        "write .reftablefs/status",
+    )?;
+    eacces(
+        std::fs::remove_file(mnt.join(".reftablefs/status")),
+        "rm status",
+    )?;
+    eacces(
+        std::fs::create_dir(mnt.join(".reftablefs/d")),
+        "mkdir in .reftablefs",
+    )?;
+    eacces(
+        std::fs::rename(mnt.join(".reftablefs"), mnt.join("elsewhere")),
+        "mv .reftablefs",
+    )?;
+    ensure!(
+        !repo.gitdir.join(".reftablefs").exists(),
+        ".reftablefs reached the git directory"
+    );
+
+    // A refused ref write and a pending one.
+    let bad = std::fs::write(mnt.join("refs/heads/a..b"), format!("{id}\n"));
+    ensure!(
+        bad.as_ref().err().and_then(|e| e.raw_os_error()) == Some(libc::EINVAL),
+        "create refs/heads/a..b: {bad:?}"
+    );
+    std::fs::write(mnt.join("refs/heads/pending"), format!("{id}\n"))?;
+
+    let d = details(&mnt)?;
+    let u = |v: &Value, k: &str| v.get(k).and_then(Value::as_u64);
+    ensure!(
+        u(&d, "pending_edits") == Some(1) && u(&d, "open_batch_age_ms").is_some(),
+        "pending edit not shown: {}",
+        d.to_json()
+    );
+    let refused = d.get("refused").map(Value::items).unwrap_or_default();
+    let has = |path: &str, op: &str, errno: &str| {
+        refused.iter().any(|e| {
+            e.get("path").and_then(Value::as_str) == Some(path)
+                && e.get("op").and_then(Value::as_str) == Some(op)
+                && e.get("errno").and_then(Value::as_str) == Some(errno)
+                && e.get("reason")
+                    .and_then(Value::as_str)
+                    .is_some_and(|r| !r.is_empty())
+                && e.get("time").and_then(Value::as_u64).is_some()
+        })
+    };
+    for (path, op, errno) in [
+        ("refs/heads/a..b", "create", "EINVAL"),
+        (".reftablefs/x", "create", "EACCES"),
+        (".reftablefs/status", "open", "EACCES"),
+        (".reftablefs/status", "unlink", "EACCES"),
+        (".reftablefs/d", "mkdir", "EACCES"),
+    ] {
+        ensure!(
+            has(path, op, errno),
+            "refused {path} [{op}] {errno} not shown: {}",
+            d.to_json()
+        );
+    }
+    ensure!(
+        u(&d, "refused_total") == Some(refused.len() as u64) && refused.len() >= 6,
+        "refused_total: {}",
+        d.to_json()
+    );
+    ensure!(
+        d.get("last_commit") == Some(&Value::Null) && u(&d, "commits") == Some(0),
+        "nothing committed yet: {}",
+        d.to_json()
+    );
+    let out = status(&[&mnt.to_string_lossy()])?;
+    let shown = text(&out.stdout);
+    for want in [
+        "pending edits:   1 (open batch ",
+        "refs/heads/a..b [create] EINVAL: ",
+        ".reftablefs/x [create] EACCES: the mount's status directory is read-only",
+    ] {
+        ensure!(shown.contains(want), "{want:?} not in status MNT:\n{shown}");
+    }
+
+    // fsync writes the batch now: the last commit names a table of the stack.
+    let f = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NOFOLLOW)
+        .open(mnt.join("refs/heads/pending"))?;
+    f.sync_all()?;
+    drop(f);
+    let d = details(&mnt)?;
+    ensure!(
+        u(&d, "pending_edits") == Some(0)
+            && d.get("open_batch_age_ms") == Some(&Value::Null)
+            && u(&d, "commits") == Some(1),
+        "after fsync: {}",
+        d.to_json()
+    );
+    let last = d.get("last_commit").cloned().unwrap_or(Value::Null);
+    let table = last
+        .get("table")
+        .and_then(Value::as_str)
+        .unwrap_or_default()
+        .to_owned();
+    let list = String::from_utf8_lossy(&repo.tables_list()?).into_owned();
+    ensure!(
+        !table.is_empty()
+            && list.lines().any(|l| l == table)
+            && u(&last, "update_index").is_some()
+            && u(&last, "time").is_some(),
+        "last commit {} not in tables.list:\n{list}",
+        last.to_json()
+    );
+    m.unmount()?;
+    ensure!(
+        repo.rev_parse("refs/heads/pending")? == id,
+        "the pending edit was not written"
     );
     Ok(())
 }

@@ -1658,3 +1658,145 @@ pub fn lock_create_latency_during_slow_commit(ctx: &Ctx) -> TestResult {
     );
     m.unmount()
 }
+
+/// A compare-and-swap client through the mount (a process of its own, so that fsync
+/// reports only its own failures): for SECONDS, lock the counter ref, read it, write the
+/// next value, rename, fsync; prints how many increments had rename and fsync return 0.
+const CAS_CLIENT: &str = r#"
+import os, sys, time, errno
+mnt, ref, secs = sys.argv[1], sys.argv[2], float(sys.argv[4])
+ids = open(sys.argv[3]).read().split()
+index = {v: i for i, v in enumerate(ids)}
+path = os.path.join(mnt, ref); lock = path + '.lock'
+ok = 0; failed = 0; end = time.time() + secs
+while time.time() < end:
+    try:
+        fd = os.open(lock, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644)
+    except OSError as e:
+        if e.errno == errno.EEXIST:
+            time.sleep(0.001); continue
+        raise
+    try:
+        with open(path) as f:
+            k = index[f.read().strip()]
+        if k + 1 >= len(ids):
+            os.close(fd); os.unlink(lock); break
+        os.write(fd, (ids[k + 1] + '\n').encode()); os.close(fd)
+        try:
+            os.rename(lock, path)
+        except OSError:
+            os.unlink(lock); failed += 1; continue
+        try:
+            rfd = os.open(path, os.O_RDONLY); os.fsync(rfd); os.close(rfd); ok += 1
+        except OSError:
+            failed += 1
+    except Exception:
+        try: os.unlink(lock)
+        except OSError: pass
+        raise
+print(ok, failed)
+"#;
+
+/// Compare-and-swap increments of one counter ref by git 2.47 on the stack and by two
+/// client processes through the mount (`RTFS_CAS_SECS`, default 8 s): the final counter
+/// equals the number of increments whose rename and fsync (git: exit status) reported
+/// success; every other attempt saw an error. Nothing acknowledged is lost, nothing is
+/// silently overwritten.
+pub fn cas_increments_never_lost(ctx: &Ctx) -> TestResult {
+    let secs: f64 = std::env::var("RTFS_CAS_SECS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(8.0);
+    let repo = Repo::init(&ctx.path("repo"), "reftable")?;
+    repo.commit("base")?;
+    // The counter's values: distinct blobs, value k = blob k.
+    let dir = ctx.path("blobs");
+    fs::create_dir_all(&dir)?;
+    let n = 20_000;
+    let mut list = String::new();
+    for i in 0..n {
+        let p = dir.join(format!("b{i}"));
+        fs::write(&p, format!("{i}\n"))?;
+        list.push_str(&format!("{}\n", p.display()));
+    }
+    let list_path = ctx.path("blobs.list");
+    fs::write(&list_path, list)?;
+    let out = repo
+        .cmd(&["hash-object", "-w", "--stdin-paths"])
+        .stdin(File::open(&list_path)?)
+        .output()?;
+    crate::harness::check(&out, "git hash-object")?;
+    let ids: Vec<String> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(str::to_string)
+        .collect();
+    ensure!(ids.len() == n, "hash-object gave {} ids", ids.len());
+    let index: std::collections::HashMap<String, usize> = ids
+        .iter()
+        .enumerate()
+        .map(|(i, v)| (v.clone(), i))
+        .collect();
+    let counter = "refs/counter/c";
+    repo.git(&["update-ref", counter, &ids[0]])?;
+    let m = Mount::start(&repo.gitdir, &ctx.path("mnt"), &[])?;
+    let ids_path = ctx.path("ids.txt");
+    fs::write(&ids_path, ids.join("\n"))?;
+    let mut clients = Vec::new();
+    for _ in 0..2 {
+        clients.push(
+            Command::new("python3")
+                .arg("-c")
+                .arg(CAS_CLIENT)
+                .arg(&m.mnt)
+                .arg(counter)
+                .arg(&ids_path)
+                .arg(format!("{secs}"))
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped())
+                .spawn()?,
+        );
+    }
+    // git 2.47 on the stack, directly.
+    let end = Instant::now() + Duration::from_secs_f64(secs);
+    let (mut git_ok, mut git_failed) = (0usize, 0usize);
+    while Instant::now() < end {
+        let cur = repo.rev_parse(counter)?;
+        let k = *index.get(&cur).ok_or("counter has an unknown value")?;
+        if k + 1 >= n {
+            break;
+        }
+        let out = repo.git_output(&["update-ref", counter, &ids[k + 1], &cur])?;
+        if out.status.success() {
+            git_ok += 1;
+        } else {
+            git_failed += 1;
+        }
+    }
+    let mut mount_ok = 0usize;
+    let mut mount_failed = 0usize;
+    for c in clients {
+        let out = c.wait_with_output()?;
+        crate::harness::check(&out, "CAS client through the mount")?;
+        let text = String::from_utf8_lossy(&out.stdout);
+        let mut it = text
+            .split_whitespace()
+            .map(|v| v.parse::<usize>().unwrap_or(0));
+        mount_ok += it.next().unwrap_or(0);
+        mount_failed += it.next().unwrap_or(0);
+    }
+    sync_ref(&m, counter)?;
+    m.unmount()?;
+    let final_k = *index
+        .get(&repo.rev_parse(counter)?)
+        .ok_or("final counter has an unknown value")?;
+    note(&format!(
+        "{secs} s: git {git_ok} ok / {git_failed} failed, mount {mount_ok} ok / {mount_failed} failed, counter {final_k}"
+    ));
+    ensure!(
+        final_k == git_ok + mount_ok,
+        "counter {final_k}, but {} increments were acknowledged (git {git_ok}, mount {mount_ok})",
+        git_ok + mount_ok
+    );
+    ensure!(mount_ok > 0 && git_ok > 0, "one side made no increment");
+    Ok(())
+}

@@ -11,6 +11,7 @@ use std::time::{Duration, Instant};
 
 use crate::fs::source::{BatchEdit, CommitOutcome};
 use crate::fs::state::{log_error, Shared};
+use crate::fs::status;
 use crate::fs::write::Batch;
 
 /// How long the batcher must be idle before it compacts the stack.
@@ -36,7 +37,13 @@ fn maintain(shared: &Shared, urgent_only: bool) {
 fn commit(shared: &Shared, batch: &Batch) -> crate::Result<CommitOutcome> {
     let mut w = shared.writer.lock().unwrap_or_else(|p| p.into_inner());
     match w.as_mut() {
-        Some(src) => src.commit(&batch.edits),
+        Some(src) => {
+            let r = src.commit(&batch.edits);
+            if r.as_ref().is_ok_and(|o| o.applied > 0) {
+                crate::fs::status::recorder().committed(src.last_table());
+            }
+            r
+        }
         None => Err(crate::Error::Api("read-only mount".into())),
     }
 }
@@ -141,24 +148,24 @@ fn run(shared: &Shared) {
                     let Some(mine) = batch.edits.iter().find(|e| &e.name == name) else {
                         continue;
                     };
-                    log_error(
-                        "commit",
-                        name,
-                        &format!(
-                            "conflict with a concurrent writer: expected {}, found {}; \
-                             the concurrent value stays, this update ({}) was not written",
-                            show(mine.expected_old.as_ref()),
-                            show(found.as_ref()),
-                            show(mine.new.as_ref())
-                        ),
+                    let why = format!(
+                        "conflict with a concurrent writer: expected {}, found {}; \
+                         the concurrent value stays, this update ({}) was not written",
+                        show(mine.expected_old.as_ref()),
+                        show(found.as_ref()),
+                        show(mine.new.as_ref())
                     );
+                    log_error("commit", name, &why);
+                    status::recorder().conflict(name, &why);
                     lost.push(mine);
                 }
                 for (name, why) in &out.failed {
                     let Some(mine) = batch.edits.iter().find(|e| &e.name == name) else {
                         continue;
                     };
-                    log_error("commit", name, &format!("not written: {why}"));
+                    let why = format!("not written: {why}");
+                    log_error("commit", name, &why);
+                    status::recorder().conflict(name, &why);
                     lost.push(mine);
                 }
             }
@@ -170,6 +177,7 @@ fn run(shared: &Shared) {
                 );
                 for edit in &batch.edits {
                     log_error("commit", &edit.name, &"not written (see above)");
+                    status::recorder().conflict(&edit.name, &format!("not written: {why}"));
                 }
                 lost.extend(batch.edits.iter());
             }
@@ -186,6 +194,7 @@ fn run(shared: &Shared) {
         drop(g);
         let names: Vec<&[u8]> = batch.edits.iter().map(|e| e.name.as_slice()).collect();
         shared.queue_changed_dirs(&names);
+        shared.queue_changed_times(&names);
         let mut g = shared.lock();
         g.durable_seq = batch.seq;
         // Keep the failure record bounded.

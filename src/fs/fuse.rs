@@ -16,6 +16,7 @@ use fuser::{
 use crate::fs::inode::{OpenMode, ROOT};
 use crate::fs::passthrough::{self, is_pass_ino, Opened, Passthrough, PASS_TTL};
 use crate::fs::state::{Handle, Shared, REF_ATTR_TTL};
+use crate::fs::status::{self, serve as status_fs};
 use crate::fs::view::Kind;
 
 /// Entry TTL for directories and ref files. A name that vanishes or changes kind is
@@ -174,6 +175,9 @@ impl Filesystem for RefFs {
     }
 
     fn lookup(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
+        if status::is_status_name(parent.0, name.as_bytes()) {
+            return status_fs::lookup(&self.shared, parent.0, name.as_bytes(), reply);
+        }
         if let Some(p) = self.pass_child(parent, name) {
             return pass_reply_entry(p.lookup(parent.0, name.as_bytes()), reply);
         }
@@ -187,6 +191,9 @@ impl Filesystem for RefFs {
     }
 
     fn forget(&self, _req: &Request, ino: INodeNo, nlookup: u64) {
+        if status::is_status_ino(ino.0) {
+            return;
+        }
         if let Some(p) = self.pass_ino(ino) {
             return p.forget(ino.0, nlookup);
         }
@@ -194,6 +201,9 @@ impl Filesystem for RefFs {
     }
 
     fn getattr(&self, _req: &Request, ino: INodeNo, fh: Option<FileHandle>, reply: ReplyAttr) {
+        if status::is_status_ino(ino.0) {
+            return status_fs::getattr(&self.shared, ino.0, reply);
+        }
         if let Some(p) = self.pass_ino(ino) {
             return match p.getattr(ino.0, fh.map(|f| f.0)) {
                 Ok(a) => reply.attr(&PASS_TTL, &a),
@@ -214,6 +224,9 @@ impl Filesystem for RefFs {
     }
 
     fn open(&self, _req: &Request, ino: INodeNo, open_flags: OpenFlags, reply: ReplyOpen) {
+        if status::is_status_ino(ino.0) {
+            return status_fs::open(&self.shared, ino.0, open_flags.0, reply);
+        }
         if let Some(p) = self.pass_ino(ino) {
             let r = p.open(ino.0, open_flags.0, |f| reply.open_backing(f));
             return match r {
@@ -260,6 +273,9 @@ impl Filesystem for RefFs {
         _lock_owner: Option<LockOwner>,
         reply: ReplyData,
     ) {
+        if status_fs::is_handle(fh.0) {
+            return status_fs::read(fh.0, offset, size, reply);
+        }
         if let Some(p) = self.pass_ino(ino) {
             return match p.read(fh.0, offset, size) {
                 Ok(d) => reply.data(&d),
@@ -283,6 +299,10 @@ impl Filesystem for RefFs {
         _flush: bool,
         reply: ReplyEmpty,
     ) {
+        if status_fs::is_handle(fh.0) {
+            status_fs::release(fh.0);
+            return reply.ok();
+        }
         if let Some(p) = self.pass_ino(ino) {
             p.release(fh.0);
             return reply.ok();
@@ -299,6 +319,9 @@ impl Filesystem for RefFs {
         _lock_owner: LockOwner,
         reply: ReplyEmpty,
     ) {
+        if status::is_status_ino(ino.0) {
+            return reply.ok();
+        }
         if self.pass_ino(ino).is_some() {
             // Written through at every write: nothing to do at close.
             return reply.ok();
@@ -314,6 +337,9 @@ impl Filesystem for RefFs {
         datasync: bool,
         reply: ReplyEmpty,
     ) {
+        if status::is_status_ino(ino.0) {
+            return reply.ok();
+        }
         if let Some(p) = self.pass_ino(ino) {
             return reply_empty(p.fsync(fh.0, datasync), reply);
         }
@@ -349,6 +375,9 @@ impl Filesystem for RefFs {
         flags: i32,
         reply: ReplyCreate,
     ) {
+        if status::is_status_name(parent.0, name.as_bytes()) {
+            return reply.error(status_fs::refuse("create", name.as_bytes()));
+        }
         if let Some(p) = self.pass_child(parent, name) {
             let r = p.create(parent.0, name.as_bytes(), mode, umask, flags, |f| {
                 reply.open_backing(f)
@@ -433,6 +462,14 @@ impl Filesystem for RefFs {
         _flags: Option<BsdFileFlags>,
         reply: ReplyAttr,
     ) {
+        if status::is_status_ino(ino.0) {
+            let name = if ino.0 == status::DIR_INO {
+                status::DIR_NAME
+            } else {
+                status::FILE_NAME
+            };
+            return reply.error(status_fs::refuse("setattr", name));
+        }
         if let Some(p) = self.pass_ino(ino) {
             let r = p.setattr(ino.0, mode, uid, gid, size, atime, mtime, fh.map(|f| f.0));
             return match r {
@@ -463,6 +500,9 @@ impl Filesystem for RefFs {
     }
 
     fn unlink(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        if status::is_status_name(parent.0, name.as_bytes()) {
+            return reply.error(status_fs::refuse("unlink", name.as_bytes()));
+        }
         if let Some(p) = self.pass_child(parent, name) {
             return reply_empty(p.unlink(parent.0, name.as_bytes()), reply);
         }
@@ -481,6 +521,9 @@ impl Filesystem for RefFs {
         umask: u32,
         reply: ReplyEntry,
     ) {
+        if status::is_status_name(parent.0, name.as_bytes()) {
+            return reply.error(status_fs::refuse("mkdir", name.as_bytes()));
+        }
         if let Some(p) = self.pass_child(parent, name) {
             return pass_reply_entry(p.mkdir(parent.0, name.as_bytes(), mode, umask), reply);
         }
@@ -491,6 +534,9 @@ impl Filesystem for RefFs {
     }
 
     fn rmdir(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        if status::is_status_name(parent.0, name.as_bytes()) {
+            return reply.error(status_fs::refuse("rmdir", name.as_bytes()));
+        }
         if let Some(p) = self.pass_child(parent, name) {
             return reply_empty(p.rmdir(parent.0, name.as_bytes()), reply);
         }
@@ -507,6 +553,11 @@ impl Filesystem for RefFs {
         flags: RenameFlags,
         reply: ReplyEmpty,
     ) {
+        for (p, n) in [(parent, name), (newparent, newname)] {
+            if status::is_status_name(p.0, n.as_bytes()) {
+                return reply.error(status_fs::refuse("rename", n.as_bytes()));
+            }
+        }
         let from = self.pass_child(parent, name);
         let to = self.pass_child(newparent, newname);
         match (from, to) {
@@ -551,6 +602,9 @@ impl Filesystem for RefFs {
     }
 
     fn opendir(&self, _req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
+        if status::is_status_ino(ino.0) {
+            return status_fs::opendir(ino.0, reply);
+        }
         if let Some(p) = self.pass_ino(ino) {
             return match p.opendir(ino.0) {
                 Ok(fh) => reply.opened(FileHandle(fh), FopenFlags::empty()),
@@ -579,6 +633,9 @@ impl Filesystem for RefFs {
         offset: u64,
         mut reply: ReplyDirectory,
     ) {
+        if ino.0 == status::DIR_INO {
+            return status_fs::readdir(offset, reply);
+        }
         if let Some(p) = self.pass_ino(ino) {
             let Some(entries) = p.dir_entries(fh.0) else {
                 return reply.error(Errno::EBADF);
@@ -660,6 +717,9 @@ impl Filesystem for RefFs {
         _flags: OpenFlags,
         reply: ReplyEmpty,
     ) {
+        if status::is_status_ino(ino.0) {
+            return reply.ok();
+        }
         if let Some(p) = self.pass_ino(ino) {
             p.releasedir(fh.0);
             return reply.ok();
@@ -687,6 +747,9 @@ impl Filesystem for RefFs {
         target: &std::path::Path,
         reply: ReplyEntry,
     ) {
+        if status::is_status_name(parent.0, link_name.as_bytes()) {
+            return reply.error(status_fs::refuse("symlink", link_name.as_bytes()));
+        }
         match self.pass_child(parent, link_name) {
             Some(p) => pass_reply_entry(
                 p.symlink(

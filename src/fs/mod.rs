@@ -29,6 +29,7 @@ pub mod inode;
 pub mod passthrough;
 pub mod source;
 pub mod stack_source;
+pub mod status;
 pub mod view;
 pub mod write;
 
@@ -197,6 +198,14 @@ pub fn mount(
     check_mountpoint(mountpoint)?;
     let sigset = block_signals();
     let writer = if opts.read_only { None } else { writer };
+    status::recorder().mounted(
+        reftable_dir
+            .parent()
+            .map(|g| g.canonicalize().unwrap_or_else(|_| g.to_path_buf()))
+            .map(|g| g.to_string_lossy().into_owned()),
+        reftable_dir.to_path_buf(),
+        writer.is_none(),
+    );
     let shared = Shared::new(
         reader,
         writer,

@@ -32,6 +32,10 @@ pub struct BatchEdit {
     /// The processes (thread group ids; 0 unknown) that staged this edit: if it cannot
     /// be written, their next `fsync` fails.
     pub pids: Vec<u32>,
+    /// The mount's open-file handles through which it was staged (a lock renamed onto the
+    /// ref, a ref written in place, a reflog appended to): if it cannot be written, their
+    /// `close` and `fsync` fail.
+    pub handles: Vec<u64>,
 }
 
 /// What a commit of a batch did.
@@ -130,6 +134,26 @@ pub trait RefSource: Send {
     fn fsync_count(&self) -> u64 {
         0
     }
+    /// The newest entry of `name`'s reflog, tombstones and existence markers skipped:
+    /// its update index and time (Unix seconds); `None` when it has none. One seek of
+    /// the log index.
+    fn newest_log(&mut self, name: &[u8]) -> Result<Option<(u64, u64)>> {
+        let mut out = Vec::new();
+        self.read_log(name, &mut out)?;
+        Ok(out
+            .iter()
+            .find(|l| !l.deleted && !crate::stack::is_existence_marker(l))
+            .map(|l| (l.update_index, l.time)))
+    }
+    /// The highest update index stored (0 when unknown: every reflog then counts as
+    /// changed at each reload).
+    fn max_update_index(&self) -> u64 {
+        0
+    }
+    /// The stack's last table: its highest update index and file name, if known.
+    fn last_table(&self) -> Option<(u64, String)> {
+        None
+    }
 }
 
 /// Looks up one ref by exact name (tombstones count as absent).
@@ -213,6 +237,10 @@ impl RefSource for MemSource {
 
     fn generation(&self) -> u64 {
         self.generation
+    }
+
+    fn max_update_index(&self) -> u64 {
+        self.next_update_index.saturating_sub(1)
     }
 
     fn first_ref_at_or_after(&mut self, key: &[u8], out: &mut RefRecord) -> Result<bool> {

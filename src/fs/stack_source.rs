@@ -403,6 +403,34 @@ impl RefSource for StackSource {
         Ok(outcome)
     }
 
+    fn newest_log(&mut self, name: &[u8]) -> Result<Option<(u64, u64)>> {
+        let gen = self.stack.generation();
+        let it = match &mut self.log_it {
+            Some((g, it)) if *g == gen => it,
+            slot => &mut slot.insert((gen, self.stack.log_iter())).1,
+        };
+        it.seek(name, u64::MAX)?;
+        while let Some(l) = it.next()? {
+            if l.refname != name {
+                break;
+            }
+            if !l.deleted && !crate::stack::is_existence_marker(l) {
+                return Ok(Some((l.update_index, l.time)));
+            }
+        }
+        Ok(None)
+    }
+
+    fn max_update_index(&self) -> u64 {
+        self.stack.next_update_index().saturating_sub(1)
+    }
+
+    fn last_table(&self) -> Option<(u64, String)> {
+        let name = self.stack.table_names().last()?.clone();
+        let ui = self.stack.tables().last()?.max_update_index();
+        Some((ui, name))
+    }
+
     fn fsync_count(&self) -> u64 {
         let s = self.stack.stats();
         s.file_fsyncs + s.dir_fsyncs

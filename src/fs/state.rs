@@ -8,7 +8,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::num::NonZeroUsize;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
-use std::time::{Duration, Instant, SystemTime};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use fuser::FileAttr;
 use lru::LruCache;
@@ -72,8 +72,12 @@ pub struct Inner {
     handles: HashMap<u64, Handle>,
     next_fh: u64,
     buf: Vec<u8>,
-    /// Bumped whenever what the mount shows may have changed (used as files' mtime).
+    /// Bumped whenever what the mount shows may have changed: the mtime of directories
+    /// and of files without a time of their own (see [`Inner::mtime_of`]).
     pub(crate) changed_at: SystemTime,
+    /// The stack's highest update index when the watcher last looked for refs whose
+    /// reflog (hence mtime) changed.
+    log_index_seen: u64,
     /// Set by a reload that changed the view, taken by the watcher (kernel invalidation).
     needs_invalidation: bool,
     /// The write overlay.
@@ -174,6 +178,7 @@ pub fn log_error(op: &str, path: &[u8], err: &dyn std::fmt::Display) {
 
 fn refuse(op: &str, path: &[u8], r: Refusal) -> i32 {
     log_error(op, path, &r.reason);
+    crate::fs::status::recorder().refused(op, path, r.errno, &r.reason);
     r.errno
 }
 
@@ -193,6 +198,7 @@ impl Shared {
         let (uid, gid) = unsafe { (libc::getuid(), libc::getgid()) };
         let generation = src.generation();
         let hash: HashKind = src.hash_kind();
+        let log_index_seen = src.max_update_index();
         Arc::new(Shared {
             inner: Mutex::new(Inner {
                 src,
@@ -205,6 +211,7 @@ impl Shared {
                 next_fh: 1,
                 buf: Vec::new(),
                 changed_at: SystemTime::now(),
+                log_index_seen,
                 needs_invalidation: false,
                 w: WriteState::new(hash, log),
                 proc_failures: HashMap::new(),
@@ -252,6 +259,11 @@ impl Shared {
 
     fn read_only(&self) -> bool {
         self.read_only
+    }
+
+    /// The owner (uid, gid) of every file of the mount.
+    pub(crate) fn owner(&self) -> (u32, u32) {
+        (self.uid, self.gid)
     }
 
     /// The thread group (process) of the thread `pid` that sent a request: FUSE
@@ -333,6 +345,24 @@ impl Shared {
         }
     }
 
+    /// Ref edits accepted and not yet in a committed table (refs with a pending value or
+    /// reflog), and the age of the open batch (`None` when none is open).
+    pub(crate) fn pending_status(&self) -> (u64, Option<Duration>) {
+        let g = self.lock();
+        let w = &g.w;
+        let logs_only = w
+            .pending_logs
+            .keys()
+            .filter(|k| !w.pending.contains_key(*k))
+            .count();
+        let n = (w.pending.len() + logs_only) as u64;
+        let age = match g.open_since {
+            Some((seq, t)) if seq == w.open.seq && !w.open.is_empty() => Some(t.elapsed()),
+            _ => None,
+        };
+        (n, age)
+    }
+
     /// Whether a reload changed the view since the last call (for the watcher).
     pub fn take_changed(&self) -> bool {
         std::mem::take(&mut self.lock().needs_invalidation)
@@ -340,6 +370,36 @@ impl Shared {
 
     fn attr_of(&self, g: &Inner, ino: u64, kind: Kind, size: u64) -> FileAttr {
         attr(ino, kind, size, g.changed_at, self.uid, self.gid)
+    }
+
+    /// [`Shared::attr_of`] with the file's own time (see [`Inner::mtime_of`]).
+    fn attr_timed(&self, g: &mut Inner, ino: u64, path: &[u8], kind: Kind, size: u64) -> FileAttr {
+        let mtime = g.mtime_of(path, kind);
+        attr(ino, kind, size, mtime, self.uid, self.gid)
+    }
+
+    /// After the mount's own batch: the kernel may hold the attributes of the written
+    /// refs and reflogs (a symref such as `HEAD` keeps its content and its 10 s
+    /// attributes while its reflog, hence its mtime, moves): their names are queued for
+    /// `inval_entry`, so the next `stat` looks them up afresh.
+    pub(crate) fn queue_changed_times(&self, names: &[&[u8]]) {
+        let mut g = self.lock();
+        for name in names {
+            for base in [&b""[..], &b"logs/"[..]] {
+                let path = [base, name].concat();
+                let (dir, file) = match path.iter().rposition(|&b| b == b'/') {
+                    Some(i) => (path.get(..i).unwrap_or_default(), path.get(i + 1..)),
+                    None => (&b""[..], Some(path.as_slice())),
+                };
+                let Some(file) = file else { continue };
+                let parent = crate::fs::inode::ino_of(dir, Kind::Dir);
+                if !g.stale_names.iter().any(|(q, n)| *q == parent && n == file) {
+                    g.stale_names.push((parent, file.to_vec()));
+                }
+            }
+        }
+        drop(g);
+        self.wake_watcher();
     }
 
     /// Looks up `parent/name`: its attributes, kind and whether they may be cached with a
@@ -356,7 +416,11 @@ impl Shared {
         // A ref file small enough for one page gets an inode of its own size.
         let fixed = (kind == Kind::Ref && size <= PAGE_CACHED_MAX as u64).then_some(size);
         let ino = g.inodes.remember(parent, name, &path, kind, fixed);
-        Ok((self.attr_of(&g, ino, kind, size), kind, fixed.is_some()))
+        Ok((
+            self.attr_timed(&mut g, ino, &path, kind, size),
+            kind,
+            fixed.is_some(),
+        ))
     }
 
     pub(crate) fn forget(&self, ino: u64, n: u64) {
@@ -376,10 +440,10 @@ impl Shared {
             // this one are direct-IO meanwhile), so this is not cached.
             Some(fixed) if fixed != size => {
                 self.name_is_stale(&mut g, ino);
-                Ok((self.attr_of(&g, ino, kind, fixed), false))
+                Ok((self.attr_timed(&mut g, ino, &path, kind, fixed), false))
             }
-            Some(_) => Ok((self.attr_of(&g, ino, kind, size), true)),
-            None => Ok((self.attr_of(&g, ino, kind, size), false)),
+            Some(_) => Ok((self.attr_timed(&mut g, ino, &path, kind, size), true)),
+            None => Ok((self.attr_timed(&mut g, ino, &path, kind, size), false)),
         }
     }
 
@@ -556,6 +620,7 @@ impl Shared {
                 let name = name.clone();
                 let path = path.clone();
                 g.w.actor = actor;
+                g.w.actor_handles = vec![fh];
                 g.w.append_log(&name, data)
                     .map_err(|r| refuse("append", &path, r))?;
                 g.after_staging(&self.cv, self.batch.max);
@@ -622,6 +687,7 @@ impl Shared {
             return Err(libc::EIO);
         }
         g.w.actor = actor;
+        g.w.actor_handles = vec![fh];
         g.commit_direct(fh, &self.cv, self.batch.max)
     }
 
@@ -633,6 +699,7 @@ impl Shared {
         let handle_failed = {
             let mut g = self.lock();
             g.w.actor = actor;
+            g.w.actor_handles = vec![fh];
             g.commit_direct(fh, &self.cv, self.batch.max)?;
             matches!(g.handles.get(&fh), Some(Handle::Write { failed: true, .. }))
         };
@@ -702,6 +769,7 @@ impl Shared {
                 Target::Log { name } if size == 0 => {
                     let name = name.clone();
                     g.w.actor = actor;
+                    g.w.actor_handles = fh.into_iter().collect();
                     g.w.replace_log(&name, Vec::new());
                     g.after_staging(&self.cv, self.batch.max);
                 }
@@ -874,6 +942,7 @@ impl Shared {
         }
         let Inner { w, src, .. } = &mut *g;
         w.actor = actor;
+        w.actor_handles.clear();
         let r = match kind {
             Kind::Scratch => {
                 w.files.remove(&path);
@@ -968,8 +1037,17 @@ impl Shared {
         let mut g = self.lock();
         g.fresh()?;
         g.w.actor = actor;
+        g.w.actor_handles.clear();
         let from = g.child_path(parent, name)?;
         let to = g.child_path(newparent, newname)?;
+        // Handles still open on the renamed file (a lock written and not yet closed).
+        let open_on_from: Vec<u64> = g
+            .handles
+            .iter()
+            .filter(|(_, h)| matches!(h, Handle::Write { path, .. } if *path == from))
+            .map(|(fh, _)| *fh)
+            .collect();
+        g.w.actor_handles = open_on_from;
         let kind = g.classify(&from)?.ok_or(libc::ENOENT)?;
         let to_kind = g.classify(&to)?;
         if to_kind == Some(Kind::Dir) && kind != Kind::Dir {
@@ -1028,6 +1106,9 @@ impl Shared {
         let mut g = self.lock();
         let known: Vec<(u64, Kind)> = g.inodes.known().take(limit).collect();
         let mut out = Stale::default();
+        // Reflog entries newer than this moved their ref's mtime.
+        let top = g.src.max_update_index();
+        let log_since = std::mem::replace(&mut g.log_index_seen, top);
         self.take_stale_names(&mut g, &mut out);
         let mut path = Vec::new();
         let mut buf = Vec::new();
@@ -1056,7 +1137,11 @@ impl Shared {
                 if let Some((p, name)) = g.inodes.parent_and_name(ino) {
                     out.entries.push((p, name.to_vec()));
                 }
-            } else if pages.is_some_and(|f| f != fingerprint(&buf)) {
+            } else if pages.is_some_and(|f| f != fingerprint(&buf))
+                || g.log_changed_since(&path, log_since)
+            {
+                // New content, or the same content with a new time (a ref reset to its
+                // own value, a symref whose target moved): the cached attributes go too.
                 g.inodes.invalidated(ino);
                 out.inodes.push(ino);
             }
@@ -1208,15 +1293,9 @@ impl Inner {
                 f.names.push(edit.name.clone());
             }
         }
-        let name = &edit.name;
-        for h in self.handles.values_mut() {
-            if let Handle::Write { path, failed, .. } = h {
-                let same = path == name
-                    || path.strip_suffix(b".lock") == Some(name.as_slice())
-                    || path.strip_prefix(b"logs/") == Some(name.as_slice());
-                if same {
-                    *failed = true;
-                }
+        for fh in &edit.handles {
+            if let Some(Handle::Write { failed, .. }) = self.handles.get_mut(fh) {
+                *failed = true;
             }
         }
     }
@@ -1253,6 +1332,36 @@ impl Inner {
             return Ok(Some(gen));
         }
         Ok(None)
+    }
+
+    /// A file's mtime and ctime: for a ref and its reflog, the time of the ref's newest
+    /// reflog entry (a pending line first; one seek of the log index otherwise, beside
+    /// the ref seek the lookup makes anyway); for everything else (directories,
+    /// `packed-refs`, lock files, refs without a reflog, a pending value without a line),
+    /// when the view last changed.
+    pub(crate) fn mtime_of(&mut self, path: &[u8], kind: Kind) -> SystemTime {
+        let name = match kind {
+            Kind::Ref => path,
+            Kind::Log => path.strip_prefix(b"logs/").unwrap_or(path),
+            _ => return self.changed_at,
+        };
+        let secs = match self.w.pending_logs.get(name) {
+            Some(pl) if !pl.appended.is_empty() => pl.appended.last().map(|(_, l)| l.time),
+            Some(pl) if pl.deleted => None,
+            Some(pl) if pl.base.is_some() => pl.base.as_ref().and_then(|b| {
+                b.iter()
+                    .find(|l| !l.deleted && !crate::stack::is_existence_marker(l))
+                    .map(|l| l.time)
+            }),
+            _ if kind == Kind::Ref && self.w.pending.contains_key(name) => None,
+            _ => self.src.newest_log(name).ok().flatten().map(|(_, t)| t),
+        };
+        secs.map_or(self.changed_at, |s| UNIX_EPOCH + Duration::from_secs(s))
+    }
+
+    /// Whether the ref at `path` has a reflog entry newer than update index `since`.
+    fn log_changed_since(&mut self, path: &[u8], since: u64) -> bool {
+        matches!(self.src.newest_log(path), Ok(Some((ui, _))) if ui > since)
     }
 
     /// Reloads before serving a request: EIO while the stack cannot be read (the reason

@@ -179,6 +179,9 @@ pub struct WriteState {
     /// The process (thread group id, 0 when unknown) whose request is being served: the
     /// edits it stages record it, so that a failure is reported to it.
     pub actor: u32,
+    /// The open-file handles the request being served stages through (recorded in the
+    /// edits, like `actor`).
+    pub actor_handles: Vec<u64>,
     rec: RefRecord,
 }
 
@@ -646,6 +649,11 @@ impl WriteState {
         if let Some(e) = self.open.edits.get_mut(i) {
             if !e.pids.contains(&actor) {
                 e.pids.push(actor);
+            }
+            for fh in &self.actor_handles {
+                if !e.handles.contains(fh) {
+                    e.handles.push(*fh);
+                }
             }
         }
         i
