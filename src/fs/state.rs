@@ -865,11 +865,29 @@ impl Shared {
             data.get(start..end).unwrap_or_default().to_vec()
         };
         match g.handles.get(&fh) {
-            Some(Handle::File { fp, data }) => {
-                let (fp, out) = (*fp, slice(data));
-                if let Some(fp) = fp {
-                    g.inodes.pages_filled(ino, fp);
+            Some(Handle::File { fp: None, data }) => Ok(slice(data)),
+            Some(Handle::File { fp: Some(fp), data }) => {
+                let fp = *fp;
+                // This read fills the inode's page, which every reader of the inode then
+                // sees. A later open that dropped the pages for other content of the same
+                // size (a newer value) must read that content, not this handle's older
+                // snapshot: fill the page from a handle of that open while one is alive.
+                let promised = g.inodes.kernel_view(ino).and_then(|(_, pages)| pages);
+                if let Some(newer) = promised.filter(|&p| p != fp) {
+                    let len = data.len();
+                    let newer_data = g.handles.values().find_map(|h| match h {
+                        Handle::File {
+                            fp: Some(f),
+                            data: d,
+                        } if *f == newer && d.len() == len => Some(d),
+                        _ => None,
+                    });
+                    if let Some(d) = newer_data {
+                        return Ok(slice(d));
+                    }
                 }
+                let out = slice(data);
+                g.inodes.pages_filled(ino, fp);
                 Ok(out)
             }
             Some(Handle::Write {
@@ -1660,5 +1678,83 @@ impl Inner {
                 reason: "packed-refs is replaced, not moved".into(),
             }),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::format::ObjectId;
+    use crate::fs::source::{BatchEdit, MemSource};
+
+    fn oid(b: u8) -> RefValue {
+        RefValue::Val1(ObjectId::from_bytes(&[b; 20]).expect("sha-1 id"))
+    }
+
+    /// A reader that opened before a change and fills the page cache after a later open
+    /// dropped it (for the newer value of the same size) fills it with the newer value:
+    /// the later opener, which reads from that page, never sees the older one.
+    #[test]
+    fn a_late_page_fill_serves_the_newest_open() {
+        let mut mem = MemSource::new();
+        mem.set("refs/heads/x", oid(1));
+        let shared = Shared::new(
+            Box::new(mem),
+            None,
+            LogSettings::default(),
+            BatchSettings {
+                window: Duration::from_millis(1),
+                max: 1,
+            },
+        );
+        let refs = shared.lookup(ROOT, b"refs").expect("refs").0.ino.0;
+        let heads = shared.lookup(refs, b"heads").expect("heads").0.ino.0;
+        let (a, _, cached) = shared.lookup(heads, b"x").expect("x");
+        assert!(cached, "a ref file of one page has a fixed size");
+        let ino = a.ino.0;
+        let (old_fh, mode) = shared.open(ino, libc::O_RDONLY).expect("open");
+        assert_eq!(mode, OpenMode::Refill);
+        let rendered = |v: &RefValue| {
+            let mut out = Vec::new();
+            view::render_ref(v, &mut out);
+            out
+        };
+        // Another writer: same size, other content.
+        let edit = BatchEdit {
+            name: b"refs/heads/x".to_vec(),
+            new: Some(oid(2)),
+            expected_old: Some(oid(1)),
+            ..BatchEdit::default()
+        };
+        shared.lock().src.commit(&[edit]).expect("commit");
+        let (new_fh, mode) = shared.open(ino, libc::O_RDONLY).expect("open again");
+        assert_eq!(mode, OpenMode::Refill, "other content drops the pages");
+        // The old handle's read arrives first: it fills the page the new opener reads.
+        let filled = shared.read_file(ino, old_fh, 0, 4096).expect("read");
+        assert_eq!(filled, rendered(&oid(2)));
+        assert_eq!(
+            shared.read_file(ino, new_fh, 0, 4096).expect("read"),
+            rendered(&oid(2))
+        );
+        // Once no handle of the newer open is alive, the old handle reads its own
+        // snapshot, and the next open (of the newer content) drops that page again.
+        shared.release(new_fh);
+        assert_eq!(
+            shared.read_file(ino, old_fh, 0, 4096).expect("read"),
+            rendered(&oid(1))
+        );
+        let (fh, mode) = shared.open(ino, libc::O_RDONLY).expect("open a third time");
+        assert_eq!(mode, OpenMode::Refill);
+        assert_eq!(
+            shared.read_file(ino, fh, 0, 4096).expect("read"),
+            rendered(&oid(2))
+        );
+        let (fh2, mode) = shared
+            .open(ino, libc::O_RDONLY)
+            .expect("open a fourth time");
+        assert_eq!(mode, OpenMode::Cached, "the pages hold this content now");
+        shared.release(fh2);
+        shared.release(fh);
+        shared.release(old_fh);
     }
 }
