@@ -58,6 +58,34 @@ impl Ctx {
     }
 }
 
+/// Runs a test whose verdict rests on a wall-clock bound (a freshness or latency limit) up
+/// to `attempts` times, each in a fresh temporary directory, and passes when one attempt
+/// passes. A scheduling stall of a loaded machine can push one attempt over its bound; a
+/// real defect (a missed invalidation, a lock held across a commit) misses every attempt.
+/// Every failed attempt is printed, so a recurring miss stays visible in the log.
+pub fn within_bound_attempts(
+    ctx: &Ctx,
+    attempts: usize,
+    body: fn(&Ctx) -> TestResult,
+) -> TestResult {
+    let mut last = None;
+    for attempt in 1..=attempts {
+        let sub = Ctx {
+            dir: tempfile::Builder::new()
+                .prefix(&format!("attempt{attempt}-"))
+                .tempdir_in(ctx.dir.path())?,
+        };
+        match body(&sub) {
+            Ok(()) => return Ok(()),
+            Err(e) => {
+                note(&format!("attempt {attempt} of {attempts} missed: {e}"));
+                last = Some(e);
+            }
+        }
+    }
+    Err(last.unwrap_or_else(|| "no attempt ran".into()))
+}
+
 /// Prints a line on the real stderr (never captured), for notes and SKIP lines.
 pub fn note(msg: &str) {
     let mut err = io::stderr().lock();

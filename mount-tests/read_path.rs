@@ -270,6 +270,10 @@ pub fn tree_matches_git(ctx: &Ctx) -> TestResult {
 /// Changes made by git directly on the stack (update-ref, branch -d, tag, symbolic-ref,
 /// reflog entries, pack-refs compaction) are visible through the mount within the bound.
 pub fn updates_visible_within_bound(ctx: &Ctx) -> TestResult {
+    crate::harness::within_bound_attempts(ctx, 3, updates_visible_within_bound_once)
+}
+
+fn updates_visible_within_bound_once(ctx: &Ctx) -> TestResult {
     let repo = Repo::init(&ctx.path("repo"), "reftable")?;
     build_scenario(&repo)?;
     let c1 = repo.rev_parse("HEAD~2")?;
@@ -507,6 +511,10 @@ fn read_no_stat(path: &Path) -> std::io::Result<Vec<u8>> {
 /// `refs/heads/flip` between a symref and an id, first through the mount (lock +
 /// rename), then by git directly, while readers loop with and without `stat`.
 pub fn length_changes_never_truncate(ctx: &Ctx) -> TestResult {
+    crate::harness::within_bound_attempts(ctx, 3, length_changes_never_truncate_once)
+}
+
+fn length_changes_never_truncate_once(ctx: &Ctx) -> TestResult {
     let repo = Repo::init(&ctx.path("repo"), "reftable")?;
     let mut oids = Vec::new();
     for i in 0..3 {
