@@ -28,6 +28,7 @@ pub mod fs;
 pub mod fsio;
 pub mod lockfile;
 pub mod merged;
+pub mod mountinfo;
 pub mod refname;
 pub mod repo;
 pub mod stack;

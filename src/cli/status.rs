@@ -40,28 +40,6 @@ pub struct Mount {
     pub options: Vec<String>,
 }
 
-/// Undoes mountinfo's octal escapes (`\040` for a space).
-fn unescape(s: &[u8]) -> Vec<u8> {
-    let mut out = Vec::with_capacity(s.len());
-    let mut i = 0;
-    while let Some(&b) = s.get(i) {
-        if b == b'\\' {
-            if let Some(v) = s
-                .get(i + 1..i + 4)
-                .and_then(|o| std::str::from_utf8(o).ok())
-                .and_then(|o| u8::from_str_radix(o, 8).ok())
-            {
-                out.push(v);
-                i += 4;
-                continue;
-            }
-        }
-        out.push(b);
-        i += 1;
-    }
-    out
-}
-
 /// The reftablefs mounts listed in a mountinfo text (see proc(5)).
 pub fn parse_mountinfo(text: &[u8]) -> Vec<Mount> {
     let mut out = Vec::new();
@@ -94,7 +72,7 @@ pub fn parse_mountinfo(text: &[u8]) -> Vec<Mount> {
                 .and_then(|v| std::str::from_utf8(v).ok()?.parse().ok())
         });
         out.push(Mount {
-            mountpoint: PathBuf::from(OsStr::from_bytes(&unescape(mp))),
+            mountpoint: PathBuf::from(OsStr::from_bytes(&crate::mountinfo::unescape(mp))),
             mode: mode.into(),
             user_id,
             pid: None,

@@ -101,31 +101,8 @@ pub fn is_mounted(path: &Path) -> bool {
     info.split(|&b| b == b'\n').any(|line| {
         line.split(|&b| b == b' ')
             .nth(4)
-            .is_some_and(|mp| unescape_mountinfo(mp) == want)
+            .is_some_and(|mp| crate::mountinfo::unescape(mp) == want)
     })
-}
-
-/// Undoes mountinfo's octal escapes (`\040` for space and so on).
-fn unescape_mountinfo(s: &[u8]) -> Vec<u8> {
-    let mut out = Vec::with_capacity(s.len());
-    let mut i = 0;
-    while let Some(&b) = s.get(i) {
-        if b == b'\\' {
-            if let Some(oct) = s.get(i + 1..i + 4) {
-                if let Some(v) = std::str::from_utf8(oct)
-                    .ok()
-                    .and_then(|o| u8::from_str_radix(o, 8).ok())
-                {
-                    out.push(v);
-                    i += 4;
-                    continue;
-                }
-            }
-        }
-        out.push(b);
-        i += 1;
-    }
-    out
 }
 
 /// An error that is only a message (mount preconditions, lifecycle).
