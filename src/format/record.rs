@@ -17,6 +17,17 @@ pub enum RefValue {
     Symref(Vec<u8>),
 }
 
+impl RefValue {
+    /// The object id a ref points at directly (an annotated tag's own id, not the peeled
+    /// one); `None` for a symref or a deletion.
+    pub fn object_id(&self) -> Option<&ObjectId> {
+        match self {
+            RefValue::Val1(id) | RefValue::Val2 { value: id, .. } => Some(id),
+            RefValue::Deletion | RefValue::Symref(_) => None,
+        }
+    }
+}
+
 /// A ref record: key = refname.
 #[derive(Clone, Debug, PartialEq, Eq, Default)]
 pub struct RefRecord {

@@ -74,6 +74,14 @@ pub struct Packed {
     pub peeled: Option<ObjectId>,
 }
 
+/// Whether a ref's effective value points at the same object as a packed entry. The
+/// peeled id is derived data: a packed annotated tag carries it (`^<peeled>`), the same tag
+/// written through a lock file does not, and both name one value.
+fn same_object(have: Option<&RefValue>, packed: &RefValue) -> bool {
+    have.and_then(RefValue::object_id)
+        .is_some_and(|h| Some(h) == packed.object_id())
+}
+
 impl Packed {
     fn value(&self) -> RefValue {
         match self.peeled {
@@ -822,7 +830,7 @@ impl WriteState {
         match self.packed.get(name).copied() {
             Some(p) => {
                 let v = p.value();
-                if self.effective(src, name)?.as_ref() != Some(&v) {
+                if !same_object(self.effective(src, name)?.as_ref(), &v) {
                     self.commit_ref(src, name, v)?;
                 }
                 self.packed.remove(name);
@@ -975,9 +983,11 @@ impl WriteState {
         }
         let names: Vec<Vec<u8>> = self.packed.keys().cloned().collect();
         for n in names {
-            let want = self.packed.get(&n).map(Packed::value);
-            let have = self.effective(src, &n).ok().flatten();
-            if have != want {
+            let keep = match (self.effective(src, &n), self.packed.get(&n)) {
+                (Ok(have), Some(p)) => same_object(have.as_ref(), &p.value()),
+                _ => false,
+            };
+            if !keep {
                 self.packed.remove(&n);
             }
         }
@@ -1157,6 +1167,30 @@ mod tests {
         let e = w.append_log(b"refs/heads/main", b"garbage\n").unwrap_err();
         assert_eq!(e.errno, libc::EINVAL);
         assert!(w.open.is_empty() && w.pending.is_empty() && w.pending_logs.is_empty());
+    }
+
+    /// pack-refs writes an annotated tag with its `^peeled` line while the stack holds the
+    /// tag without a peeled id (it came in through a lock file): another writer's commit
+    /// (a revalidation) must keep the packed entry, and the prune's unlink must keep the
+    /// tag. Dropping the entry there turned the prune into a deletion of an acknowledged
+    /// ref.
+    #[test]
+    fn prune_keeps_an_annotated_tag_packed_with_its_peeled_id() {
+        let (mut m, mut w, _s) = setup();
+        let packed = format!(
+            "# pack-refs with: peeled fully-peeled sorted \n{} refs/tags/v1\n^{}\n",
+            hex(3),
+            hex(9)
+        );
+        w.commit_packed_refs(&mut m, packed.as_bytes()).unwrap();
+        w.revalidate_packed(&mut m);
+        w.unlink_ref(&mut m, b"refs/tags/v1").unwrap();
+        assert!(w.open.is_empty(), "prune staged edits: {:?}", w.open.edits);
+        flush(&mut w, &mut m);
+        assert_eq!(
+            m.refs.get(&b"refs/tags/v1"[..]),
+            Some(&RefValue::Val1(id(3)))
+        );
     }
 
     #[test]
