@@ -369,22 +369,27 @@ pub fn git239_session(ctx: &Ctx) -> TestResult {
         &[],
     )
 }
+mount_test!(git239_session, timeout = 300);
 
 pub fn git247_files_session(ctx: &Ctx) -> TestResult {
     session(ctx, "sh", &[&script("git_session.sh"), "git"], &[], &[])
 }
+mount_test!(git247_files_session, timeout = 300);
 
 pub fn pygit2_session(ctx: &Ctx) -> TestResult {
     session(ctx, "python3", &[&script("pygit2_session.py")], &[], &[])
 }
+mount_test!(pygit2_session, timeout = 300);
 
 pub fn dulwich_session(ctx: &Ctx) -> TestResult {
     session(ctx, "python3", &[&script("dulwich_session.py")], &[], &[])
 }
+mount_test!(dulwich_session, timeout = 300);
 
 pub fn gitpython_session(ctx: &Ctx) -> TestResult {
     session(ctx, "python3", &[&script("gitpython_session.py")], &[], &[])
 }
+mount_test!(gitpython_session, timeout = 300);
 
 /// `git config`, `git branch -m` (renaming a section) and `git remote add` through the
 /// mount land in the real config with `extensions.refStorage` kept; a config.lock that
@@ -486,6 +491,7 @@ pub fn config_keeps_extension(ctx: &Ctx) -> TestResult {
     );
     Ok(())
 }
+mount_test!(config_keeps_extension, timeout = 120);
 
 /// The stack and git's stubs are not visible; writes into `reftable/` are refused
 /// (EPERM); a rename between a ref path and a passed-through path fails with EXDEV; the
@@ -583,6 +589,7 @@ pub fn boundaries_and_bad_input(ctx: &Ctx) -> TestResult {
     );
     Ok(())
 }
+mount_test!(boundaries_and_bad_input, timeout = 120);
 
 /// `mount --over`: the git 2.39 session and the GitPython session (which reads
 /// `.git/HEAD` itself) run in a work tree whose own `.git` is the mount, with no
@@ -650,3 +657,4 @@ pub fn over_dotgit(ctx: &Ctx) -> TestResult {
     run(&p.home, &p.r_work, "git", &["status", "--short"])?;
     Ok(())
 }
+mount_test!(over_dotgit, timeout = 300);

@@ -98,6 +98,7 @@ pub fn moved_tables_list_is_eio_and_deletes_nothing(ctx: &Ctx) -> TestResult {
     verify(&repo)?;
     m.unmount()
 }
+mount_test!(moved_tables_list_is_eio_and_deletes_nothing, timeout = 120);
 
 /// Rewrites a table with one flipped bit in an object id, then restores it, under a live
 /// mount: the mount follows the file both times.
@@ -169,6 +170,7 @@ pub fn changed_table_is_reread(ctx: &Ctx) -> TestResult {
     verify(&repo)?;
     m.unmount()
 }
+mount_test!(changed_table_is_reread, timeout = 120);
 
 /// One client: lock, write, rename, and every few updates an fsync of the ref
 /// (acknowledged when it returns 0). Returns the acknowledged `(name, value)` pairs.
@@ -334,6 +336,7 @@ pub fn kill9_loop_loses_no_acknowledged_update(ctx: &Ctx) -> TestResult {
     }
     m.unmount()
 }
+mount_test!(kill9_loop_loses_no_acknowledged_update, timeout = 300);
 
 /// Writes `name` through the mount (lock, write, rename) and fsyncs it. `Ok` only when
 /// every step, the fsync included, succeeded.
@@ -404,3 +407,7 @@ pub fn injected_faults_fail_the_batch_and_the_mount_keeps_serving(ctx: &Ctx) -> 
     }
     Ok(())
 }
+mount_test!(
+    injected_faults_fail_the_batch_and_the_mount_keeps_serving,
+    timeout = 180
+);

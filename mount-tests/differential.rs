@@ -616,6 +616,7 @@ pub fn random_client_sequences(ctx: &Ctx) -> TestResult {
     }
     Ok(())
 }
+mount_test!(random_client_sequences, timeout = 240);
 
 fn run_seed(base: &Path, seed: u64) -> TestResult {
     let mut pair = Pair::new(base, 6, &[])?;

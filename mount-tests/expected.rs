@@ -194,6 +194,7 @@ pub fn generator_matches_files_backend(ctx: &Ctx) -> TestResult {
     );
     Ok(())
 }
+mount_test!(generator_matches_files_backend, timeout = 120, no_mount);
 
 /// The same scenario in a reftable repository yields the same tree, apart from ids:
 /// both backends agree on names, symrefs and reflog shapes.
@@ -226,3 +227,4 @@ pub fn scenario_same_shape_in_reftable(ctx: &Ctx) -> TestResult {
     );
     Ok(())
 }
+mount_test!(scenario_same_shape_in_reftable, timeout = 120, no_mount);

@@ -38,12 +38,63 @@ macro_rules! ensure {
 /// The `reftablefs` binary built by cargo for this test target.
 pub const BIN: &str = env!("CARGO_BIN_EXE_reftablefs");
 
-/// One test: a name, whether it needs a real mount, its time budget, and the body.
+/// One test, registered by [`mount_test!`] next to its function: the runner finds every
+/// registered test (there is no list to keep).
 pub struct Test {
-    pub name: &'static str,
+    /// `module_path!()` of the test's module (`mount::read_path`).
+    pub module: &'static str,
+    /// The test function's name.
+    pub func: &'static str,
     pub needs_mount: bool,
     pub timeout_secs: u64,
     pub run: fn(&Ctx) -> TestResult,
+}
+
+impl Test {
+    /// `module::function`, as filters and reports name it (`read_path::no_torn_reads`); a test
+    /// of `main.rs` is named by its function alone.
+    pub fn name(&self) -> String {
+        match self.module.split_once("::") {
+            Some((_, module)) => format!("{module}::{}", self.func),
+            None => self.func.to_string(),
+        }
+    }
+}
+
+inventory::collect!(Test);
+
+/// Registers the function just above as a mount test:
+/// `mount_test!(name, timeout = SECS)`, or `mount_test!(name, timeout = SECS, no_mount)` for
+/// a test that needs no FUSE mount (it runs even where mounting is impossible).
+macro_rules! mount_test {
+    ($f:ident, timeout = $secs:expr) => {
+        mount_test!(@ $f, $secs, true);
+    };
+    ($f:ident, timeout = $secs:expr, no_mount) => {
+        mount_test!(@ $f, $secs, false);
+    };
+    (@ $f:ident, $secs:expr, $needs:expr) => {
+        inventory::submit! {
+            $crate::harness::Test {
+                module: module_path!(),
+                func: stringify!($f),
+                needs_mount: $needs,
+                timeout_secs: $secs,
+                run: $f,
+            }
+        }
+    };
+}
+
+/// Every registered test with its name, ordered by name (registration order is the
+/// linker's).
+pub fn all_tests() -> Vec<(String, &'static Test)> {
+    let mut tests: Vec<(String, &'static Test)> = inventory::iter::<Test>
+        .into_iter()
+        .map(|t| (t.name(), t))
+        .collect();
+    tests.sort_by(|a, b| a.0.cmp(&b.0));
+    tests
 }
 
 /// Per-test context: a private temporary directory (removed after the test).
@@ -209,18 +260,19 @@ fn binary_has_mount() -> bool {
 }
 
 /// Runs the tests whose names contain any of the filter words (all without filters).
-pub fn run_all(tests: &[Test]) -> ExitCode {
+pub fn run_all() -> ExitCode {
+    let tests = all_tests();
     let args: Vec<String> = std::env::args().skip(1).collect();
     if args.iter().any(|a| a == "--list") {
-        for t in tests {
-            println!("{}: test", t.name);
+        for (name, _) in &tests {
+            println!("{name}: test");
         }
         return ExitCode::SUCCESS;
     }
     let filters: Vec<&String> = args.iter().filter(|a| !a.starts_with('-')).collect();
-    let selected: Vec<&Test> = tests
+    let selected: Vec<&(String, &Test)> = tests
         .iter()
-        .filter(|t| filters.is_empty() || filters.iter().any(|f| t.name.contains(f.as_str())))
+        .filter(|(name, _)| filters.is_empty() || filters.iter().any(|f| name.contains(f.as_str())))
         .collect();
 
     let mount_skip: Option<String> =
@@ -236,33 +288,33 @@ pub fn run_all(tests: &[Test]) -> ExitCode {
 
     eprintln!("\nrunning {} mount-test(s)", selected.len());
     let (mut passed, mut failed, mut skipped) = (0usize, Vec::new(), 0usize);
-    for test in selected {
+    for (name, test) in selected {
         if test.needs_mount {
             if let Some(why) = &mount_skip {
-                eprintln!("test {} ... SKIP: {why}", test.name);
+                eprintln!("test {name} ... SKIP: {why}");
                 skipped += 1;
                 continue;
             }
         }
-        eprintln!("test {} ... running", test.name);
+        eprintln!("test {name} ... running");
         let start = Instant::now();
-        match run_one(test) {
+        match run_one(name, test) {
             Ok(()) => {
                 passed += 1;
                 eprintln!(
                     "test {} ... ok ({:.1}s)",
-                    test.name,
+                    name,
                     start.elapsed().as_secs_f64()
                 );
             }
             Err(msg) => {
                 eprintln!(
                     "test {} ... FAILED ({:.1}s)\n{}",
-                    test.name,
+                    name,
                     start.elapsed().as_secs_f64(),
                     indent(&msg)
                 );
-                failed.push(test.name);
+                failed.push(name.clone());
             }
         }
     }
@@ -286,12 +338,12 @@ fn indent(s: &str) -> String {
 }
 
 /// Runs one test in its own thread under a watchdog.
-fn run_one(test: &Test) -> Result<(), String> {
+fn run_one(name: &str, test: &Test) -> Result<(), String> {
     stage("start");
     let (tx, rx) = mpsc::channel::<Result<(), String>>();
     let body = test.run;
     let spawned = std::thread::Builder::new()
-        .name(test.name.into())
+        .name(name.into())
         .spawn(move || {
             let outcome = std::panic::catch_unwind(move || -> Result<(), String> {
                 let prefix = format!("rtfs-mt-{}-", run_id());

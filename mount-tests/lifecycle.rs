@@ -76,6 +76,7 @@ pub fn mount_failures_say_why(ctx: &Ctx) -> TestResult {
     );
     m.unmount()
 }
+mount_test!(mount_failures_say_why, timeout = 120);
 
 /// Kills and detaches a daemonised mount on every exit path.
 struct Daemon {
@@ -174,6 +175,7 @@ pub fn daemon_then_unmount(ctx: &Ctx) -> TestResult {
     })?;
     Ok(())
 }
+mount_test!(daemon_then_unmount, timeout = 120);
 
 /// SIGINT with an update still pending in a long batch window: the mount flushes it,
 /// unmounts and exits 0; git then sees the update and its reflog entry.
@@ -242,6 +244,7 @@ pub fn sigint_flushes_and_unmounts(ctx: &Ctx) -> TestResult {
     );
     Ok(())
 }
+mount_test!(sigint_flushes_and_unmounts, timeout = 120);
 
 /// A SHA-256 repository: the tree matches git's, 64-hex ids are accepted, 40-hex refused.
 pub fn sha256_repository(ctx: &Ctx) -> TestResult {
@@ -308,3 +311,4 @@ pub fn sha256_repository(ctx: &Ctx) -> TestResult {
     );
     Ok(())
 }
+mount_test!(sha256_repository, timeout = 120);

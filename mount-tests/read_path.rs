@@ -266,12 +266,14 @@ pub fn tree_matches_git(ctx: &Ctx) -> TestResult {
     );
     Ok(())
 }
+mount_test!(tree_matches_git, timeout = 120);
 
 /// Changes made by git directly on the stack (update-ref, branch -d, tag, symbolic-ref,
 /// reflog entries, pack-refs compaction) are visible through the mount within the bound.
 pub fn updates_visible_within_bound(ctx: &Ctx) -> TestResult {
     crate::harness::within_bound_attempts(ctx, 3, updates_visible_within_bound_once)
 }
+mount_test!(updates_visible_within_bound, timeout = 120);
 
 fn updates_visible_within_bound_once(ctx: &Ctx) -> TestResult {
     let repo = Repo::init(&ctx.path("repo"), "reftable")?;
@@ -488,6 +490,7 @@ pub fn no_torn_reads(ctx: &Ctx) -> TestResult {
     })?;
     m.unmount()
 }
+mount_test!(no_torn_reads, timeout = 180);
 
 /// Reads a whole file without asking for its size first (`open` + `read` until EOF, as
 /// `cat` and git do), so only the kernel's cached size and pages are in play.
@@ -513,6 +516,7 @@ fn read_no_stat(path: &Path) -> std::io::Result<Vec<u8>> {
 pub fn length_changes_never_truncate(ctx: &Ctx) -> TestResult {
     crate::harness::within_bound_attempts(ctx, 3, length_changes_never_truncate_once)
 }
+mount_test!(length_changes_never_truncate, timeout = 180);
 
 fn length_changes_never_truncate_once(ctx: &Ctx) -> TestResult {
     let repo = Repo::init(&ctx.path("repo"), "reftable")?;
@@ -724,6 +728,7 @@ pub fn corrupt_table_eio_then_recovers(ctx: &Ctx) -> TestResult {
     ensure_same_tree(&expected, &mount_tree(&m)?, "after repair")?;
     m.unmount()
 }
+mount_test!(corrupt_table_eio_then_recovers, timeout = 120);
 
 /// 100k refs: `find` lists them all and `cat` of 10k random refs returns their values.
 pub fn hundred_k_refs(ctx: &Ctx) -> TestResult {
@@ -786,3 +791,4 @@ pub fn hundred_k_refs(ctx: &Ctx) -> TestResult {
     ));
     m.unmount()
 }
+mount_test!(hundred_k_refs, timeout = 300);

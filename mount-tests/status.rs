@@ -153,6 +153,7 @@ pub fn lists_live_mounts(ctx: &Ctx) -> TestResult {
     );
     Ok(())
 }
+mount_test!(lists_live_mounts, timeout = 120);
 
 /// The details of `status --json MNT`.
 fn details(mnt: &Path) -> TestResult<Value> {
@@ -321,3 +322,4 @@ pub fn shows_pending_and_refused_writes(ctx: &Ctx) -> TestResult {
     );
     Ok(())
 }
+mount_test!(shows_pending_and_refused_writes, timeout = 120);

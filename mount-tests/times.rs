@@ -141,6 +141,7 @@ pub fn ls_t_lists_branches_in_update_order(ctx: &Ctx) -> TestResult {
     );
     m.unmount()
 }
+mount_test!(ls_t_lists_branches_in_update_order, timeout = 120);
 
 /// `HEAD`'s mtime moves with every update that moves HEAD (a commit on its branch by git
 /// on the stack and through the mount, a reset to the same commit: same content, new
@@ -189,3 +190,4 @@ pub fn head_mtime_moves_when_head_changes(ctx: &Ctx) -> TestResult {
     check_log(t, "reset through the mount")?;
     m.unmount()
 }
+mount_test!(head_mtime_moves_when_head_changes, timeout = 120);

@@ -167,6 +167,7 @@ pub fn replay_update_existing(ctx: &Ctx) -> TestResult {
     m.unmount()?;
     ensure_same_tree(&model, &expected_tree(&repo)?, "§3 after unmount")
 }
+mount_test!(replay_update_existing, timeout = 120);
 
 /// §4: create a ref in new directories (mkdir per level), reflog directories created too.
 pub fn replay_create_in_new_dirs(ctx: &Ctx) -> TestResult {
@@ -244,6 +245,7 @@ pub fn replay_create_in_new_dirs(ctx: &Ctx) -> TestResult {
     m.unmount()?;
     ensure_same_tree(&model, &expected_tree(&repo)?, "§4 after unmount")
 }
+mount_test!(replay_create_in_new_dirs, timeout = 120);
 
 /// Rewrites the mount's `packed-refs` without `refname` the way git does (lock, .new,
 /// rename); returns whether the ref was listed there.
@@ -348,6 +350,7 @@ pub fn replay_delete(ctx: &Ctx) -> TestResult {
     );
     ensure_same_tree(&model, &expected_tree(&repo)?, "§5 after unmount")
 }
+mount_test!(replay_delete, timeout = 120);
 
 /// §6: HEAD becomes a symref to another branch: HEAD.lock with one write, reflog, rename.
 pub fn replay_head_symref_change(ctx: &Ctx) -> TestResult {
@@ -386,6 +389,7 @@ pub fn replay_head_symref_change(ctx: &Ctx) -> TestResult {
     );
     ensure_same_tree(&model, &expected_tree(&repo)?, "§6 after unmount")
 }
+mount_test!(replay_head_symref_change, timeout = 120);
 
 fn walk_loose(root: &Path, rel: &str, out: &mut Vec<(String, String)>) -> TestResult {
     for e in fs::read_dir(root.join(rel))? {
@@ -474,6 +478,7 @@ pub fn replay_pack_refs_prune_noop(ctx: &Ctx) -> TestResult {
     );
     ensure_same_tree(&model, &expected_tree(&repo)?, "§8 after unmount")
 }
+mount_test!(replay_pack_refs_prune_noop, timeout = 120);
 
 /// §7.4: `git branch -m feature/login renamed/login` replayed: the reflog moves through
 /// logs/refs/.tmp-renamed-log, the old ref is deleted, the new one created with a
@@ -553,6 +558,7 @@ pub fn replay_branch_rename(ctx: &Ctx) -> TestResult {
     m.unmount()?;
     ensure_same_tree(&model, &expected_tree(&repo)?, "§7.4 after unmount")
 }
+mount_test!(replay_branch_rename, timeout = 120);
 
 /// 1000 lock+rename updates from 4 writers (own refs and contended shared refs, EEXIST
 /// retries) while git 2.47 writes other refs directly: final state equals the model, every
@@ -733,6 +739,7 @@ pub fn parallel_writers_and_git(ctx: &Ctx) -> TestResult {
     // `git refs verify` returns 0 on a corrupt table: `reftablefs verify` checks it.
     verify_stack(&repo)
 }
+mount_test!(parallel_writers_and_git, timeout = 300);
 
 /// Runs `dd of=PATH` (O_WRONLY|O_CREAT|O_TRUNC) with `data`; dd checks write and close,
 /// so an error at flush time (close) reaches us. Returns the errno-ish message on failure.
@@ -936,6 +943,7 @@ pub fn bad_inputs_change_nothing(ctx: &Ctx) -> TestResult {
     );
     ensure_same_tree(&model, &expected_tree(&repo)?, "git view after bad inputs")
 }
+mount_test!(bad_inputs_change_nothing, timeout = 180);
 
 /// kill -9 of the mount during heavy writes: the stack stays readable by git, and after a
 /// remount every update acknowledged by an fsync is present.
@@ -1022,6 +1030,7 @@ pub fn kill9_keeps_fsynced_updates(ctx: &Ctx) -> TestResult {
     );
     m.unmount()
 }
+mount_test!(kill9_keeps_fsynced_updates, timeout = 180);
 
 /// A real files-backend git (2.47 on a files-format view: GIT_DIR=<mount>, objects from
 /// the repository) runs update-ref, branch, branch -m, symbolic-ref, tag -d and
@@ -1097,6 +1106,7 @@ pub fn files_backend_git_through_mount(ctx: &Ctx) -> TestResult {
     m.unmount()?;
     verify_stack(&repo)
 }
+mount_test!(files_backend_git_through_mount, timeout = 180);
 
 /// A concurrent git changes a ref that has an update pending in the mount's batch: the
 /// documented policy is "first committer wins" — git's value stays, the mount's edit is
@@ -1153,6 +1163,7 @@ pub fn conflict_with_git_first_committer_wins(ctx: &Ctx) -> TestResult {
     .map_err(|last| format!("the mount still shows its dropped value: {last}"))?;
     m.unmount()
 }
+mount_test!(conflict_with_git_first_committer_wins, timeout = 120);
 
 /// Orphaned locks (docs/fuse.md): a lock left by a process that exited stays (git then
 /// gets EEXIST, as on disk) until it is unlinked by hand; nothing is written meanwhile.
@@ -1197,6 +1208,7 @@ pub fn orphaned_lock_stays_until_unlinked(ctx: &Ctx) -> TestResult {
     );
     Ok(())
 }
+mount_test!(orphaned_lock_stays_until_unlinked, timeout = 120);
 
 // ---------------------------------------------------------------------------------------
 // The mount is a files backend: named regression tests (one per measured case).
@@ -1229,6 +1241,7 @@ pub fn case1_head_and_referent_in_one_batch(ctx: &Ctx) -> TestResult {
     );
     p.m.unmount()
 }
+mount_test!(case1_head_and_referent_in_one_batch, timeout = 120);
 
 /// Case 2: the value a lock holder saw when it took the lock is the expected old value:
 /// git 2.47 on the stack changes the ref meanwhile, the rename fails (EBUSY) and git's
@@ -1276,6 +1289,7 @@ pub fn case2_lock_then_foreign_update_fails_rename(ctx: &Ctx) -> TestResult {
     );
     m.unmount()
 }
+mount_test!(case2_lock_then_foreign_update_fails_rename, timeout = 120);
 
 /// Case 3: a conflict found only at batch commit: the edit is not written, the process
 /// that staged it gets EIO from its next fsync (once) and from the close of its still
@@ -1340,6 +1354,7 @@ pub fn case3_conflict_at_commit_reaches_the_stager(ctx: &Ctx) -> TestResult {
     );
     m.unmount()
 }
+mount_test!(case3_conflict_at_commit_reaches_the_stager, timeout = 120);
 
 /// Case 4: reflogs exactly as the files backend keeps them, for each client pattern.
 pub fn case4_reflogs_like_files_backend(ctx: &Ctx) -> TestResult {
@@ -1412,6 +1427,7 @@ pub fn case4_reflogs_like_files_backend(ctx: &Ctx) -> TestResult {
         .map_err(|e| format!("reflog of main gone after expire: {e}"))?;
     p.m.unmount()
 }
+mount_test!(case4_reflogs_like_files_backend, timeout = 120);
 
 /// Case 5: files of the git directory that are not refs live as bounded scratch files;
 /// a reflog opened read-write can be read.
@@ -1445,6 +1461,7 @@ pub fn case5_non_ref_root_files_and_rw_reflogs(ctx: &Ctx) -> TestResult {
     drop(f);
     m.unmount()
 }
+mount_test!(case5_non_ref_root_files_and_rw_reflogs, timeout = 120);
 
 /// Case 7: what would break git is refused, with an error a shell sees.
 pub fn case7_refusals(ctx: &Ctx) -> TestResult {
@@ -1484,6 +1501,7 @@ pub fn case7_refusals(ctx: &Ctx) -> TestResult {
     );
     m.unmount()
 }
+mount_test!(case7_refusals, timeout = 120);
 
 /// Resident memory of a process in KiB.
 fn rss_kib(pid: u32) -> u64 {
@@ -1544,6 +1562,7 @@ pub fn scratch_files_are_bounded(ctx: &Ctx) -> TestResult {
     ensure_same_tree(&model, &mount_tree(&m)?, "after refused truncates")?;
     m.unmount()
 }
+mount_test!(scratch_files_are_bounded, timeout = 120);
 
 /// A `tables.list.lock` left by a killed writer: the batch fails within seconds (not a
 /// minute) with EIO and one log line naming the lock, its age and `reftablefs unlock`;
@@ -1593,12 +1612,14 @@ pub fn stale_stack_lock_fails_fast(ctx: &Ctx) -> TestResult {
     );
     m.unmount()
 }
+mount_test!(stale_stack_lock_fails_fast, timeout = 120);
 
 /// Requests never wait for a commit: with every commit slowed to 1 s (test-only knob
 /// `RTFS_TEST_COMMIT_DELAY_MS`), creating a lock stays fast. Prints p50/p99.
 pub fn lock_create_latency_during_slow_commit(ctx: &Ctx) -> TestResult {
     crate::harness::within_bound_attempts(ctx, 3, lock_create_latency_during_slow_commit_once)
 }
+mount_test!(lock_create_latency_during_slow_commit, timeout = 120);
 
 fn lock_create_latency_during_slow_commit_once(ctx: &Ctx) -> TestResult {
     let repo = Repo::init(&ctx.path("repo"), "reftable")?;
@@ -1804,3 +1825,4 @@ pub fn cas_increments_never_lost(ctx: &Ctx) -> TestResult {
     ensure!(mount_ok > 0 && git_ok > 0, "one side made no increment");
     Ok(())
 }
+mount_test!(cas_increments_never_lost, timeout = 180);
