@@ -178,3 +178,94 @@ fn rec_value(hex: &str) -> RefValue {
             .unwrap(),
     )
 }
+
+/// A ref's mtime is the time of the transaction that wrote its record, known from the
+/// lookup that found it: after one read of each table's log section, asking the time of
+/// every ref costs no reflog seek (`ref_times.rs`), also in a compacted table; a symref
+/// (`HEAD`) takes its newest reflog entry.
+#[test]
+fn ref_times_cost_no_seek_beyond_the_lookup() {
+    use reftablefs::format::RefRecord;
+    use reftablefs::fs::source::{read_ref, RefSource};
+    use reftablefs::fs::stack_source::StackSource;
+    use reftablefs::stack::{Stack, StackOptions};
+
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    git(
+        dir,
+        &["init", "-q", "--ref-format=reftable", "-b", "main", "."],
+    );
+    git(dir, &["commit", "-q", "--allow-empty", "-m", "one"]);
+    // One transaction of 200 refs (one update index), then 5 single updates at later
+    // times, then everything compacted into one table.
+    let head = git(dir, &["rev-parse", "HEAD"]).trim().to_string();
+    let mut batch = String::new();
+    for i in 0..200 {
+        batch.push_str(&format!("create refs/heads/b{i:03} {head}\n"));
+    }
+    let run = |date: &str, args: &[&str], stdin: &str| {
+        use std::io::Write;
+        let mut child = Command::new("git")
+            .current_dir(dir)
+            .env("GIT_CONFIG_NOSYSTEM", "1")
+            .env("GIT_CONFIG_GLOBAL", "/dev/null")
+            .env("GIT_COMMITTER_NAME", "C O Mitter")
+            .env("GIT_COMMITTER_EMAIL", "c@example.com")
+            .env("GIT_COMMITTER_DATE", date)
+            .args(args)
+            .stdin(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        child
+            .stdin
+            .take()
+            .unwrap()
+            .write_all(stdin.as_bytes())
+            .unwrap();
+        assert!(child.wait().unwrap().success(), "git {args:?}");
+    };
+    run("1700000100 +0000", &["update-ref", "--stdin"], &batch);
+    for i in 0..5 {
+        let date = format!("{} +0000", 1_700_000_200 + i * 100);
+        let name = format!("refs/heads/late{i}");
+        run(&date, &["update-ref", &name, &head], "");
+    }
+    git(dir, &["pack-refs", "--all"]);
+    let tables = std::fs::read_to_string(dir.join(".git/reftable/tables.list")).unwrap();
+    assert_eq!(tables.lines().count(), 1, "compacted into one table");
+
+    let stack = Stack::open(dir.join(".git/reftable"), StackOptions::default()).unwrap();
+    let mut src = StackSource::new(stack, Default::default(), Default::default());
+    let mut rec = RefRecord::default();
+    let mut time_of = |src: &mut StackSource, name: &str| {
+        assert!(read_ref(src, name.as_bytes(), &mut rec).unwrap(), "{name}");
+        src.ref_time(name.as_bytes()).unwrap()
+    };
+    for i in 0..200 {
+        assert_eq!(
+            time_of(&mut src, &format!("refs/heads/b{i:03}")),
+            Some(1_700_000_100)
+        );
+    }
+    for i in 0..5 {
+        let want = 1_700_000_200 + i * 100;
+        assert_eq!(
+            time_of(&mut src, &format!("refs/heads/late{i}")),
+            Some(want)
+        );
+    }
+    assert_eq!(
+        src.time_costs(),
+        (0, 1),
+        "no reflog seek, one log section read"
+    );
+    // HEAD is a symref: its newest reflog entry (the commit), one seek.
+    assert_eq!(time_of(&mut src, "HEAD"), Some(1_700_000_000));
+    assert_eq!(src.time_costs(), (1, 1));
+    // Asked without a lookup just before, the time still comes out right (one seek).
+    assert_eq!(
+        src.ref_time(b"refs/heads/late4").unwrap(),
+        Some(1_700_000_600)
+    );
+}

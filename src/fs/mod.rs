@@ -27,6 +27,7 @@
 pub mod config_view;
 pub mod inode;
 pub mod passthrough;
+pub mod ref_times;
 pub mod source;
 pub mod stack_source;
 pub mod status;

@@ -145,6 +145,13 @@ pub trait RefSource: Send {
             .find(|l| !l.deleted && !crate::stack::is_existence_marker(l))
             .map(|l| (l.update_index, l.time)))
     }
+    /// When the ref `name` last changed (Unix seconds): the time of the transaction that
+    /// wrote its record, else its newest reflog entry's; `None` when neither is known.
+    /// Asked right after a lookup of `name`, whose record it reuses (no further seek where
+    /// the source can tell; see `ref_times.rs`).
+    fn ref_time(&mut self, name: &[u8]) -> Result<Option<u64>> {
+        Ok(self.newest_log(name)?.map(|(_, t)| t))
+    }
     /// The highest update index stored (0 when unknown: every reflog then counts as
     /// changed at each reload).
     fn max_update_index(&self) -> u64 {

@@ -9,6 +9,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use crate::format::{HashKind, LogRecord, RefRecord, RefValue};
+use crate::fs::ref_times::RefTimes;
 use crate::fs::source::{BatchEdit, CommitOutcome, RefSource, Step};
 use crate::fs::write::LogSettings;
 use crate::fs::MountOptions;
@@ -98,6 +99,9 @@ pub struct StackSource {
     own: OwnTables,
     external: bool,
     commit_delay: Option<Duration>,
+    times: RefTimes,
+    /// Reflog seeks made for [`RefSource::newest_log`] (tests: a ref's time costs none).
+    log_seeks: u64,
 }
 
 impl StackSource {
@@ -110,6 +114,8 @@ impl StackSource {
             own,
             external: true,
             commit_delay: None,
+            times: RefTimes::default(),
+            log_seeks: 0,
         }
     }
 
@@ -122,6 +128,11 @@ impl StackSource {
         }
         // Forget names that are gone (compacted away) to stay small.
         own.names.retain(|n| self.stack.table_names().contains(n));
+    }
+
+    /// Reflog seeks made so far, and log sections read to learn change times.
+    pub fn time_costs(&self) -> (u64, u64) {
+        (self.log_seeks, self.times.scans)
     }
 
     /// The underlying stack.
@@ -291,7 +302,7 @@ impl RefSource for StackSource {
     }
 
     fn first_ref_at_or_after(&mut self, key: &[u8], out: &mut RefRecord) -> Result<bool> {
-        self.stack.with_cached_iter(|it| {
+        let found = self.stack.with_cached_iter(|it| {
             it.seek(key)?;
             while let Some(r) = it.next()? {
                 if r.is_deletion() {
@@ -301,7 +312,14 @@ impl RefSource for StackSource {
                 return Ok(true);
             }
             Ok(false)
-        })
+        })?;
+        if found && out.name == key && !matches!(out.value, RefValue::Symref(_)) {
+            let gen = self.stack.generation();
+            self.times.note_lookup(gen, key, out.update_index);
+        } else {
+            self.times.clear_lookup();
+        }
+        Ok(found)
     }
 
     fn scan_refs(
@@ -403,7 +421,17 @@ impl RefSource for StackSource {
         Ok(outcome)
     }
 
+    fn ref_time(&mut self, name: &[u8]) -> Result<Option<u64>> {
+        if let Some(u) = self.times.looked_up(self.stack.generation(), name) {
+            if let Some(t) = self.times.index_time(self.stack.tables(), u)? {
+                return Ok(Some(t));
+            }
+        }
+        Ok(self.newest_log(name)?.map(|(_, t)| t))
+    }
+
     fn newest_log(&mut self, name: &[u8]) -> Result<Option<(u64, u64)>> {
+        self.log_seeks += 1;
         let gen = self.stack.generation();
         let it = match &mut self.log_it {
             Some((g, it)) if *g == gen => it,

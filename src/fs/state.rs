@@ -1347,11 +1347,13 @@ impl Inner {
         Ok(None)
     }
 
-    /// A file's mtime and ctime: for a ref and its reflog, the time of the ref's newest
-    /// reflog entry (a pending line first; one seek of the log index otherwise, beside
-    /// the ref seek the lookup makes anyway); for everything else (directories,
-    /// `packed-refs`, lock files, refs without a reflog, a pending value without a line),
-    /// when the view last changed.
+    /// A file's mtime and ctime: for a ref, when it last changed — a pending reflog line
+    /// first, else the time of the transaction that wrote its record, known from the
+    /// lookup that just found it without a further seek (`ref_times.rs`; a symref such as
+    /// `HEAD`, whose record rarely changes while its reflog moves, takes its newest reflog
+    /// entry); for a reflog, its newest entry (one seek of the log index); for everything
+    /// else (directories, `packed-refs`, lock files, refs whose time is unknown, a pending
+    /// value without a line), when the view last changed.
     pub(crate) fn mtime_of(&mut self, path: &[u8], kind: Kind) -> SystemTime {
         let name = match kind {
             Kind::Ref => path,
@@ -1367,6 +1369,7 @@ impl Inner {
                     .map(|l| l.time)
             }),
             _ if kind == Kind::Ref && self.w.pending.contains_key(name) => None,
+            _ if kind == Kind::Ref => self.src.ref_time(name).ok().flatten(),
             _ => self.src.newest_log(name).ok().flatten().map(|(_, t)| t),
         };
         secs.map_or(self.changed_at, |s| UNIX_EPOCH + Duration::from_secs(s))
