@@ -13,6 +13,8 @@ mod differential;
 mod expected;
 mod lifecycle;
 mod read_path;
+#[path = "../tests/support/shells.rs"]
+mod shells;
 mod status;
 mod times;
 mod write_path;

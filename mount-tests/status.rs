@@ -3,6 +3,7 @@
 //! else "details not available from this mount".
 
 use crate::harness::{Ctx, Mount, Repo, TestResult, BIN};
+use crate::shells;
 use reftablefs::cli::json::{self, Value};
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::Path;
@@ -323,3 +324,52 @@ pub fn shows_pending_and_refused_writes(ctx: &Ctx) -> TestResult {
     Ok(())
 }
 mount_test!(shows_pending_and_refused_writes, timeout = 120);
+
+/// The completion scripts offer live mounts as operands of `unmount` and `status`: in bash,
+/// zsh and fish, the start of a live mount's path completes to the whole path.
+pub fn completions_offer_live_mounts(ctx: &Ctx) -> TestResult {
+    let repo = Repo::init(&ctx.path("repo"), "reftable")?;
+    repo.commit("one")?;
+    let m = Mount::start(&repo.gitdir, &ctx.path("mnt-completion-probe"), &[])?;
+    let mnt = m.mnt.canonicalize()?.to_string_lossy().into_owned();
+    let partial = &mnt[..mnt.len() - "completion-probe".len()];
+    let bin_dir = Path::new(BIN).parent().ok_or("no binary directory")?;
+    let script = |shell: &str| -> TestResult<std::path::PathBuf> {
+        let out = Command::new(BIN).args(["completions", shell]).output()?;
+        ensure!(out.status.success(), "completions {shell}");
+        let f = ctx.path(&format!("reftablefs.{shell}"));
+        std::fs::write(&f, out.stdout)?;
+        Ok(f)
+    };
+    for cmd in ["unmount", "status"] {
+        let got = shells::bash(&script("bash")?, bin_dir, &["reftablefs", cmd, partial]);
+        ensure!(
+            got == mnt,
+            "bash: {cmd} {partial} offered {got:?}, not {mnt}"
+        );
+        if shells::have("zsh") {
+            let got = shells::zsh(
+                &script("zsh")?,
+                bin_dir,
+                &format!("reftablefs {cmd} {partial}"),
+            );
+            ensure!(
+                got == format!("reftablefs {cmd} {mnt} "),
+                "zsh: {cmd} {partial} completed to {got:?}"
+            );
+        }
+        if shells::have("fish") {
+            let got = shells::fish(
+                &script("fish")?,
+                bin_dir,
+                &format!("reftablefs {cmd} {partial}"),
+            );
+            ensure!(
+                got == [mnt.clone()],
+                "fish: {cmd} {partial} offered {got:?}"
+            );
+        }
+    }
+    m.unmount()
+}
+mount_test!(completions_offer_live_mounts, timeout = 120);

@@ -7,6 +7,9 @@ use std::process::{Command, Output, Stdio};
 
 use reftablefs::cli::commands::{Command as Cmd, COMMANDS, GLOBAL_OPTIONS};
 
+#[path = "support/shells.rs"]
+mod shells;
+
 const BIN: &str = env!("CARGO_BIN_EXE_reftablefs");
 
 /// Runs the binary outside any repository (`GIT_DIR` names nothing), stdin empty.
@@ -298,4 +301,45 @@ fn misuse_prints_the_usage_and_exits_129() {
         text(&o.stdout),
         format!("reftablefs version {}\n", env!("CARGO_PKG_VERSION"))
     );
+}
+
+/// The three completion scripts, run by the real shells: a subcommand, a subcommand's
+/// option and a fixed operand complete to the one match in bash, zsh and fish.
+#[test]
+fn completions_complete_in_bash_zsh_and_fish() {
+    let tmp = tempfile::tempdir().unwrap();
+    let bin_dir = Path::new(BIN).parent().unwrap();
+    let script = |shell: &str| {
+        let f = tmp.path().join(format!("reftablefs.{shell}"));
+        std::fs::write(&f, run(&["completions", shell]).stdout).unwrap();
+        f
+    };
+    let cases = [
+        (&["reftablefs", "up"][..], "update-ref"),
+        (&["reftablefs", "show-ref", "--de"][..], "--dereference"),
+        (&["reftablefs", "completions", "f"][..], "fish"),
+        (&["reftablefs", "help", "unl"][..], "unlock"),
+    ];
+    let bash = script("bash");
+    for (words, want) in cases {
+        assert_eq!(shells::bash(&bash, bin_dir, words), want, "bash {words:?}");
+    }
+    if shells::have("zsh") {
+        let zsh = script("zsh");
+        for (words, want) in cases {
+            let line = words.join(" ");
+            let mut done = words[..words.len() - 1].join(" ");
+            done.push(' ');
+            done.push_str(want);
+            done.push(' ');
+            assert_eq!(shells::zsh(&zsh, bin_dir, &line), done, "zsh {line:?}");
+        }
+    }
+    if shells::have("fish") {
+        let fish = script("fish");
+        for (words, want) in cases {
+            let line = words.join(" ");
+            assert_eq!(shells::fish(&fish, bin_dir, &line), [want], "fish {line:?}");
+        }
+    }
 }

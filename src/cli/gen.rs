@@ -92,9 +92,12 @@ fn option_words(opts: &[Opt]) -> Vec<String> {
 
 /// The shell command that lists ref names (run by the completion scripts).
 const LIST_REFS: &str = "reftablefs for-each-ref --format='%(refname)' 2>/dev/null";
-/// The shell command that lists reftablefs mount points.
-const LIST_MOUNTS: &str =
-    "awk '$9 == \"fuse.reftable\" {print $5}' /proc/self/mountinfo 2>/dev/null";
+/// The shell command that lists reftablefs mount points: field 5 of the mountinfo lines
+/// whose file system (after the optional fields and `-`) is `fuse.reftable`, or `fuse…`
+/// with source `reftablefs` (as `reftablefs status` tells them).
+const LIST_MOUNTS: &str = "awk '{ for (i = 7; i <= NF; i++) if ($i == \"-\") { \
+     if ($(i + 1) == \"fuse.reftable\" || ($(i + 1) ~ /^fuse/ && $(i + 2) == \"reftablefs\")) \
+     print $5; break } }' /proc/self/mountinfo 2>/dev/null";
 
 fn operand_kind(o: Operands) -> &'static str {
     match o {
