@@ -45,6 +45,17 @@ pub fn suggest_compaction_segment(sizes: &[u64], factor: u8) -> Option<(usize, u
     (end > start).then_some((start, end))
 }
 
+/// A compaction writes its table to disk in pieces of about this size.
+const COMPACT_CHUNK: usize = 1 << 20;
+
+/// Appends what the writer produced so far to the temporary table file and empties its
+/// output buffer (offsets in the table are unaffected).
+fn drain(w: &mut TableWriter, f: &mut std::fs::File, tmp: &std::path::Path) -> Result<()> {
+    fsio::write_all(f, tmp, w.output()).map_err(|e| Error::io(tmp, e))?;
+    w.drain_output(&mut std::io::sink())
+        .map_err(|e| Error::io(tmp, e))
+}
+
 impl Stack {
     // ----- compaction ---------------------------------------------------------------
 
@@ -169,45 +180,50 @@ impl Stack {
         let drop_tombstones = first == 0;
         let input_bytes: u64 = range.iter().map(|t| t.file_size()).sum();
 
+        // The new table streams into a temporary file as it is written (the writer's
+        // output is drained every `COMPACT_CHUNK` bytes), so a compaction holds a bounded
+        // part of the table in memory however big the stack.
+        let prefix = format!("0x{min:012x}-0x{max:012x}-{:08x}", lockfile::rand_u32());
+        let (mut f, tmp) = lockfile::create_temp(&self.dir, &prefix)?;
         let mut w = self.take_writer();
-        let written = self.write_compacted(
-            &mut w,
-            &range,
-            (min, max),
-            drop_tombstones,
-            input_bytes,
-            expiry,
-        );
+        let written = (|| {
+            lockfile::chmod(&tmp, self.perms)?;
+            let n = self.write_compacted(
+                &mut w,
+                &range,
+                (min, max),
+                drop_tombstones,
+                input_bytes,
+                expiry,
+                &mut f,
+                &tmp,
+            )?;
+            let Some(n) = n else { return Ok(None) };
+            match w.finish() {
+                Ok(_) => {}
+                Err(Error::EmptyTable) => return Ok(None),
+                Err(e) => return Err(e),
+            }
+            drain(&mut w, &mut f, &tmp)?;
+            self.sync_file(&f, &tmp)?;
+            Ok(Some(n))
+        })();
+        self.put_writer(w);
+        drop(f);
         let new_name = match written {
             Ok(Some(n)) => {
                 self.stats.entries_written += n;
-                match w.finish() {
-                    Ok(bytes) => {
-                        let prefix =
-                            format!("0x{min:012x}-0x{max:012x}-{:08x}", lockfile::rand_u32());
-                        let r = self.write_temp_for_compaction(bytes, &prefix);
-                        match r {
-                            Ok(tmp) => Some(tmp),
-                            Err(e) => {
-                                self.put_writer(w);
-                                return Err(e);
-                            }
-                        }
-                    }
-                    Err(Error::EmptyTable) => None,
-                    Err(e) => {
-                        self.put_writer(w);
-                        return Err(e);
-                    }
-                }
+                Some(tmp)
             }
-            Ok(None) => None,
+            Ok(None) => {
+                let _ = fsio::remove_file(&tmp);
+                None
+            }
             Err(e) => {
-                self.put_writer(w);
+                let _ = fsio::remove_file(&tmp);
                 return Err(e);
             }
         };
-        self.put_writer(w);
 
         // The new table is garbage until the new list names it.
         let cleanup = |tmp: &Option<PathBuf>| {
@@ -286,28 +302,10 @@ impl Stack {
         Ok(true)
     }
 
-    pub(super) fn write_temp_for_compaction(
-        &mut self,
-        bytes: &[u8],
-        prefix: &str,
-    ) -> Result<PathBuf> {
-        let (mut f, tmp) = lockfile::create_temp(&self.dir, prefix)?;
-        let r = (|| {
-            lockfile::chmod(&tmp, self.perms)?;
-            fsio::write_all(&mut f, &tmp, bytes).map_err(|e| Error::io(&tmp, e))?;
-            self.sync_file(&f, &tmp)
-        })();
-        match r {
-            Ok(()) => Ok(tmp),
-            Err(e) => {
-                let _ = fsio::remove_file(&tmp);
-                Err(e)
-            }
-        }
-    }
-
-    /// Merges `range` into `w` (refs, then logs). Returns the number of records, or
-    /// `None` when there is nothing to write.
+    /// Merges `range` into `w` (refs, then logs), draining its output into `f` (the
+    /// temporary file at `tmp`) as it grows. Returns the number of records, or `None` when
+    /// there is nothing to write.
+    #[allow(clippy::too_many_arguments)]
     pub(super) fn write_compacted(
         &mut self,
         w: &mut TableWriter,
@@ -316,6 +314,8 @@ impl Stack {
         drop_tombstones: bool,
         input_bytes: u64,
         expiry: Option<LogExpiry>,
+        f: &mut std::fs::File,
+        tmp: &std::path::Path,
     ) -> Result<Option<u64>> {
         w.begin(min, max)?;
         let mut count = 0u64;
@@ -333,6 +333,9 @@ impl Stack {
         refs.seek(b"")?;
         while let Some(r) = refs.next()? {
             w.add_ref(r)?;
+            if w.output().len() >= COMPACT_CHUNK {
+                drain(w, f, tmp)?;
+            }
             count += 1;
             if count % 65536 == 0 {
                 report(count, false, &mut self.progress);
@@ -350,6 +353,9 @@ impl Stack {
                 }
             }
             w.add_log(l)?;
+            if w.output().len() >= COMPACT_CHUNK {
+                drain(w, f, tmp)?;
+            }
             count += 1;
             if count % 65536 == 0 {
                 report(count, false, &mut self.progress);
