@@ -195,6 +195,57 @@ pub fn signal(pid: u32, sig: &str) {
         .status();
 }
 
+/// Whether process `pid` runs (exists and is not a zombie).
+pub fn pid_alive(pid: u32) -> bool {
+    fs::read_to_string(format!("/proc/{pid}/stat"))
+        .map(|s| !s.contains(") Z "))
+        .unwrap_or(false)
+}
+
+/// A mount daemonised by `reftablefs mount --daemon` (or the mount(8) helper): killed and
+/// detached on every exit path.
+pub struct Daemon {
+    pub pid: u32,
+    mnt: PathBuf,
+}
+
+impl Daemon {
+    /// The mount process one of whose arguments is `arg` (its mountpoint, or the work tree
+    /// of `--over`), serving `mnt`; registered with the watchdog.
+    pub fn find(arg: &Path, mnt: &Path) -> Option<Daemon> {
+        let want = arg.to_string_lossy();
+        let pid = fs::read_dir("/proc")
+            .ok()?
+            .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok())
+            .find(|pid| {
+                fs::read(format!("/proc/{pid}/cmdline"))
+                    .map(|c| {
+                        let c = String::from_utf8_lossy(&c);
+                        c.contains("mount") && c.split('\0').any(|a| a == want)
+                    })
+                    .unwrap_or(false)
+            })?;
+        register(pid, mnt);
+        Some(Daemon {
+            pid,
+            mnt: mnt.to_path_buf(),
+        })
+    }
+
+    /// Whether the process still runs.
+    pub fn alive(&self) -> bool {
+        pid_alive(self.pid)
+    }
+}
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        signal(self.pid, "KILL");
+        force_unmount(&self.mnt);
+        unregister(self.pid);
+    }
+}
+
 /// Whether `mnt` is a mountpoint in this mount namespace.
 pub fn is_mounted(mnt: &Path) -> bool {
     let Ok(info) = fs::read_to_string("/proc/self/mountinfo") else {

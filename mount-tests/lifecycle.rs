@@ -4,12 +4,12 @@
 
 use crate::expected::{build_scenario, expected_tree};
 use crate::harness::{
-    ensure_same_tree, expect_errno, force_unmount, is_mounted, read_tree, register, signal,
-    unregister, wait_for, Ctx, Mount, Repo, TestResult, Tree, BIN,
+    ensure_same_tree, expect_errno, is_mounted, pid_alive, read_tree, signal, wait_for, Ctx,
+    Daemon, Mount, Repo, TestResult, Tree, BIN,
 };
 use std::fs::{self, OpenOptions};
 use std::io::Write;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
@@ -78,27 +78,6 @@ pub fn mount_failures_say_why(ctx: &Ctx) -> TestResult {
 }
 mount_test!(mount_failures_say_why, timeout = 120);
 
-/// Kills and detaches a daemonised mount on every exit path.
-struct Daemon {
-    pid: u32,
-    mnt: PathBuf,
-}
-
-impl Drop for Daemon {
-    fn drop(&mut self) {
-        signal(self.pid, "KILL");
-        force_unmount(&self.mnt);
-        unregister(self.pid);
-    }
-}
-
-fn pid_alive(pid: u32) -> bool {
-    Path::new(&format!("/proc/{pid}")).exists()
-        && fs::read_to_string(format!("/proc/{pid}/stat"))
-            .map(|s| !s.contains(") Z "))
-            .unwrap_or(false)
-}
-
 /// `--daemon` returns once the mount is ready; `reftablefs unmount` ends the daemon.
 pub fn daemon_then_unmount(ctx: &Ctx) -> TestResult {
     let repo = Repo::init(&ctx.path("repo"), "reftable")?;
@@ -123,24 +102,7 @@ pub fn daemon_then_unmount(ctx: &Ctx) -> TestResult {
         err.contains(&*log.to_string_lossy()),
         "mount --daemon did not name its log file: {err}"
     );
-    // Find the daemon: the process serving MNT (its command line names the mountpoint).
-    let pid = fs::read_dir("/proc")?
-        .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok())
-        .find(|pid| {
-            fs::read(format!("/proc/{pid}/cmdline"))
-                .map(|c| {
-                    let c = String::from_utf8_lossy(&c);
-                    c.contains("mount") && c.contains(&*mnt.to_string_lossy())
-                })
-                .unwrap_or(false)
-        });
-    let guard = pid.map(|pid| {
-        register(pid, &mnt);
-        Daemon {
-            pid,
-            mnt: mnt.clone(),
-        }
-    });
+    let guard = Daemon::find(&mnt, &mnt);
     ensure!(status.success(), "mount --daemon failed ({status}): {err}");
     ensure!(
         is_mounted(&mnt),
@@ -161,7 +123,7 @@ pub fn daemon_then_unmount(ctx: &Ctx) -> TestResult {
         .output()?;
     crate::harness::check(&out, "reftablefs unmount")?;
     wait_for(Duration::from_secs(10), || {
-        if is_mounted(&mnt) || pid_alive(guard.pid) {
+        if is_mounted(&mnt) || guard.alive() {
             Err("still mounted or running".into())
         } else {
             Ok(())

@@ -12,6 +12,7 @@ mod crash;
 mod differential;
 mod expected;
 mod lifecycle;
+mod packaging;
 mod read_path;
 #[path = "../tests/support/shells.rs"]
 mod shells;
@@ -30,6 +31,7 @@ const SOURCES: &[(&str, &str)] = &[
     ("differential", include_str!("differential.rs")),
     ("expected", include_str!("expected.rs")),
     ("lifecycle", include_str!("lifecycle.rs")),
+    ("packaging", include_str!("packaging.rs")),
     ("read_path", include_str!("read_path.rs")),
     ("status", include_str!("status.rs")),
     ("times", include_str!("times.rs")),
