@@ -19,7 +19,7 @@ use std::collections::BTreeMap;
 use std::fs;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::Command;
 
 use crate::harness::{check, expect_errno, read_tree, stage, Ctx, Mount, TestResult, Tree};
 
@@ -33,27 +33,13 @@ const INIT_DATE: &str = "1700000000 +0100";
 /// locale, bounded to 120 s by timeout(1).
 fn cmd(home: &Path, cwd: &Path, prog: &str, args: &[&str]) -> Command {
     let mut c = Command::new("timeout");
-    c.arg("120")
+    crate::harness::git_env(&mut c, home, INIT_DATE)
+        .arg("120")
         .arg(prog)
         .args(args)
         .current_dir(cwd)
-        .env_remove("GIT_DIR")
-        .env_remove("GIT_WORK_TREE")
-        .env_remove("GIT_INDEX_FILE")
-        .env_remove("GIT_OBJECT_DIRECTORY")
-        .env("HOME", home)
-        .env("GIT_CONFIG_NOSYSTEM", "1")
-        .env("GIT_CONFIG_GLOBAL", "/dev/null")
-        .env("GIT_AUTHOR_NAME", "A U Thor")
-        .env("GIT_AUTHOR_EMAIL", "author@example.com")
-        .env("GIT_COMMITTER_NAME", "C O Mitter")
-        .env("GIT_COMMITTER_EMAIL", "committer@example.com")
-        .env("GIT_AUTHOR_DATE", INIT_DATE)
-        .env("GIT_COMMITTER_DATE", INIT_DATE)
         .env("PYTHONPATH", SCRIPTS)
-        .env("PYTHONDONTWRITEBYTECODE", "1")
-        .env("LC_ALL", "C")
-        .stdin(Stdio::null());
+        .env("PYTHONDONTWRITEBYTECODE", "1");
     c
 }
 

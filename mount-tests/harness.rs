@@ -195,6 +195,27 @@ pub fn signal(pid: u32, sig: &str) {
         .status();
 }
 
+/// The environment every git (2.47, /usr/bin/git 2.39) and client library runs with in
+/// the mount tests: no inherited repository variables, a private `HOME`, no system or
+/// global config, the test identity, commit dates `date`, the C locale, stdin closed.
+pub fn git_env<'c>(cmd: &'c mut Command, home: &Path, date: &str) -> &'c mut Command {
+    cmd.env_remove("GIT_DIR")
+        .env_remove("GIT_WORK_TREE")
+        .env_remove("GIT_INDEX_FILE")
+        .env_remove("GIT_OBJECT_DIRECTORY")
+        .env("HOME", home)
+        .env("GIT_CONFIG_NOSYSTEM", "1")
+        .env("GIT_CONFIG_GLOBAL", "/dev/null")
+        .env("GIT_AUTHOR_NAME", "A U Thor")
+        .env("GIT_AUTHOR_EMAIL", "author@example.com")
+        .env("GIT_COMMITTER_NAME", "C O Mitter")
+        .env("GIT_COMMITTER_EMAIL", "committer@example.com")
+        .env("GIT_AUTHOR_DATE", date)
+        .env("GIT_COMMITTER_DATE", date)
+        .env("LC_ALL", "C")
+        .stdin(Stdio::null())
+}
+
 /// Whether process `pid` runs (exists and is not a zombie).
 pub fn pid_alive(pid: u32) -> bool {
     fs::read_to_string(format!("/proc/{pid}/stat"))
@@ -719,22 +740,7 @@ impl Repo {
         let tick = EPOCH + 60 * TICK.fetch_add(1, Ordering::Relaxed);
         let date = format!("{tick} +0130");
         let mut cmd = Command::new("git");
-        cmd.current_dir(cwd)
-            .env_remove("GIT_DIR")
-            .env_remove("GIT_WORK_TREE")
-            .env_remove("GIT_INDEX_FILE")
-            .env_remove("GIT_OBJECT_DIRECTORY")
-            .env("HOME", &self.home)
-            .env("GIT_CONFIG_NOSYSTEM", "1")
-            .env("GIT_CONFIG_GLOBAL", "/dev/null")
-            .env("GIT_AUTHOR_NAME", "A U Thor")
-            .env("GIT_AUTHOR_EMAIL", "author@example.com")
-            .env("GIT_COMMITTER_NAME", "C O Mitter")
-            .env("GIT_COMMITTER_EMAIL", "committer@example.com")
-            .env("GIT_AUTHOR_DATE", &date)
-            .env("GIT_COMMITTER_DATE", &date)
-            .env("LC_ALL", "C")
-            .stdin(Stdio::null());
+        git_env(&mut cmd, &self.home, &date).current_dir(cwd);
         cmd
     }
 

@@ -4,7 +4,7 @@
 //! filled in (systemd itself does not run in the test machine).
 
 use crate::harness::{
-    check, expect_errno, is_mounted, wait_for, Ctx, Daemon, Repo, TestResult, BIN,
+    check, expect_errno, git_env, is_mounted, wait_for, Ctx, Daemon, Repo, TestResult, BIN,
 };
 use std::fs;
 use std::path::{Path, PathBuf};
@@ -34,15 +34,15 @@ fn helper(src: &Path, mnt: &Path, opts: &str) -> TestResult<Output> {
 }
 
 /// Debian's git 2.39 (files backend only) with the test identity.
-fn legacy_git(cwd: &Path, git_dir: Option<&Path>, args: &[&str]) -> TestResult<String> {
+fn legacy_git(
+    home: &Path,
+    cwd: &Path,
+    git_dir: Option<&Path>,
+    args: &[&str],
+) -> TestResult<String> {
     let mut cmd = Command::new("/usr/bin/git");
-    cmd.current_dir(cwd)
-        .env("GIT_CONFIG_NOSYSTEM", "1")
-        .env("GIT_CONFIG_GLOBAL", "/dev/null")
-        .env("GIT_AUTHOR_NAME", "A U Thor")
-        .env("GIT_AUTHOR_EMAIL", "author@example.com")
-        .env("GIT_COMMITTER_NAME", "C O Mitter")
-        .env("GIT_COMMITTER_EMAIL", "committer@example.com")
+    git_env(&mut cmd, home, "1700000000 +0000")
+        .current_dir(cwd)
         .args(args);
     if let Some(d) = git_dir {
         cmd.env("GIT_DIR", d);
@@ -98,6 +98,7 @@ pub fn mount_helper_options(ctx: &Ctx) -> TestResult {
         "the mount does not serve refs/heads/main"
     );
     legacy_git(
+        &ctx.path("home"),
         &repo.work,
         Some(&mnt),
         &["update-ref", "refs/heads/via-helper", &head],
@@ -155,8 +156,18 @@ pub fn mount_helper_over(ctx: &Ctx) -> TestResult {
         fs::read_to_string(dotgit.join("HEAD"))? == "ref: refs/heads/main\n",
         ".git/HEAD is not the stack's"
     );
-    legacy_git(&repo.work, None, &["branch", "from-legacy"])?;
-    let status = legacy_git(&repo.work, None, &["status", "--porcelain=v1", "-b"])?;
+    legacy_git(
+        &ctx.path("home"),
+        &repo.work,
+        None,
+        &["branch", "from-legacy"],
+    )?;
+    let status = legacy_git(
+        &ctx.path("home"),
+        &repo.work,
+        None,
+        &["status", "--porcelain=v1", "-b"],
+    )?;
     ensure!(status.starts_with("## main"), "git 2.39 status: {status}");
     unmount(&dotgit, &daemon)?;
     drop(daemon);
@@ -246,6 +257,7 @@ pub fn systemd_unit_commands(ctx: &Ctx) -> TestResult {
     })
     .map_err(|e| format!("ExecStart did not mount within 10 s: {e}"))?;
     legacy_git(
+        &ctx.path("home"),
         &repo.work,
         Some(&mnt),
         &["update-ref", "refs/heads/pending", &head],

@@ -12,6 +12,9 @@ use reftablefs::fs::stack_source;
 use reftablefs::fs::view::{self, Kind, Scratch};
 use reftablefs::fs::MountOptions;
 
+#[path = "support/git.rs"]
+mod util;
+
 fn git(dir: &Path, args: &[&str]) -> String {
     let out = Command::new("git")
         .current_dir(dir)
@@ -206,23 +209,15 @@ fn ref_times_cost_no_seek_beyond_the_lookup() {
     }
     let run = |date: &str, args: &[&str], stdin: &str| {
         use std::io::Write;
-        let mut child = Command::new("git")
-            .current_dir(dir)
-            .env("GIT_CONFIG_NOSYSTEM", "1")
-            .env("GIT_CONFIG_GLOBAL", "/dev/null")
-            .env("GIT_COMMITTER_NAME", "C O Mitter")
-            .env("GIT_COMMITTER_EMAIL", "c@example.com")
+        let mut child = util::git_cmd(dir)
             .env("GIT_COMMITTER_DATE", date)
             .args(args)
             .stdin(std::process::Stdio::piped())
             .spawn()
             .unwrap();
-        child
-            .stdin
-            .take()
-            .unwrap()
-            .write_all(stdin.as_bytes())
-            .unwrap();
+        let mut input = child.stdin.take().unwrap();
+        input.write_all(stdin.as_bytes()).unwrap();
+        drop(input);
         assert!(child.wait().unwrap().success(), "git {args:?}");
     };
     run("1700000100 +0000", &["update-ref", "--stdin"], &batch);
