@@ -1810,6 +1810,7 @@ pub fn cas_increments_never_lost(ctx: &Ctx) -> TestResult {
         mount_failed += it.next().unwrap_or(0);
     }
     sync_ref(&m, counter)?;
+    let log = m.log();
     m.unmount()?;
     let final_k = *index
         .get(&repo.rev_parse(counter)?)
@@ -1819,8 +1820,10 @@ pub fn cas_increments_never_lost(ctx: &Ctx) -> TestResult {
     ));
     ensure!(
         final_k == git_ok + mount_ok,
-        "counter {final_k}, but {} increments were acknowledged (git {git_ok}, mount {mount_ok})",
-        git_ok + mount_ok
+        "counter {final_k}, but {} increments were acknowledged (git {git_ok}, mount {mount_ok}); \
+         the mount's log:\n{}",
+        git_ok + mount_ok,
+        log.lines().rev().take(80).collect::<Vec<_>>().join("\n")
     );
     ensure!(mount_ok > 0 && git_ok > 0, "one side made no increment");
     Ok(())
