@@ -65,7 +65,7 @@ pub struct Inodes {
 /// bounded however many files a walk stats (the kernel itself keeps dentries until
 /// memory pressure). A dropped name costs one lookup when it is used again; its inode
 /// number is the same (a hash of the path).
-pub const INODE_CAP: usize = 65_536;
+pub const INODE_CAP: usize = 32_768;
 
 /// `Node::seq` of a node taken off the eviction queue (re-queued by its next lookup).
 const UNQUEUED: u64 = u64::MAX;
