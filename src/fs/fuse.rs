@@ -9,8 +9,8 @@ use std::time::{Duration, SystemTime};
 use fuser::{
     BsdFileFlags, Errno, FileAttr, FileHandle, FileType, Filesystem, FopenFlags, Generation,
     INodeNo, KernelConfig, LockOwner, OpenFlags, RenameFlags, ReplyAttr, ReplyCreate, ReplyData,
-    ReplyDirectory, ReplyDirectoryPlus, ReplyEmpty, ReplyEntry, ReplyOpen, ReplyStatfs, ReplyWrite,
-    Request, TimeOrNow, WriteFlags,
+    ReplyDirectory, ReplyEmpty, ReplyEntry, ReplyOpen, ReplyStatfs, ReplyWrite, Request, TimeOrNow,
+    WriteFlags,
 };
 
 use crate::fs::inode::{OpenMode, ROOT};
@@ -40,66 +40,7 @@ pub struct RefFs {
     pub(crate) kernel_passthrough: bool,
 }
 
-/// Who holds the lookup reference a `readdirplus` entry gave the kernel.
-#[derive(Clone, Copy)]
-enum Held {
-    Refs,
-    Pass,
-    Fixed,
-}
-
-/// The names of a listing for `readdirplus` (what `readdir` lists).
-enum PlusNames {
-    Status,
-    Pass(Arc<Vec<passthrough::DirEntry>>),
-    Root(Vec<passthrough::DirEntry>),
-    Refs(Arc<crate::fs::view::Listing>),
-}
-
-impl PlusNames {
-    fn name(&self, k: usize) -> Option<&[u8]> {
-        match self {
-            PlusNames::Status => (k == 0).then_some(status::FILE_NAME),
-            PlusNames::Pass(e) => e.get(k).map(|e| &*e.name),
-            PlusNames::Root(e) => e.get(k).map(|e| &*e.name),
-            PlusNames::Refs(l) => l.get(k).map(|(n, _)| n),
-        }
-    }
-}
-
 impl RefFs {
-    /// What a lookup of `parent/name` answers, for a `readdirplus` entry: attributes,
-    /// one TTL for the entry and its attributes (the shorter of the two a lookup gives),
-    /// and who counts the kernel's reference. `None`: the name is gone (not listed).
-    fn plus_entry(&self, parent: INodeNo, name: &[u8]) -> Option<(FileAttr, Duration, Held)> {
-        if status::is_status_name(parent.0, name) {
-            return status_fs::entry(&self.shared, parent.0, name)
-                .map(|(a, t)| (a, t, Held::Fixed));
-        }
-        if let Some(p) = self.pass_child(parent, OsStr::from_bytes(name)) {
-            return p
-                .lookup(parent.0, name)
-                .ok()
-                .map(|a| (a, PASS_TTL, Held::Pass));
-        }
-        let (a, kind, cache) = self.shared.lookup(parent.0, name).ok()?;
-        let (attr_ttl, entry_ttl) = ttls(kind, cache);
-        Some((a, attr_ttl.min(entry_ttl), Held::Refs))
-    }
-
-    /// Gives back the reference of an entry that did not fit in the reply.
-    fn unplus(&self, ino: u64, held: Held) {
-        match held {
-            Held::Refs => self.shared.forget(ino, 1),
-            Held::Pass => {
-                if let Some(p) = &self.pass {
-                    p.forget(ino, 1);
-                }
-            }
-            Held::Fixed => {}
-        }
-    }
-
     /// The passthrough, if `ino` is one of its nodes.
     fn pass_ino(&self, ino: INodeNo) -> Option<&Passthrough> {
         self.pass.as_deref().filter(|_| is_pass_ino(ino.0))
@@ -205,8 +146,6 @@ impl Filesystem for RefFs {
         // Cached pages are dropped whenever fresh attributes show another mtime or size
         // (a second line of defence behind the open-time content check).
         let _ = config.add_capabilities(fuser::InitFlags::FUSE_AUTO_INVAL_DATA);
-        // Listings carry each entry's attributes (see `readdirplus`).
-        let _ = config.add_capabilities(fuser::InitFlags::FUSE_DO_READDIRPLUS);
         if let Some(p) = &self.pass {
             // Kernel passthrough for passed-through regular files; the backing files may
             // sit on a stacked filesystem (overlayfs) themselves, hence depth 2.
@@ -768,105 +707,6 @@ impl Filesystem for RefFs {
             }
             None => reply.error(Errno::EBADF),
         }
-    }
-
-    /// `readdir` with each entry's attributes (`FUSE_DO_READDIRPLUS`): `ls -l`, `find
-    /// -size` and git's loose-ref scan then need no lookup per name. Every entry but `.`
-    /// and `..` is a lookup (the kernel takes a reference on it); an entry that does not
-    /// fit in the reply gives its reference back.
-    fn readdirplus(
-        &self,
-        _req: &Request,
-        ino: INodeNo,
-        fh: FileHandle,
-        offset: u64,
-        mut reply: ReplyDirectoryPlus,
-    ) {
-        let (names, parent) = if ino.0 == status::DIR_INO {
-            (PlusNames::Status, ROOT)
-        } else if let Some(p) = self.pass_ino(ino) {
-            let Some(entries) = p.dir_entries(fh.0) else {
-                return reply.error(Errno::EBADF);
-            };
-            (PlusNames::Pass(entries), p.parent_of(ino.0))
-        } else if let Some(p) = self.pass.as_deref().filter(|_| ino.0 == ROOT) {
-            let refs: Option<Vec<passthrough::DirEntry>> =
-                self.shared.with_handle(fh.0, |h| match h {
-                    Some(Handle::Dir { entries, .. }) => Some(
-                        (0..entries.len())
-                            .filter_map(|k| entries.get(k))
-                            .map(|(name, kind)| passthrough::DirEntry {
-                                name: name.into(),
-                                kind: file_type(kind),
-                                ino: 0,
-                            })
-                            .collect(),
-                    ),
-                    _ => None,
-                });
-            let (Some(mut all), Some(rest)) = (refs, p.root_entries(fh.0)) else {
-                return reply.error(Errno::EBADF);
-            };
-            all.extend(rest.iter().cloned());
-            (PlusNames::Root(all), ROOT)
-        } else {
-            let listing = self.shared.with_handle(fh.0, |h| match h {
-                Some(Handle::Dir { entries, .. }) => Some(entries.clone()),
-                _ => None,
-            });
-            let Some(entries) = listing else {
-                return reply.error(Errno::EBADF);
-            };
-            (PlusNames::Refs(entries), self.shared.parent_of(ino.0))
-        };
-        let (uid, gid) = self.shared.owner();
-        let now = SystemTime::now();
-        let mut i = offset;
-        loop {
-            let full = match i {
-                0 | 1 => {
-                    // Not linked by the kernel: attributes only for the record.
-                    let (dino, name) = if i == 0 { (ino.0, ".") } else { (parent, "..") };
-                    let a = attr(dino, Kind::Dir, 4096, now, uid, gid);
-                    reply.add(
-                        INodeNo(dino),
-                        i + 1,
-                        name,
-                        &Duration::ZERO,
-                        &a,
-                        Generation(0),
-                    )
-                }
-                n => {
-                    let Some(name) = usize::try_from(n - 2).ok().and_then(|k| names.name(k)) else {
-                        break;
-                    };
-                    match self.plus_entry(ino, name) {
-                        // Gone since the listing was taken: left out.
-                        None => false,
-                        Some((a, ttl, held)) => {
-                            let full = reply.add(
-                                a.ino,
-                                n + 1,
-                                OsStr::from_bytes(name),
-                                &ttl,
-                                &a,
-                                Generation(0),
-                            );
-                            if full {
-                                self.unplus(a.ino.0, held);
-                            }
-                            full
-                        }
-                    }
-                }
-            };
-            if full {
-                break;
-            }
-            i += 1;
-        }
-        reply.ok();
     }
 
     fn releasedir(

@@ -371,16 +371,6 @@ pub(crate) mod serve {
         }
     }
 
-    /// What `lookup` answers for `parent/name` (attributes and TTL), for `readdirplus`.
-    pub fn entry(shared: &Shared, parent: u64, name: &[u8]) -> Option<(FileAttr, Duration)> {
-        let ino = match (parent, name) {
-            (ROOT, DIR_NAME) => DIR_INO,
-            (DIR_INO, FILE_NAME) => FILE_INO,
-            _ => return None,
-        };
-        Some((attr_of(shared, ino), ttl(ino)))
-    }
-
     /// `lookup` of `.reftablefs` at the root or of a name in it.
     pub fn lookup(shared: &Shared, parent: u64, name: &[u8], reply: ReplyEntry) {
         let ino = match (parent, name) {
