@@ -5,6 +5,7 @@
 #   bash benches/mount_bench.sh            full sizes (100k and 1M refs)
 #   BENCH_SCALE=10 bash benches/mount_bench.sh   sizes divided by 10
 #   BENCH_ONLY="cat find" ...              only some of: cat find git ls rss stat write fsync
+#   MOUNT_BENCH_BIN=/path/to/reftablefs ...  measure another build of the mount
 #
 # Every mount is removed by the trap (SIGTERM, then fusermount3 -uz); steps are bounded
 # with `timeout`. The markdown table is printed at the end and appended to
@@ -20,7 +21,8 @@ oldgit="${OLD_GIT:-/usr/bin/git}"
 want() { [[ " $only " == *" $1 "* ]]; }
 
 cargo build --release --quiet --bin reftablefs --example lock_rename
-bin="$root/target/release/reftablefs"
+# MOUNT_BENCH_BIN=path measures another build of the mount (e.g. main's, for a before/after).
+bin="${MOUNT_BENCH_BIN:-$root/target/release/reftablefs}"
 writer="$root/target/release/examples/lock_rename"
 
 work="$(mktemp -d "${TMPDIR:-/tmp}/reftablefs-bench.XXXXXX")"
