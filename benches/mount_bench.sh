@@ -4,7 +4,8 @@
 #
 #   bash benches/mount_bench.sh            full sizes (100k and 1M refs)
 #   BENCH_SCALE=10 bash benches/mount_bench.sh   sizes divided by 10
-#   BENCH_ONLY="cat find" ...              only some of: cat find rss write fsync
+#   BENCH_ONLY="cat find" ...              only some of: cat find git ls rss stat write fsync
+#   MOUNT_BENCH_BIN=/path/to/reftablefs ...  measure another build of the mount
 #
 # Every mount is removed by the trap (SIGTERM, then fusermount3 -uz); steps are bounded
 # with `timeout`. The markdown table is printed at the end and appended to
@@ -14,11 +15,14 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 root="$PWD"
 scale="${BENCH_SCALE:-1}"
-only="${BENCH_ONLY:-cat find rss write fsync}"
+only="${BENCH_ONLY:-cat find git ls rss stat write fsync}"
+# The files-only git (2.39) that reads loose refs through the mount.
+oldgit="${OLD_GIT:-/usr/bin/git}"
 want() { [[ " $only " == *" $1 "* ]]; }
 
 cargo build --release --quiet --bin reftablefs --example lock_rename
-bin="$root/target/release/reftablefs"
+# MOUNT_BENCH_BIN=path measures another build of the mount (e.g. main's, for a before/after).
+bin="${MOUNT_BENCH_BIN:-$root/target/release/reftablefs}"
 writer="$root/target/release/examples/lock_rename"
 
 work="$(mktemp -d "${TMPDIR:-/tmp}/reftablefs-bench.XXXXXX")"
@@ -92,7 +96,7 @@ n100k=$((100000 / scale))
 n1m=$((1000000 / scale))
 n10k=$((10000 / scale))
 
-if want cat || want find; then
+if want cat || want find || want git || want ls; then
     echo "== setup: $n100k refs"
     make_repo "$work/r100k" "$n100k" refs/heads/bulk
     mkdir -p "$work/disk100k"
@@ -130,11 +134,50 @@ if want cat || want find; then
         row "cat of $n10k random refs, first run (cold)" "$(ms "$cold_s")" "$(ms "$(median3 "${d[@]}")") (disk)" "$(ratio "$cold_s" "$(median3 "${d[@]}")")" "≤ 1.5×"
         row "cat of $n10k random refs, warm (median of 3)" "$(ms "$(median3 "${m[@]}")")" "$(ms "$(median3 "${d[@]}")") (disk)" "$(ratio "$(median3 "${m[@]}")" "$(median3 "${d[@]}")")" "≤ 1.5×"
     fi
+    if want git; then
+        echo "== $("$oldgit" --version) over $n100k loose refs: through the mount vs loose files on disk"
+        # The disk side: a files repository with the same refs as loose files and the
+        # same objects (git skips refs to missing objects).
+        git init -q --ref-format=files -b main "$work/f100k"
+        rm -rf "$work/f100k/.git/objects" && cp -a "$work/r100k/.git/objects" "$work/f100k/.git/"
+        loose_copy "$work/r100k/.git" "$work/f100k/.git"
+        for what in "for-each-ref --format=%(refname)" "branch -a"; do
+            # shellcheck disable=SC2086
+            t=$(now); GIT_DIR="$work/m100k" timeout 600 "$oldgit" $what >"$work/g.mnt"; cold_s=$(elapsed "$t")
+            m=(); d=()
+            for _ in 1 2 3; do
+                # shellcheck disable=SC2086
+                t=$(now); GIT_DIR="$work/f100k/.git" timeout 600 "$oldgit" $what >"$work/g.disk"; d+=("$(elapsed "$t")")
+                # shellcheck disable=SC2086
+                t=$(now); GIT_DIR="$work/m100k" timeout 600 "$oldgit" $what >"$work/g.mnt"; m+=("$(elapsed "$t")")
+            done
+            cmp -s "$work/g.mnt" "$work/g.disk" || echo "  WARNING: git $what differs between mount and disk"
+            row "git 2.39 \`$what\`, $n100k loose refs, first run (cold)" "$(ms "$cold_s")" "$(ms "$(median3 "${d[@]}")") (disk)" "$(ratio "$cold_s" "$(median3 "${d[@]}")")" "≤ 1.5×"
+            row "git 2.39 \`$what\`, $n100k loose refs, warm (median of 3)" "$(ms "$(median3 "${m[@]}")")" "$(ms "$(median3 "${d[@]}")") (disk)" "$(ratio "$(median3 "${m[@]}")" "$(median3 "${d[@]}")")" "≤ 1.5×"
+        done
+        rm -rf "$work/f100k"
+    fi
+    if want ls; then
+        echo "== ls -lR refs and find refs -size +0 over $n100k refs"
+        for what in "ls -lR refs" "find refs -size +0"; do
+            # shellcheck disable=SC2086
+            t=$(now); (cd "$work/m100k" && timeout 600 $what >/dev/null); cold_s=$(elapsed "$t")
+            m=(); d=()
+            for _ in 1 2 3; do
+                # shellcheck disable=SC2086
+                t=$(now); (cd "$work/disk100k" && timeout 600 $what >/dev/null); d+=("$(elapsed "$t")")
+                # shellcheck disable=SC2086
+                t=$(now); (cd "$work/m100k" && timeout 600 $what >/dev/null); m+=("$(elapsed "$t")")
+            done
+            row "\`$what\`, $n100k refs, first run (cold)" "$(ms "$cold_s")" "$(ms "$(median3 "${d[@]}")") (disk)" "$(ratio "$cold_s" "$(median3 "${d[@]}")")" "≤ 1.2×"
+            row "\`$what\`, $n100k refs, warm (median of 3)" "$(ms "$(median3 "${m[@]}")")" "$(ms "$(median3 "${d[@]}")") (disk)" "$(ratio "$(median3 "${m[@]}")" "$(median3 "${d[@]}")")" "≤ 1.2×"
+        done
+    fi
     mount_stop "$work/m100k" "$pid100k"
     rm -rf "$work/r100k" "$work/disk100k"
 fi
 
-if want rss; then
+if want rss || want stat; then
     echo "== peak RSS, $n1m refs, after find of everything"
     make_repo "$work/r1m" "$n1m" refs/tags/bulk
     mount_start "$work/r1m/.git" "$work/m1m" --read-only
@@ -144,6 +187,18 @@ if want rss; then
     git_kb=$( { /usr/bin/time -f '%M' git -C "$work/r1m" for-each-ref >/dev/null; } 2>&1 | tail -1)
     echo "  (find listed $count files in $find_s s)"
     row "peak RSS (VmHWM) of the mount, $n1m refs, after find" "$((hwm_kb / 1024)) MiB" "$((git_kb / 1024)) MiB (git for-each-ref)" "$(ratio "$hwm_kb" "$git_kb")" "≤ 64 MiB"
+    if want stat; then
+        echo "== find refs -size +0 (a stat of every file), $n1m refs"
+        mkdir -p "$work/disk1m"
+        loose_copy "$work/r1m/.git" "$work/disk1m"
+        t=$(now); (cd "$work/m1m" && timeout 1800 find refs -size +0 >/dev/null); stat_s=$(elapsed "$t")
+        hwm_kb=$(awk '/^VmHWM/ { print $2 }' "/proc/$pid1m/status")
+        rss_kb=$(awk '/^VmRSS/ { print $2 }' "/proc/$pid1m/status")
+        t=$(now); (cd "$work/disk1m" && timeout 1800 find refs -size +0 >/dev/null); disk_s=$(elapsed "$t")
+        row "find refs -size +0, $n1m refs (after find -type f above)" "$(ms "$stat_s")" "$(ms "$disk_s") (disk, just written)" "$(ratio "$stat_s" "$disk_s")" "≤ 2×"
+        row "peak RSS (VmHWM) of the mount, $n1m refs, after find -size +0 (VmRSS $((rss_kb / 1024)) MiB)" "$((hwm_kb / 1024)) MiB" "$((git_kb / 1024)) MiB (git for-each-ref)" "$(ratio "$hwm_kb" "$git_kb")" "≤ 64 MiB"
+        rm -rf "$work/disk1m"
+    fi
     mount_stop "$work/m1m" "$pid1m"
     rm -rf "$work/r1m"
 fi

@@ -4,7 +4,7 @@
 //! type). The table remembers only the nodes the kernel holds (lookup count > 0), each as
 //! (parent, last component), and forgets them when the kernel does.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 
 use crate::fs::view::Kind;
 
@@ -38,6 +38,9 @@ struct Node {
     size: Option<u64>,
     /// Fingerprint of the content the kernel's pages of this inode may hold.
     pages: Option<u64>,
+    /// Its place in the eviction queue: the queue entry carrying this number is the
+    /// node's own (older entries of a forgotten and re-learnt number are skipped).
+    seq: u64,
 }
 
 /// The inode table.
@@ -47,7 +50,25 @@ pub struct Inodes {
     /// Nodes living under a name they got by a rename (their number is the hash of an
     /// older path): (parent, name) -> inode. Small: only renamed, still known nodes.
     renamed: HashMap<(u64, Box<[u8]>), u64>,
+    /// Known nodes in the order the kernel learnt them, oldest first: (inode, seq). The
+    /// first ones are those the watcher asks the kernel to drop when the table is above
+    /// its cap ([`Inodes::evictable`]). Kept at most about twice the table's size.
+    order: VecDeque<(u64, u64)>,
+    next_seq: u64,
+    /// Known nodes taken off the queue (the kernel was asked to drop them) that it has
+    /// not forgotten yet.
+    asked: usize,
 }
+
+/// Above this many known nodes the watcher asks the kernel to drop its oldest entries
+/// (`inval_entry`), so that it forgets them: the table, ~150 bytes per node, stays
+/// bounded however many files a walk stats (the kernel itself keeps dentries until
+/// memory pressure). A dropped name costs one lookup when it is used again; its inode
+/// number is the same (a hash of the path).
+pub const INODE_CAP: usize = 32_768;
+
+/// `Node::seq` of a node taken off the eviction queue (re-queued by its next lookup).
+const UNQUEUED: u64 = u64::MAX;
 
 /// FNV-1a over the path and the kind, never 0 or 1.
 pub fn ino_of(path: &[u8], kind: Kind) -> u64 {
@@ -101,6 +122,8 @@ impl Inodes {
         loop {
             match self.nodes.get_mut(&ino) {
                 None => {
+                    let seq = self.next_seq;
+                    self.next_seq += 1;
                     self.nodes.insert(
                         ino,
                         Node {
@@ -110,8 +133,16 @@ impl Inodes {
                             nlookup: 1,
                             size,
                             pages: None,
+                            seq,
                         },
                     );
+                    self.order.push_back((ino, seq));
+                    if self.order.len() > 2 * self.nodes.len() + 1024 {
+                        // Drop the entries of forgotten nodes (each live node has one).
+                        let nodes = &self.nodes;
+                        self.order
+                            .retain(|(i, s)| nodes.get(i).is_some_and(|n| n.seq == *s));
+                    }
                     return ino;
                 }
                 Some(n)
@@ -121,6 +152,13 @@ impl Inodes {
                         && n.size == size =>
                 {
                     n.nlookup += 1;
+                    if n.seq == UNQUEUED {
+                        // Learnt again after the watcher asked the kernel to drop it.
+                        self.asked -= 1;
+                        n.seq = self.next_seq;
+                        self.next_seq += 1;
+                        self.order.push_back((ino, n.seq));
+                    }
                     return ino;
                 }
                 // A 64-bit hash collision: probe (stable as long as the colliding node lives).
@@ -255,6 +293,9 @@ impl Inodes {
             node.nlookup = node.nlookup.saturating_sub(n);
             if node.nlookup == 0 {
                 if let Some(n) = self.nodes.remove(&ino) {
+                    if n.seq == UNQUEUED {
+                        self.asked -= 1;
+                    }
                     if self.renamed.get(&(n.parent, n.name.clone())) == Some(&ino) {
                         self.renamed.remove(&(n.parent, n.name));
                     }
@@ -300,6 +341,40 @@ impl Inodes {
     /// Every known inode with its kind (for invalidation passes).
     pub fn known(&self) -> impl Iterator<Item = (u64, Kind)> + '_ {
         self.nodes.iter().map(|(&ino, n)| (ino, n.kind))
+    }
+
+    /// Whether the table is above `cap` nodes.
+    pub fn over(&self, cap: usize) -> bool {
+        self.nodes.len() - self.asked > cap
+    }
+
+    /// The oldest known names to drop from the kernel's cache while the table is above
+    /// `cap` (down to 3/4 of it), at most `max` of them: (parent, name) for
+    /// `inval_entry`. Each is taken off the queue once; a name the kernel keeps in use
+    /// stays known until it forgets it. The kernel's `forget` then removes the nodes
+    /// (a directory's entry takes its unused children with it).
+    pub fn evictable(&mut self, cap: usize, max: usize) -> Vec<(u64, Box<[u8]>)> {
+        let mut out = Vec::new();
+        // Nodes already asked for are on their way out.
+        let live = self.nodes.len() - self.asked;
+        if live <= cap {
+            return out;
+        }
+        let excess = live - (cap - cap / 4);
+        while out.len() < excess.min(max) {
+            let Some((ino, seq)) = self.order.pop_front() else {
+                break;
+            };
+            match self.nodes.get_mut(&ino) {
+                Some(n) if n.seq == seq => {
+                    n.seq = UNQUEUED;
+                    self.asked += 1;
+                    out.push((n.parent, n.name.clone()));
+                }
+                _ => {}
+            }
+        }
+        out
     }
 
     /// Number of known inodes.
@@ -425,5 +500,62 @@ mod tests {
         assert_eq!(p, b"refs/heads/y");
         assert_eq!(t.fixed_size(x), None);
         assert_eq!(t.open_for_read(x, 41, 1), OpenMode::Direct);
+    }
+
+    #[test]
+    fn above_the_cap_the_oldest_names_are_evicted_once() {
+        let mut t = Inodes::new();
+        let dir = t.remember(ROOT, b"d", b"d", Kind::Dir, None);
+        let mut inos = Vec::new();
+        for i in 0..20u32 {
+            let name = format!("r{i}");
+            let path = format!("d/{name}");
+            inos.push(t.remember(dir, name.as_bytes(), path.as_bytes(), Kind::Ref, Some(41)));
+        }
+        // 21 nodes, cap 16: down to 12, oldest first (the directory, then r0, r1, ...).
+        assert!(t.over(16));
+        let first = t.evictable(16, 100);
+        assert_eq!(first.len(), 21 - 12);
+        assert_eq!(first[0], (ROOT, Box::from(&b"d"[..])));
+        assert_eq!(first[1], (dir, Box::from(&b"r0"[..])));
+        // Not forgotten yet: the same names are not asked for twice, nor more names.
+        assert!(!t.over(16));
+        assert!(t.evictable(16, 100).is_empty());
+        for i in 20..24u32 {
+            let name = format!("r{i}");
+            let path = format!("d/{name}");
+            inos.push(t.remember(dir, name.as_bytes(), path.as_bytes(), Kind::Ref, Some(41)));
+        }
+        // 25 known, 9 asked: 16 live, not above the cap; one more is.
+        assert!(!t.over(16));
+        inos.push(t.remember(dir, b"r24", b"d/r24", Kind::Ref, Some(41)));
+        assert!(t.over(16));
+        // `max` bounds a round.
+        let second = t.evictable(16, 3);
+        assert_eq!(second.len(), 3);
+        assert_eq!(second[0], (dir, Box::from(&b"r8"[..])));
+        // The kernel forgets r0..r7; r8 is looked up again and requeued at the back.
+        for &ino in &inos[..8] {
+            t.forget(ino, 1);
+        }
+        assert_eq!(
+            t.remember(dir, b"r8", b"d/r8", Kind::Ref, Some(41)),
+            inos[8]
+        );
+        assert_eq!(t.asked, 3 + 1 - 1);
+        assert!(!t.over(16));
+        assert!(t.evictable(16, 100).is_empty());
+        // A forgotten, re-learnt number has one live queue entry.
+        let r0 = t.remember(dir, b"r0", b"d/r0", Kind::Ref, Some(41));
+        assert_eq!(r0, inos[0]);
+        for i in 20..40u32 {
+            let name = format!("r{i}");
+            let path = format!("d/{name}");
+            t.remember(dir, name.as_bytes(), path.as_bytes(), Kind::Ref, Some(41));
+        }
+        let names: Vec<_> = t.evictable(16, 1000);
+        let r0s = names.iter().filter(|(_, n)| &**n == b"r0").count();
+        assert!(r0s <= 1, "{names:?}");
+        assert!(t.order.len() <= 2 * t.len() + 1024);
     }
 }

@@ -424,6 +424,10 @@ impl Shared {
         // A ref file small enough for one page gets an inode of its own size.
         let fixed = (kind == Kind::Ref && size <= PAGE_CACHED_MAX as u64).then_some(size);
         let ino = g.inodes.remember(parent, name, &path, kind, fixed);
+        if g.inodes.over(crate::fs::inode::INODE_CAP) {
+            // The watcher asks the kernel to drop the oldest names (see `inode.rs`).
+            self.wake_watcher();
+        }
         Ok((
             self.attr_timed(&mut g, ino, &path, kind, size),
             kind,
@@ -433,6 +437,14 @@ impl Shared {
 
     pub(crate) fn forget(&self, ino: u64, n: u64) {
         self.lock().inodes.forget(ino, n);
+    }
+
+    /// Up to `max` of the oldest known names for `inval_entry` while the inode table is
+    /// above its cap (see [`crate::fs::inode::INODE_CAP`]).
+    pub fn evictable(&self, max: usize) -> Vec<(u64, Box<[u8]>)> {
+        self.lock()
+            .inodes
+            .evictable(crate::fs::inode::INODE_CAP, max)
     }
 
     /// Attributes of `ino`, and whether they may be cached with a positive TTL.

@@ -145,6 +145,26 @@ fn run(shared: Arc<Shared>, ino: Option<Inotify>, notifier: Notifier) {
             break;
         }
         invalidate(&shared, &notifier);
+        evict(&shared, &notifier);
+    }
+}
+
+/// Names per round of [`evict`] (the table's lock is taken once per round).
+const EVICT_ROUND: usize = 4096;
+
+/// While the inode table is above its cap, asks the kernel to drop its oldest names: it
+/// then sends `forget` for them (and for the unused children of a dropped directory), and
+/// the table shrinks. Bounded: at most the table's excess is asked for per wake-up.
+pub fn evict(shared: &Shared, notifier: &Notifier) {
+    loop {
+        let names = shared.evictable(EVICT_ROUND);
+        for (parent, name) in &names {
+            // ENOENT from the kernel only means the entry was not cached.
+            let _ = notifier.inval_entry(INodeNo(*parent), OsStr::from_bytes(name));
+        }
+        if names.len() < EVICT_ROUND || shared.stopping() {
+            break;
+        }
     }
 }
 
