@@ -31,6 +31,7 @@ pub mod source;
 pub mod stack_source;
 pub mod status;
 pub mod view;
+pub mod worktree;
 pub mod write;
 
 mod batch;
@@ -200,10 +201,18 @@ pub fn mount(
         )),
         _ => None,
     };
+    // Linked worktrees' ref views, started at their first request (`worktree.rs`).
+    let wts = match (&pass, reftable_dir.parent()) {
+        (Some(_), Some(gitdir)) => {
+            Some(std::sync::Arc::new(worktree::Worktrees::new(gitdir, opts)))
+        }
+        _ => None,
+    };
     let fs = fuse::RefFs {
         shared: shared.clone(),
         pass,
         kernel_passthrough: opts.kernel_passthrough,
+        wts: wts.clone(),
     };
     let mut config = Config::default();
     config.mount_options = vec![
@@ -228,6 +237,9 @@ pub fn mount(
     let mut session = Session::new(fs, mountpoint, &config)
         .map_err(|e| fail(format!("cannot mount on {}: {e}", mountpoint.display())))?;
     let notifier = session.notifier();
+    if let Some(w) = &wts {
+        w.set_notifier(notifier.clone());
+    }
     let mut unmounter = session.unmount_callable();
     let watcher = watch::spawn(shared.clone(), reftable_dir, notifier)
         .map_err(|e| Error::io(reftable_dir, e))?;
@@ -258,7 +270,8 @@ pub fn mount(
     shared.shutdown();
     let _ = batcher.join();
     let _ = watcher.join();
-    if flushed.is_err() {
+    let wt_flushed = wts.as_deref().map_or(Ok(()), worktree::Worktrees::stop_all);
+    if flushed.is_err() || wt_flushed.is_err() {
         return Err(fail(
             "some pending ref updates could not be written (see the log lines above)".into(),
         ));

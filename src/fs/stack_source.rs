@@ -480,15 +480,25 @@ fn stack_options(repo: &Repo, fsync: bool) -> StackOptions {
 
 /// Opens the stack of `gitdir` twice (a reader for requests, a writer for the batcher).
 pub fn open(gitdir: &Path, opts: &MountOptions) -> Result<Opened> {
+    open_stack(gitdir, None, opts)
+}
+
+/// Opens the stack in `dir` (a linked worktree's own stack,
+/// `GITDIR/worktrees/<id>/reftable`) with the settings of the repository at `gitdir`.
+pub fn open_dir(gitdir: &Path, dir: &Path, opts: &MountOptions) -> Result<Opened> {
+    open_stack(gitdir, Some(dir), opts)
+}
+
+fn open_stack(gitdir: &Path, dir: Option<&Path>, opts: &MountOptions) -> Result<Opened> {
     let repo = Repo::open(gitdir)?;
     repo.require_reftable()?;
     // The caller's spelling of the directory, not the canonical one: `mount --over` passes
     // `/proc/self/fd/N` (the real `.git` under the mount), whose canonical path leads
     // through the mount itself.
-    let dir = if repo.worktree_reftable_dir().is_none() {
-        gitdir.join("reftable")
-    } else {
-        repo.reftable_dir()
+    let dir = match dir {
+        Some(d) => d.to_path_buf(),
+        None if repo.worktree_reftable_dir().is_none() => gitdir.join("reftable"),
+        None => repo.reftable_dir(),
     };
     let id = repo.committer()?;
     let log = LogSettings {
