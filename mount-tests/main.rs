@@ -14,6 +14,7 @@ mod lifecycle;
 mod read_path;
 mod status;
 mod times;
+mod worktrees;
 mod write_path;
 
 use harness::Test;
@@ -324,6 +325,18 @@ const TESTS: &[Test] = &[
         needs_mount: true,
         timeout_secs: 120,
         run: times::head_mtime_moves_when_head_changes,
+    },
+    Test {
+        name: "worktrees::git239_session_in_linked_worktree",
+        needs_mount: true,
+        timeout_secs: 240,
+        run: worktrees::git239_session_in_linked_worktree,
+    },
+    Test {
+        name: "worktrees::worktree_added_while_mounted",
+        needs_mount: true,
+        timeout_secs: 180,
+        run: worktrees::worktree_added_while_mounted,
     },
 ];
 
