@@ -374,6 +374,23 @@ pub fn worktree_added_while_mounted(ctx: &Ctx) -> TestResult {
         "mkdir worktrees/wt/reftable",
     )?;
 
+    // A shared ref written into the worktree's view would be ignored by git: refused.
+    let head = fs::read_to_string(mnt.join("HEAD"))?;
+    let main_id = fs::read_to_string(mnt.join(head.trim().trim_start_matches("ref: ")))?;
+    expect_errno(
+        fs::write(mnt.join("worktrees/wt/refs/shared-x"), &main_id),
+        &[libc::EPERM],
+        "write worktrees/wt/refs/shared-x",
+    )?;
+    expect_errno(
+        fs::create_dir(mnt.join("worktrees/wt/refs/heads2")),
+        &[libc::EPERM],
+        "mkdir worktrees/wt/refs/heads2",
+    )?;
+    // A per-worktree ref written as a file lands in the worktree's stack.
+    fs::create_dir_all(mnt.join("worktrees/wt/refs/worktree"))?;
+    fs::write(mnt.join("worktrees/wt/refs/worktree/by-hand"), &main_id)?;
+
     // Added by git 2.47 on the real directory while mounted.
     let wt2 = ctx.path("r-wts/wt2");
     run(
@@ -475,5 +492,20 @@ pub fn worktree_added_while_mounted(ctx: &Ctx) -> TestResult {
         "git worktree list: {list}"
     );
     run(&r.home, &wt2, T0, "git", &["status"])?;
+    let by_hand = run(
+        &r.home,
+        &r.wt,
+        T0,
+        "git",
+        &[
+            "for-each-ref",
+            "--format=%(refname) %(objectname)",
+            "refs/worktree/",
+        ],
+    )?;
+    ensure!(
+        by_hand == format!("refs/worktree/by-hand {main_id}"),
+        "refs/worktree/by-hand written through the mount, seen by git 2.47 in wt: {by_hand:?}"
+    );
     Ok(())
 }

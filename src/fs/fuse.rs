@@ -49,6 +49,16 @@ enum ViewRef<'a> {
     Wt(Arc<Worktree>),
 }
 
+impl ViewRef<'_> {
+    /// A linked worktree's view takes only its own names (`Worktree::check_creatable`).
+    fn check_creatable(&self, parent: u64, name: &[u8]) -> Result<(), i32> {
+        match self {
+            ViewRef::Main(_) => Ok(()),
+            ViewRef::Wt(w) => w.check_creatable(parent, name),
+        }
+    }
+}
+
 impl std::ops::Deref for ViewRef<'_> {
     type Target = Shared;
     fn deref(&self) -> &Shared {
@@ -538,6 +548,9 @@ impl Filesystem for RefFs {
             Ok(v) => v,
             Err(e) => return reply.error(e),
         };
+        if let Err(e) = sh.check_creatable(m.inn(parent.0), name.as_bytes()) {
+            return reply.error(errno(e));
+        }
         match sh.create(m.inn(parent.0), name.as_bytes(), flags) {
             Ok((mut a, fh)) => {
                 a.ino = INodeNo(m.out(a.ino.0));
@@ -678,6 +691,9 @@ impl Filesystem for RefFs {
             Ok(v) => v,
             Err(e) => return reply.error(e),
         };
+        if let Err(e) = sh.check_creatable(m.inn(parent.0), name.as_bytes()) {
+            return reply.error(errno(e));
+        }
         match sh.mkdir(m.inn(parent.0), name.as_bytes()) {
             Ok(mut a) => {
                 a.ino = INodeNo(m.out(a.ino.0));
@@ -751,7 +767,11 @@ impl Filesystem for RefFs {
             Err(e) => return reply.error(e),
         };
         match self.view_child(newparent.0, true) {
-            Ok((_, m2)) if m2.same_view(&m) => {}
+            Ok((_, m2)) if m2.same_view(&m) => {
+                if let Err(e) = sh.check_creatable(m.inn(newparent.0), newname.as_bytes()) {
+                    return reply.error(errno(e));
+                }
+            }
             Ok(_) => {
                 crate::fs::state::log_error(
                     "rename",

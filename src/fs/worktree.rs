@@ -100,6 +100,32 @@ pub struct Worktree {
 }
 
 impl Worktree {
+    /// Refuses (EPERM, logged) to create `name` in the view's directory `parent` (its own
+    /// number) unless the path is one of the worktree's: a name at its top (`HEAD`,
+    /// `ORIG_HEAD`, …, `refs`, `logs`), a per-worktree ref (`refs/bisect/…`,
+    /// `refs/worktree/…`, `refs/rewritten/…`) or its reflog. A shared ref written here
+    /// would land in the worktree's stack, where git ignores it.
+    pub fn check_creatable(&self, parent: u64, name: &[u8]) -> Result<(), i32> {
+        let mut path = Vec::new();
+        if parent != ROOT && self.shared.lock().inodes.path(parent, &mut path).is_none() {
+            return Err(libc::ESTALE);
+        }
+        let path = crate::fs::view::join(&path, name);
+        if is_worktree_path(&path) {
+            return Ok(());
+        }
+        let mut shown = b"worktrees/".to_vec();
+        shown.extend_from_slice(&self.id);
+        shown.push(b'/');
+        shown.extend_from_slice(&path);
+        let why = "only HEAD, root refs and per-worktree refs (refs/bisect/, refs/worktree/, \
+                   refs/rewritten/) and their reflogs live in a worktree's stack: shared refs \
+                   are written in the common directory";
+        log_error("create", &shown, &why);
+        crate::fs::status::recorder().refused("create", &shown, libc::EPERM, why);
+        Err(libc::EPERM)
+    }
+
     /// The map of this view, with its directory's current inode.
     pub fn map(&self) -> Map {
         Map {
@@ -122,6 +148,27 @@ pub struct Worktrees {
     opts: MountOptions,
     notifier: OnceLock<Notifier>,
     inner: Mutex<Inner>,
+}
+
+/// git's `is_per_worktree_ref` (refs.c): refs below `refs/worktree/`, `refs/bisect/`
+/// and `refs/rewritten/` belong to each worktree.
+pub fn is_per_worktree_ref(name: &[u8]) -> bool {
+    [&b"refs/worktree/"[..], b"refs/bisect/", b"refs/rewritten/"]
+        .iter()
+        .any(|p| name.starts_with(p))
+}
+
+/// Whether `path` (relative to a worktree's directory) may be created in its ref view:
+/// a top-level name, `refs`, a per-worktree ref or directory on the way to one, and the
+/// same below `logs/` (`logs/HEAD`, `logs/refs/bisect/…`).
+fn is_worktree_path(path: &[u8]) -> bool {
+    let rel = path.strip_prefix(b"logs/").unwrap_or(path);
+    if !rel.contains(&b'/') || rel == b"refs" {
+        return true;
+    }
+    let mut with_slash = rel.to_vec();
+    with_slash.push(b'/');
+    is_per_worktree_ref(rel) || is_per_worktree_ref(&with_slash)
 }
 
 /// (st_dev, st_ino) of `dir`, if it exists.
@@ -323,6 +370,37 @@ impl Worktrees {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn worktree_paths_follow_git() {
+        for ok in [
+            &b"HEAD"[..],
+            b"HEAD.lock",
+            b"ORIG_HEAD",
+            b"refs",
+            b"refs/bisect",
+            b"refs/bisect/bad",
+            b"refs/bisect/bad.lock",
+            b"refs/worktree/a/b",
+            b"refs/rewritten/onto",
+            b"logs",
+            b"logs/HEAD",
+            b"logs/refs",
+            b"logs/refs/bisect/bad",
+        ] {
+            assert!(is_worktree_path(ok), "{}", String::from_utf8_lossy(ok));
+        }
+        for no in [
+            &b"refs/heads"[..],
+            b"refs/heads/main",
+            b"refs/tags/v1",
+            b"refs/bisectx",
+            b"refs/bisectx/a",
+            b"logs/refs/heads/main",
+        ] {
+            assert!(!is_worktree_path(no), "{}", String::from_utf8_lossy(no));
+        }
+    }
 
     #[test]
     fn maps_are_disjoint_and_invertible() {
