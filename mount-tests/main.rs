@@ -333,6 +333,18 @@ const TESTS: &[Test] = &[
         run: worktrees::git239_session_in_linked_worktree,
     },
     Test {
+        name: "worktrees::git247_files_session_in_linked_worktree",
+        needs_mount: true,
+        timeout_secs: 240,
+        run: worktrees::git247_files_session_in_linked_worktree,
+    },
+    Test {
+        name: "worktrees::linked_worktree_over_dotgit",
+        needs_mount: true,
+        timeout_secs: 180,
+        run: worktrees::linked_worktree_over_dotgit,
+    },
+    Test {
         name: "worktrees::worktree_added_while_mounted",
         needs_mount: true,
         timeout_secs: 180,

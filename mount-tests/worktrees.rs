@@ -137,13 +137,13 @@ impl Side {
         Ok(())
     }
 
-    /// The session, by git 2.39 in the linked worktree; each step has its own date.
-    fn session(&self) -> TestResult<String> {
+    /// The session, by `prog` in the linked worktree; each step has its own date.
+    fn session(&self, prog: &str) -> TestResult<String> {
         let mut printed = String::new();
         let mut t = T0 + 100;
         let mut step = |args: &[&str]| -> TestResult {
             t += 100;
-            let out = run(&self.home, &self.wt, t, GIT239, args)?;
+            let out = run(&self.home, &self.wt, t, prog, args)?;
             printed.push_str(&format!("$ git {}\n{out}", args.join(" ")));
             Ok(())
         };
@@ -256,6 +256,17 @@ fn strip_times(content: &[u8]) -> String {
 /// files repository (see the module comment).
 // mount-test: timeout=240
 pub fn git239_session_in_linked_worktree(ctx: &Ctx) -> TestResult {
+    compare_session(ctx, GIT239)
+}
+
+/// [`git239_session_in_linked_worktree`] by git 2.47, which sees a files repository
+/// through the mount.
+// mount-test: timeout=240
+pub fn git247_files_session_in_linked_worktree(ctx: &Ctx) -> TestResult {
+    compare_session(ctx, "git")
+}
+
+fn compare_session(ctx: &Ctx, prog: &str) -> TestResult {
     let r = Side::new(ctx, "r", "reftable")?;
     let f = Side::new(ctx, "f", "files")?;
     ensure!(
@@ -271,13 +282,13 @@ pub fn git239_session_in_linked_worktree(ctx: &Ctx) -> TestResult {
         "worktrees/wt/HEAD through the mount: {head:?}"
     );
     r.point_wt_at(&mnt.join("worktrees/wt"))?;
-    let through = r.session();
+    let through = r.session(prog);
     let unmounted = m.unmount();
     r.point_wt_at(&r.git.join("worktrees/wt"))?;
     let through = through.map_err(|e| format!("session through the mount: {e}"))?;
     unmounted?;
     let files = f
-        .session()
+        .session(prog)
         .map_err(|e| format!("session on the files repository: {e}"))?;
 
     let mut f_logs = Tree::new();
@@ -507,5 +518,83 @@ pub fn worktree_added_while_mounted(ctx: &Ctx) -> TestResult {
         by_hand == format!("refs/worktree/by-hand {main_id}"),
         "refs/worktree/by-hand written through the mount, seen by git 2.47 in wt: {by_hand:?}"
     );
+    Ok(())
+}
+
+/// `mount --over` the main work tree's `.git`: a linked worktree's `.git` file names
+/// `.git/worktrees/<id>`, so git 2.39 works in it through the mount with nothing changed;
+/// git 2.47 sees its commit, bisect and per-worktree refs afterwards.
+// mount-test: timeout=180
+pub fn linked_worktree_over_dotgit(ctx: &Ctx) -> TestResult {
+    let home = ctx.path("home");
+    fs::create_dir_all(&home)?;
+    let work = ctx.path("r");
+    let wt = ctx.path("r-wts/wt");
+    run(
+        &home,
+        &ctx.path(""),
+        T0,
+        "git",
+        &["init", "-q", "-b", "main", "--ref-format=reftable", "r"],
+    )?;
+    fs::write(work.join("f0"), "base\n")?;
+    run(&home, &work, T0, "git", &["add", "f0"])?;
+    run(&home, &work, T0, "git", &["commit", "-q", "-m", "init"])?;
+    fs::create_dir_all(ctx.path("r-wts"))?;
+    run(
+        &home,
+        &work,
+        T0 + 10,
+        "git",
+        &["worktree", "add", "-q", "-b", "wt", &wt.to_string_lossy()],
+    )?;
+    let m = Mount::start_over(&work)?;
+    let session = (|| -> TestResult {
+        fs::write(wt.join("a"), "a\n")?;
+        run(&home, &wt, T0 + 20, GIT239, &["add", "a"])?;
+        run(
+            &home,
+            &wt,
+            T0 + 30,
+            GIT239,
+            &["commit", "-q", "-m", "over-1"],
+        )?;
+        run(
+            &home,
+            &wt,
+            T0 + 40,
+            GIT239,
+            &["update-ref", "refs/worktree/x", "HEAD"],
+        )?;
+        run(&home, &wt, T0 + 50, GIT239, &["bisect", "start"])?;
+        run(&home, &wt, T0 + 60, GIT239, &["bisect", "bad"])?;
+        Ok(())
+    })();
+    let unmounted = m.unmount();
+    session.map_err(|e| format!("git 2.39 in the linked worktree over .git: {e}"))?;
+    unmounted?;
+    let git = |dir: &Path, args: &[&str]| run(&home, dir, T0, "git", args);
+    let subject = git(&wt, &["log", "-1", "--format=%s"])?;
+    ensure!(subject == "over-1\n", "wt's last commit: {subject:?}");
+    let reflog = git(&wt, &["reflog", "show", "--format=%gs", "HEAD"])?;
+    ensure!(
+        reflog.lines().next() == Some("commit: over-1"),
+        "wt's HEAD reflog: {reflog:?}"
+    );
+    let head = git(&wt, &["rev-parse", "HEAD"])?;
+    let refs = git(&wt, &["for-each-ref", "--format=%(refname) %(objectname)"])?;
+    for want in ["refs/bisect/bad", "refs/worktree/x", "refs/heads/wt"] {
+        ensure!(
+            refs.contains(&format!("{want} {}", head.trim())),
+            "{want} missing from wt's refs:\n{refs}"
+        );
+    }
+    let main_refs = git(&work, &["for-each-ref", "--format=%(refname)"])?;
+    ensure!(
+        !main_refs.contains("refs/bisect/") && !main_refs.contains("refs/worktree/"),
+        "per-worktree refs in the main worktree:\n{main_refs}"
+    );
+    git(&wt, &["status"])?;
+    git(&work, &["worktree", "list"])?;
     Ok(())
 }

@@ -204,7 +204,7 @@ pub fn mount(
     // Linked worktrees' ref views, started at their first request (`worktree.rs`).
     let wts = match (&pass, reftable_dir.parent()) {
         (Some(_), Some(gitdir)) => {
-            Some(std::sync::Arc::new(worktree::Worktrees::new(gitdir, opts)))
+            Some(std::sync::Arc::new(worktree::Worktrees::new(gitdir, opts)?))
         }
         _ => None,
     };

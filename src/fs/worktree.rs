@@ -145,6 +145,8 @@ struct Inner {
 pub struct Worktrees {
     /// The real git directory (the caller's spelling: `/proc/self/fd/N` over `.git`).
     gitdir: PathBuf,
+    /// The repository's settings, read before mounting (`stack_source::open_dir`).
+    repo: crate::repo::Repo,
     opts: MountOptions,
     notifier: OnceLock<Notifier>,
     inner: Mutex<Inner>,
@@ -183,13 +185,15 @@ fn valid_id(id: &[u8]) -> bool {
 }
 
 impl Worktrees {
-    pub fn new(gitdir: &Path, opts: &MountOptions) -> Worktrees {
-        Worktrees {
+    /// The worktrees of the repository at `gitdir` (to be called before mounting).
+    pub fn new(gitdir: &Path, opts: &MountOptions) -> crate::Result<Worktrees> {
+        Ok(Worktrees {
             gitdir: gitdir.to_path_buf(),
+            repo: crate::repo::Repo::open(gitdir)?,
             opts: opts.clone(),
             notifier: OnceLock::new(),
             inner: Mutex::new(Inner::default()),
-        }
+        })
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
@@ -293,7 +297,7 @@ impl Worktrees {
             log_error(what, stack.as_os_str().as_encoded_bytes(), e);
             libc::EIO
         };
-        let o = stack_source::open_dir(&self.gitdir, stack, &self.opts)
+        let o = stack_source::open_dir(&self.repo, stack, &self.opts)
             .map_err(|e| fail("open worktree stack", &e))?;
         let writer = if self.opts.read_only { None } else { o.writer };
         let shared = Shared::new(
