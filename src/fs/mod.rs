@@ -5,7 +5,8 @@
 //! Layers inside: [`source`] (the seam to the stack, with an in-memory implementation for
 //! tests), [`view`] (pure path mapping, listing by reseek, rendering), [`inode`] (stable
 //! inode numbers), `state` (caches and handles behind one mutex), `fuse` (the request
-//! handlers), `watch` (inotify → reload → kernel invalidation).
+//! handlers), `watch` (inotify → reload → kernel invalidation), [`worktree`] (one more ref
+//! view per linked worktree, from its own stack).
 
 //! # Locks and their order
 //!
@@ -22,7 +23,13 @@
 //!   table being committed is recorded first).
 //! * `Shared::tgids` — thread id → process cache: a leaf lock, taken before the state lock.
 //!
-//! Order: state → own tables; writer → own tables; never writer → state or state → writer.
+//! * `worktree::Worktrees::inner` — which linked worktrees are served (`worktree.rs`): taken
+//!   by request handlers to find or start a worktree's view (opening its stack, starting
+//!   its threads) and, for a retired view, to flush it; never under a state lock. Each
+//!   worktree's `Shared` has its own locks, in the order above.
+//!
+//! Order: worktrees → state; state → own tables; writer → own tables; never writer → state
+//! or state → writer.
 
 pub mod config_view;
 pub mod inode;
