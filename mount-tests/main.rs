@@ -11,6 +11,7 @@ mod crash;
 mod differential;
 mod expected;
 mod lifecycle;
+mod packaging;
 mod read_path;
 mod status;
 mod times;
@@ -349,6 +350,12 @@ const TESTS: &[Test] = &[
         needs_mount: true,
         timeout_secs: 180,
         run: worktrees::worktree_added_while_mounted,
+    },
+    Test {
+        name: "packaging::mount_helper",
+        needs_mount: true,
+        timeout_secs: 120,
+        run: packaging::mount_helper,
     },
 ];
 
