@@ -1128,6 +1128,43 @@ mod tests {
     }
 
     #[test]
+    fn a_linked_worktrees_directory_hides_its_stack_and_ref_names() {
+        let t = tempfile::tempdir().unwrap();
+        let wt = t.path().join("worktrees/wt");
+        std::fs::create_dir_all(wt.join("reftable")).unwrap();
+        std::fs::create_dir_all(wt.join("refs")).unwrap();
+        std::fs::create_dir_all(t.path().join("other/wt")).unwrap();
+        std::fs::write(wt.join("reftable/tables.list"), b"").unwrap();
+        std::fs::write(wt.join("HEAD"), b"ref: refs/heads/.invalid\n").unwrap();
+        std::fs::write(wt.join("gitdir"), b"/x/.git\n").unwrap();
+        std::fs::write(wt.join("ORIG_HEAD"), b"stale\n").unwrap();
+        let p = Passthrough::new(t.path()).unwrap();
+        let wts = p.lookup(ROOT, b"worktrees").unwrap().ino.0;
+        let w = p.lookup(wts, b"wt").unwrap().ino.0;
+        assert_eq!(p.worktree_of(w).as_deref(), Some(&b"wt"[..]));
+        assert_eq!(p.worktree_of(wts), None);
+        let other = p.lookup(ROOT, b"other").unwrap().ino.0;
+        let ow = p.lookup(other, b"wt").unwrap().ino.0;
+        assert_eq!(p.worktree_of(ow), None, "only GITDIR/worktrees/<id>");
+        let gitdir = p.lookup(w, b"gitdir").unwrap().ino.0;
+        assert_eq!(p.worktree_of(gitdir), None, "a file is no worktree");
+        // Listing: the stack and the ref names (served by the worktree's view) are hidden.
+        let fh = p.opendir(w).unwrap();
+        let names: Vec<_> = p
+            .dir_entries(fh)
+            .unwrap()
+            .iter()
+            .map(|e| String::from_utf8_lossy(&e.name).into_owned())
+            .collect();
+        assert_eq!(names, ["gitdir"]);
+        p.releasedir(fh);
+        assert_eq!(p.lookup(w, b"reftable").unwrap_err(), libc::ENOENT);
+        assert_eq!(p.mkdir(w, b"reftable", 0o755, 0).unwrap_err(), libc::EPERM);
+        // Elsewhere `reftable` is an ordinary name.
+        assert!(p.mkdir(ow, b"reftable", 0o755, 0).is_ok());
+    }
+
+    #[test]
     fn passes_through_relative_to_the_directory() {
         let dir = std::env::temp_dir().join(format!("rtfs-pt-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
