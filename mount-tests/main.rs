@@ -35,6 +35,7 @@ const SOURCES: &[(&str, &str)] = &[
     ("read_path", include_str!("read_path.rs")),
     ("status", include_str!("status.rs")),
     ("times", include_str!("times.rs")),
+    ("worktrees", include_str!("worktrees.rs")),
     ("write_path", include_str!("write_path.rs")),
 ];
 

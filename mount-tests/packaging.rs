@@ -179,6 +179,17 @@ pub fn mount_helper_over(ctx: &Ctx) -> TestResult {
         repo.rev_parse("refs/heads/from-legacy")? == head,
         "git 2.47 does not see the branch git 2.39 made over .git"
     );
+    // An fstab line whose MOUNTPOINT is not WORKTREE/.git is refused, and nothing mounts.
+    let elsewhere = ctx.path("elsewhere");
+    fs::create_dir_all(&elsewhere)?;
+    let out = helper(&repo.work, &elsewhere, "over")?;
+    ensure!(
+        !out.status.success()
+            && String::from_utf8_lossy(&out.stderr).contains("MOUNTPOINT must be")
+            && !is_mounted(&elsewhere)
+            && !is_mounted(&dotgit),
+        "-o over with another mountpoint: {out:?}"
+    );
     Ok(())
 }
 mount_test!(mount_helper_over, timeout = 120);

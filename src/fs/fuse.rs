@@ -18,6 +18,7 @@ use crate::fs::passthrough::{self, is_pass_ino, Opened, Passthrough, PASS_TTL};
 use crate::fs::state::{Handle, Shared, REF_ATTR_TTL};
 use crate::fs::status::{self, serve as status_fs};
 use crate::fs::view::Kind;
+use crate::fs::worktree::{self, Map, Worktree, Worktrees};
 
 /// Entry TTL for directories and ref files. A name that vanishes or changes kind is
 /// invalidated by the watcher; new names are never negatively cached; every open reaches
@@ -38,6 +39,34 @@ pub struct RefFs {
     pub(crate) pass: Option<Arc<Passthrough>>,
     /// Whether to ask the kernel for FUSE passthrough (`--no-kernel-passthrough` clears it).
     pub(crate) kernel_passthrough: bool,
+    /// The ref views of linked worktrees (`worktrees/<id>/HEAD`, …; none when refs-only).
+    pub(crate) wts: Option<Arc<Worktrees>>,
+}
+
+/// A ref view: the main one, or a linked worktree's (`worktree.rs`).
+enum ViewRef<'a> {
+    Main(&'a Shared),
+    Wt(Arc<Worktree>),
+}
+
+impl ViewRef<'_> {
+    /// A linked worktree's view takes only its own names (`Worktree::check_creatable`).
+    fn check_creatable(&self, parent: u64, name: &[u8]) -> Result<(), i32> {
+        match self {
+            ViewRef::Main(_) => Ok(()),
+            ViewRef::Wt(w) => w.check_creatable(parent, name),
+        }
+    }
+}
+
+impl std::ops::Deref for ViewRef<'_> {
+    type Target = Shared;
+    fn deref(&self) -> &Shared {
+        match self {
+            ViewRef::Main(s) => s,
+            ViewRef::Wt(w) => &w.shared,
+        }
+    }
 }
 
 impl RefFs {
@@ -46,17 +75,91 @@ impl RefFs {
         self.pass.as_deref().filter(|_| is_pass_ino(ino.0))
     }
 
-    /// The passthrough, if `parent/name` belongs to it.
+    /// The passthrough, if `parent/name` belongs to it (ref names in a linked worktree's
+    /// directory belong to that worktree's ref view).
     fn pass_child(&self, parent: INodeNo, name: &OsStr) -> Option<&Passthrough> {
         let p = self.pass.as_deref()?;
-        if is_pass_ino(parent.0)
-            || (parent.0 == ROOT && !passthrough::is_ref_name_at_root(name.as_bytes()))
-        {
+        let ref_name = passthrough::is_ref_name_at_root(name.as_bytes());
+        if is_pass_ino(parent.0) {
+            if ref_name && self.wts.is_some() && p.worktree_of(parent.0).is_some() {
+                return None;
+            }
+            Some(p)
+        } else if parent.0 == ROOT && !ref_name {
             Some(p)
         } else {
             None
         }
     }
+
+    /// When `ino` is a linked worktree's directory whose stack exists: adds its ref
+    /// view's names (`HEAD`, `refs`, `logs`, …) to the passed-through listing `fh`.
+    fn add_worktree_refs(&self, p: &Passthrough, ino: u64, fh: u64) {
+        let Some(w) = self.wts.as_deref() else { return };
+        let Some(id) = p.worktree_of(ino) else { return };
+        let Ok(wt) = w.serve(&id, ino, false) else {
+            return;
+        };
+        let Ok(dfh) = wt.shared.opendir(ROOT) else {
+            return;
+        };
+        let entries = view_entries(&wt.shared, wt.map(), dfh);
+        wt.shared.release(dfh);
+        if let Some(e) = entries {
+            p.extend_dir(fh, &e);
+        }
+    }
+
+    /// The ref view serving inode `ino` (not passed through), with its inode map.
+    fn view(&self, ino: u64) -> Result<(ViewRef<'_>, Map), Errno> {
+        if !worktree::is_wt_ino(ino) {
+            return Ok((ViewRef::Main(&self.shared), Map::MAIN));
+        }
+        match self.wts.as_deref().and_then(|w| w.by_ino(ino)) {
+            Some(w) => {
+                let m = w.map();
+                Ok((ViewRef::Wt(w), m))
+            }
+            None => Err(Errno::ESTALE),
+        }
+    }
+
+    /// The ref view `parent/name` belongs to (`pass_child` said it is not passed
+    /// through). `create`: the request writes the name (see `Worktrees::serve`).
+    fn view_child(&self, parent: u64, create: bool) -> Result<(ViewRef<'_>, Map), Errno> {
+        if !is_pass_ino(parent) {
+            return self.view(parent);
+        }
+        let (Some(p), Some(w)) = (self.pass.as_deref(), self.wts.as_deref()) else {
+            return Err(Errno::ENOENT);
+        };
+        let Some(id) = p.worktree_of(parent) else {
+            return Err(Errno::ENOENT);
+        };
+        let wt = w.serve(&id, parent, create).map_err(errno)?;
+        let m = wt.map();
+        Ok((ViewRef::Wt(wt), m))
+    }
+}
+
+/// The entries of a ref view's open directory handle `fh`, with the mount's inodes.
+fn view_entries(sh: &Shared, m: Map, fh: u64) -> Option<Vec<passthrough::DirEntry>> {
+    sh.with_handle(fh, |h| match h {
+        Some(Handle::Dir { path, entries }) => Some(
+            (0..entries.len())
+                .filter_map(|k| entries.get(k))
+                .map(|(name, kind)| passthrough::DirEntry {
+                    name: name.into(),
+                    kind: file_type(kind),
+                    ino: m.out(crate::fs::inode::ino_of(
+                        &crate::fs::view::join(path, name),
+                        kind,
+                    )),
+                })
+                .collect(),
+        ),
+        _ => None,
+    })
 }
 
 fn pass_reply_entry(r: Result<FileAttr, i32>, reply: ReplyEntry) {
@@ -172,6 +275,9 @@ impl Filesystem for RefFs {
     fn destroy(&mut self) {
         // Unmounting: write every pending batch before the session ends.
         let _ = self.shared.flush_all();
+        if let Some(w) = &self.wts {
+            let _ = w.flush_all();
+        }
     }
 
     fn lookup(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
@@ -181,8 +287,13 @@ impl Filesystem for RefFs {
         if let Some(p) = self.pass_child(parent, name) {
             return pass_reply_entry(p.lookup(parent.0, name.as_bytes()), reply);
         }
-        match self.shared.lookup(parent.0, name.as_bytes()) {
-            Ok((a, kind, cache)) => {
+        let (sh, m) = match self.view_child(parent.0, false) {
+            Ok(v) => v,
+            Err(e) => return reply.error(e),
+        };
+        match sh.lookup(m.inn(parent.0), name.as_bytes()) {
+            Ok((mut a, kind, cache)) => {
+                a.ino = INodeNo(m.out(a.ino.0));
                 let (attr_ttl, entry_ttl) = ttls(kind, cache);
                 reply.entry_with_ttls(&attr_ttl, &entry_ttl, &a, Generation(0));
             }
@@ -197,7 +308,9 @@ impl Filesystem for RefFs {
         if let Some(p) = self.pass_ino(ino) {
             return p.forget(ino.0, nlookup);
         }
-        self.shared.forget(ino.0, nlookup);
+        if let Ok((sh, m)) = self.view(ino.0) {
+            sh.forget(m.inn(ino.0), nlookup);
+        }
     }
 
     fn getattr(&self, _req: &Request, ino: INodeNo, fh: Option<FileHandle>, reply: ReplyAttr) {
@@ -210,8 +323,13 @@ impl Filesystem for RefFs {
                 Err(e) => reply.error(errno(e)),
             };
         }
-        match self.shared.getattr(ino.0) {
-            Ok((a, cache)) => {
+        let (sh, m) = match self.view(ino.0) {
+            Ok(v) => v,
+            Err(e) => return reply.error(e),
+        };
+        match sh.getattr(m.inn(ino.0)) {
+            Ok((mut a, cache)) => {
+                a.ino = ino;
                 let ttl = if a.kind == FileType::Directory {
                     DIR_ATTR_TTL
                 } else {
@@ -244,7 +362,11 @@ impl Filesystem for RefFs {
                 Err(e) => reply.error(errno(e)),
             };
         }
-        match self.shared.open(ino.0, open_flags.0) {
+        let (sh, m) = match self.view(ino.0) {
+            Ok(v) => v,
+            Err(e) => return reply.error(e),
+        };
+        match sh.open(m.inn(ino.0), open_flags.0) {
             Ok((fh, mode)) => {
                 let mut flags = match mode {
                     OpenMode::Direct => FopenFlags::FOPEN_DIRECT_IO,
@@ -283,7 +405,11 @@ impl Filesystem for RefFs {
             };
         }
         // Replied after the state lock is dropped.
-        match self.shared.read_file(ino.0, fh.0, offset, size) {
+        let (sh, m) = match self.view(ino.0) {
+            Ok(v) => v,
+            Err(e) => return reply.error(e),
+        };
+        match sh.read_file(m.inn(ino.0), fh.0, offset, size) {
             Ok(data) => reply.data(&data),
             Err(e) => reply.error(errno(e)),
         }
@@ -307,7 +433,9 @@ impl Filesystem for RefFs {
             p.release(fh.0);
             return reply.ok();
         }
-        self.shared.release(fh.0);
+        if let Ok((sh, _)) = self.view(ino.0) {
+            sh.release(fh.0);
+        }
         reply.ok();
     }
 
@@ -326,7 +454,10 @@ impl Filesystem for RefFs {
             // Written through at every write: nothing to do at close.
             return reply.ok();
         }
-        reply_empty(self.shared.flush(fh.0, req.pid()), reply);
+        match self.view(ino.0) {
+            Ok((sh, _)) => reply_empty(sh.flush(fh.0, req.pid()), reply),
+            Err(e) => reply.error(e),
+        }
     }
 
     fn fsync(
@@ -343,7 +474,10 @@ impl Filesystem for RefFs {
         if let Some(p) = self.pass_ino(ino) {
             return reply_empty(p.fsync(fh.0, datasync), reply);
         }
-        reply_empty(self.shared.fsync(fh.0, req.pid()), reply);
+        match self.view(ino.0) {
+            Ok((sh, _)) => reply_empty(sh.fsync(fh.0, req.pid()), reply),
+            Err(e) => reply.error(e),
+        }
     }
 
     fn fsyncdir(
@@ -362,7 +496,16 @@ impl Filesystem for RefFs {
                 return reply.error(errno(e));
             }
         }
-        reply_empty(self.shared.sync_for(self.shared.tgid(req.pid())), reply);
+        if ino.0 == ROOT {
+            // The root (`reftablefs unmount`, syncfs-like callers): every worktree too.
+            if let Some(Err(e)) = self.wts.as_deref().map(Worktrees::flush_all) {
+                return reply.error(errno(e));
+            }
+        }
+        match self.view(ino.0) {
+            Ok((sh, _)) => reply_empty(sh.sync_for(sh.tgid(req.pid())), reply),
+            Err(e) => reply.error(e),
+        }
     }
 
     fn create(
@@ -401,8 +544,16 @@ impl Filesystem for RefFs {
                 Err(e) => reply.error(errno(e)),
             };
         }
-        match self.shared.create(parent.0, name.as_bytes(), flags) {
-            Ok((a, fh)) => {
+        let (sh, m) = match self.view_child(parent.0, true) {
+            Ok(v) => v,
+            Err(e) => return reply.error(e),
+        };
+        if let Err(e) = sh.check_creatable(m.inn(parent.0), name.as_bytes()) {
+            return reply.error(errno(e));
+        }
+        match sh.create(m.inn(parent.0), name.as_bytes(), flags) {
+            Ok((mut a, fh)) => {
+                a.ino = INodeNo(m.out(a.ino.0));
                 let ttl = if a.kind == FileType::Directory {
                     DIR_ATTR_TTL
                 } else {
@@ -438,7 +589,11 @@ impl Filesystem for RefFs {
                 Err(e) => reply.error(errno(e)),
             };
         }
-        match self.shared.write(fh.0, offset, data, flags.0, req.pid()) {
+        let sh = match self.view(ino.0) {
+            Ok((sh, _)) => sh,
+            Err(e) => return reply.error(e),
+        };
+        match sh.write(fh.0, offset, data, flags.0, req.pid()) {
             Ok(n) => reply.written(n),
             Err(e) => reply.error(errno(e)),
         }
@@ -477,17 +632,19 @@ impl Filesystem for RefFs {
                 Err(e) => reply.error(errno(e)),
             };
         }
+        let (sh, m) = match self.view(ino.0) {
+            Ok(v) => v,
+            Err(e) => return reply.error(e),
+        };
         // Modes and times are accepted and not stored (core.sharedRepository chmods).
         if let Some(size) = size {
-            if let Err(e) = self
-                .shared
-                .truncate(ino.0, fh.map(|f| f.0), size, req.pid())
-            {
+            if let Err(e) = sh.truncate(m.inn(ino.0), fh.map(|f| f.0), size, req.pid()) {
                 return reply.error(errno(e));
             }
         }
-        match self.shared.getattr(ino.0) {
-            Ok((a, cache)) => {
+        match sh.getattr(m.inn(ino.0)) {
+            Ok((mut a, cache)) => {
+                a.ino = ino;
                 let ttl = if a.kind == FileType::Directory {
                     DIR_ATTR_TTL
                 } else {
@@ -506,10 +663,13 @@ impl Filesystem for RefFs {
         if let Some(p) = self.pass_child(parent, name) {
             return reply_empty(p.unlink(parent.0, name.as_bytes()), reply);
         }
-        reply_empty(
-            self.shared.unlink(parent.0, name.as_bytes(), req.pid()),
-            reply,
-        );
+        match self.view_child(parent.0, false) {
+            Ok((sh, m)) => reply_empty(
+                sh.unlink(m.inn(parent.0), name.as_bytes(), req.pid()),
+                reply,
+            ),
+            Err(e) => reply.error(e),
+        }
     }
 
     fn mkdir(
@@ -527,8 +687,18 @@ impl Filesystem for RefFs {
         if let Some(p) = self.pass_child(parent, name) {
             return pass_reply_entry(p.mkdir(parent.0, name.as_bytes(), mode, umask), reply);
         }
-        match self.shared.mkdir(parent.0, name.as_bytes()) {
-            Ok(a) => reply.entry_with_ttls(&DIR_ATTR_TTL, &ENTRY_TTL, &a, Generation(0)),
+        let (sh, m) = match self.view_child(parent.0, true) {
+            Ok(v) => v,
+            Err(e) => return reply.error(e),
+        };
+        if let Err(e) = sh.check_creatable(m.inn(parent.0), name.as_bytes()) {
+            return reply.error(errno(e));
+        }
+        match sh.mkdir(m.inn(parent.0), name.as_bytes()) {
+            Ok(mut a) => {
+                a.ino = INodeNo(m.out(a.ino.0));
+                reply.entry_with_ttls(&DIR_ATTR_TTL, &ENTRY_TTL, &a, Generation(0))
+            }
             Err(e) => reply.error(errno(e)),
         }
     }
@@ -540,7 +710,10 @@ impl Filesystem for RefFs {
         if let Some(p) = self.pass_child(parent, name) {
             return reply_empty(p.rmdir(parent.0, name.as_bytes()), reply);
         }
-        reply_empty(self.shared.rmdir(parent.0, name.as_bytes()), reply);
+        match self.view_child(parent.0, false) {
+            Ok((sh, m)) => reply_empty(sh.rmdir(m.inn(parent.0), name.as_bytes()), reply),
+            Err(e) => reply.error(e),
+        }
     }
 
     fn rename(
@@ -589,11 +762,34 @@ impl Filesystem for RefFs {
         if !flags.is_empty() {
             return reply.error(Errno::EINVAL);
         }
+        let (sh, m) = match self.view_child(parent.0, false) {
+            Ok(v) => v,
+            Err(e) => return reply.error(e),
+        };
+        match self.view_child(newparent.0, true) {
+            Ok((_, m2)) if m2.same_view(&m) => {
+                if let Err(e) = sh.check_creatable(m.inn(newparent.0), newname.as_bytes()) {
+                    return reply.error(errno(e));
+                }
+            }
+            Ok(_) => {
+                crate::fs::state::log_error(
+                    "rename",
+                    name.as_bytes(),
+                    &format!(
+                        "to {}: across the ref views of two worktrees",
+                        String::from_utf8_lossy(newname.as_bytes())
+                    ),
+                );
+                return reply.error(Errno::EXDEV);
+            }
+            Err(e) => return reply.error(e),
+        }
         reply_empty(
-            self.shared.rename(
-                parent.0,
+            sh.rename(
+                m.inn(parent.0),
                 name.as_bytes(),
-                newparent.0,
+                m.inn(newparent.0),
                 newname.as_bytes(),
                 req.pid(),
             ),
@@ -607,15 +803,22 @@ impl Filesystem for RefFs {
         }
         if let Some(p) = self.pass_ino(ino) {
             return match p.opendir(ino.0) {
-                Ok(fh) => reply.opened(FileHandle(fh), FopenFlags::empty()),
+                Ok(fh) => {
+                    self.add_worktree_refs(p, ino.0, fh);
+                    reply.opened(FileHandle(fh), FopenFlags::empty())
+                }
                 Err(e) => reply.error(errno(e)),
             };
         }
-        match self.shared.opendir(ino.0) {
+        let (sh, m) = match self.view(ino.0) {
+            Ok(v) => v,
+            Err(e) => return reply.error(e),
+        };
+        match sh.opendir(m.inn(ino.0)) {
             Ok(fh) => {
                 if let Some(p) = self.pass.as_deref().filter(|_| ino.0 == ROOT) {
                     if let Err(e) = p.open_root(fh) {
-                        self.shared.release(fh);
+                        sh.release(fh);
                         return reply.error(errno(e));
                     }
                 }
@@ -645,32 +848,20 @@ impl Filesystem for RefFs {
         }
         if let Some(p) = self.pass.as_deref().filter(|_| ino.0 == ROOT) {
             // The root: the ref view's names, then the passed-through ones.
-            let refs: Option<Vec<passthrough::DirEntry>> =
-                self.shared.with_handle(fh.0, |h| match h {
-                    Some(Handle::Dir { path, entries }) => Some(
-                        (0..entries.len())
-                            .filter_map(|k| entries.get(k))
-                            .map(|(name, kind)| passthrough::DirEntry {
-                                name: name.into(),
-                                kind: file_type(kind),
-                                ino: crate::fs::inode::ino_of(
-                                    &crate::fs::view::join(path, name),
-                                    kind,
-                                ),
-                            })
-                            .collect(),
-                    ),
-                    _ => None,
-                });
+            let refs = view_entries(&self.shared, Map::MAIN, fh.0);
             let (Some(mut all), Some(rest)) = (refs, p.root_entries(fh.0)) else {
                 return reply.error(Errno::EBADF);
             };
             all.extend(rest.iter().cloned());
             return pass_readdir(ROOT, ROOT, &all, offset, reply);
         }
-        let parent = self.shared.parent_of(ino.0);
+        let (sh, m) = match self.view(ino.0) {
+            Ok(v) => v,
+            Err(e) => return reply.error(e),
+        };
+        let parent = m.out(sh.parent_of(m.inn(ino.0)));
         // The listing is taken out of the state; the reply is built without its lock.
-        let listing = self.shared.with_handle(fh.0, |h| match h {
+        let listing = sh.with_handle(fh.0, |h| match h {
             Some(Handle::Dir { path, entries }) => Some((path.clone(), entries.clone())),
             _ => None,
         });
@@ -689,7 +880,7 @@ impl Filesystem for RefFs {
                                 break;
                             };
                             let child = crate::fs::view::join(path, name);
-                            let cino = crate::fs::inode::ino_of(&child, kind);
+                            let cino = m.out(crate::fs::inode::ino_of(&child, kind));
                             reply.add(
                                 INodeNo(cino),
                                 n + 1,
@@ -727,7 +918,9 @@ impl Filesystem for RefFs {
         if let Some(p) = self.pass.as_deref().filter(|_| ino.0 == ROOT) {
             p.release_root(fh.0);
         }
-        self.shared.release(fh.0);
+        if let Ok((sh, _)) = self.view(ino.0) {
+            sh.release(fh.0);
+        }
         reply.ok();
     }
 

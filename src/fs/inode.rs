@@ -75,9 +75,11 @@ pub fn ino_of(path: &[u8], kind: Kind) -> u64 {
     ino_of_sized(path, kind, None)
 }
 
-/// The largest ref inode number: numbers with the top bit set belong to the
-/// passed-through part of the mount (`passthrough.rs`).
-pub const REF_INO_MAX: u64 = (1 << 63) - 1;
+/// The largest ref inode number (48 bits): numbers with the top bit set belong to the
+/// passed-through part of the mount (`passthrough.rs`), numbers with bit 62 set to the
+/// ref views of linked worktrees (`worktree.rs`, which puts a worktree's slot above
+/// these 48 bits).
+pub const REF_INO_MAX: u64 = (1 << 48) - 1;
 
 /// FNV-1a over the path, the kind and (for a ref file of fixed size) the size, never 0
 /// or 1, never above [`REF_INO_MAX`].

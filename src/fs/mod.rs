@@ -5,7 +5,8 @@
 //! Layers inside: [`source`] (the seam to the stack, with an in-memory implementation for
 //! tests), [`view`] (pure path mapping, listing by reseek, rendering), [`inode`] (stable
 //! inode numbers), `state` (caches and handles behind one mutex), `fuse` (the request
-//! handlers), `watch` (inotify → reload → kernel invalidation).
+//! handlers), `watch` (inotify → reload → kernel invalidation), [`worktree`] (one more ref
+//! view per linked worktree, from its own stack).
 
 //! # Locks and their order
 //!
@@ -22,7 +23,13 @@
 //!   table being committed is recorded first).
 //! * `Shared::tgids` — thread id → process cache: a leaf lock, taken before the state lock.
 //!
-//! Order: state → own tables; writer → own tables; never writer → state or state → writer.
+//! * `worktree::Worktrees::inner` — which linked worktrees are served (`worktree.rs`): taken
+//!   by request handlers to find or start a worktree's view (opening its stack, starting
+//!   its threads) and, for a retired view, to flush it; never under a state lock. Each
+//!   worktree's `Shared` has its own locks, in the order above.
+//!
+//! Order: worktrees → state; state → own tables; writer → own tables; never writer → state
+//! or state → writer.
 
 pub mod config_view;
 pub mod inode;
@@ -32,6 +39,7 @@ pub mod source;
 pub mod stack_source;
 pub mod status;
 pub mod view;
+pub mod worktree;
 pub mod write;
 
 mod batch;
@@ -201,10 +209,18 @@ pub fn mount(
         )),
         _ => None,
     };
+    // Linked worktrees' ref views, started at their first request (`worktree.rs`).
+    let wts = match (&pass, reftable_dir.parent()) {
+        (Some(_), Some(gitdir)) => {
+            Some(std::sync::Arc::new(worktree::Worktrees::new(gitdir, opts)?))
+        }
+        _ => None,
+    };
     let fs = fuse::RefFs {
         shared: shared.clone(),
         pass,
         kernel_passthrough: opts.kernel_passthrough,
+        wts: wts.clone(),
     };
     let mut config = Config::default();
     config.mount_options = vec![
@@ -229,6 +245,9 @@ pub fn mount(
     let mut session = Session::new(fs, mountpoint, &config)
         .map_err(|e| fail(format!("cannot mount on {}: {e}", mountpoint.display())))?;
     let notifier = session.notifier();
+    if let Some(w) = &wts {
+        w.set_notifier(notifier.clone());
+    }
     let mut unmounter = session.unmount_callable();
     let watcher = watch::spawn(shared.clone(), reftable_dir, notifier)
         .map_err(|e| Error::io(reftable_dir, e))?;
@@ -259,7 +278,8 @@ pub fn mount(
     shared.shutdown();
     let _ = batcher.join();
     let _ = watcher.join();
-    if flushed.is_err() {
+    let wt_flushed = wts.as_deref().map_or(Ok(()), worktree::Worktrees::stop_all);
+    if flushed.is_err() || wt_flushed.is_err() {
         return Err(fail(
             "some pending ref updates could not be written (see the log lines above)".into(),
         ));

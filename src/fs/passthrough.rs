@@ -246,6 +246,22 @@ impl Inner {
         self.next_fh
     }
 
+    /// The id of the linked worktree whose directory (`worktrees/<id>`) is `ino`.
+    fn worktree_of(&self, ino: u64) -> Option<&[u8]> {
+        let n = self.nodes.get(&ino)?;
+        if n.fmt != libc::S_IFDIR {
+            return None;
+        }
+        let p = self.nodes.get(&n.parent)?;
+        (p.parent == ROOT && *p.name == *b"worktrees").then_some(&n.name[..])
+    }
+
+    /// Whether `ino` is the root or a linked worktree's directory: there, git's ref
+    /// names belong to a ref view and `reftable` is hidden.
+    fn is_ref_root(&self, ino: u64) -> bool {
+        ino == ROOT || self.worktree_of(ino).is_some()
+    }
+
     fn is_config(&self, ino: u64) -> bool {
         self.nodes
             .get(&ino)
@@ -399,16 +415,18 @@ impl Passthrough {
         if !crate::fs::view::is_component(name) {
             return Err(libc::ENOENT);
         }
-        if parent == ROOT && is_reserved_at_root(name) {
+        let g = self.lock();
+        if g.is_ref_root(parent) && is_reserved_at_root(name) {
             return Err(libc::ENOENT);
         }
-        let dir = self.lock().path_of(parent)?;
+        let dir = g.path_of(parent)?;
         Ok(join(&dir, name))
     }
 
-    /// Refuses to create or replace a reserved name at the root.
-    fn check_creatable(parent: u64, name: &[u8]) -> Result<(), i32> {
-        if parent == ROOT && is_reserved_at_root(name) {
+    /// Refuses to create or replace a reserved name at the root (or at the top of a
+    /// linked worktree's directory).
+    fn check_creatable(&self, parent: u64, name: &[u8]) -> Result<(), i32> {
+        if is_reserved_at_root(name) && self.lock().is_ref_root(parent) {
             crate::fs::state::log_error(
                 "create",
                 name,
@@ -638,7 +656,7 @@ impl Passthrough {
         flags: i32,
         open_backing: impl FnOnce(&File) -> io::Result<BackingId>,
     ) -> Result<(FileAttr, Opened), i32> {
-        Self::check_creatable(parent, name)?;
+        self.check_creatable(parent, name)?;
         if parent == ROOT && name == CONFIG {
             crate::fs::state::log_error(
                 "create",
@@ -738,7 +756,7 @@ impl Passthrough {
     }
 
     pub fn mkdir(&self, parent: u64, name: &[u8], mode: u32, umask: u32) -> Result<FileAttr, i32> {
-        Self::check_creatable(parent, name)?;
+        self.check_creatable(parent, name)?;
         let path = self.child_path(parent, name)?;
         let c = cstr(&path)?;
         // SAFETY: valid descriptor and path.
@@ -752,7 +770,7 @@ impl Passthrough {
     }
 
     pub fn symlink(&self, parent: u64, name: &[u8], target: &[u8]) -> Result<FileAttr, i32> {
-        Self::check_creatable(parent, name)?;
+        self.check_creatable(parent, name)?;
         let path = self.child_path(parent, name)?;
         let (c, t) = (cstr(&path)?, cstr(target)?);
         // SAFETY: valid descriptor and paths.
@@ -825,7 +843,7 @@ impl Passthrough {
         newname: &[u8],
         flags: u32,
     ) -> Result<(), i32> {
-        Self::check_creatable(newparent, newname)?;
+        self.check_creatable(newparent, newname)?;
         if parent == ROOT && name == CONFIG {
             crate::fs::state::log_error(
                 "rename",
@@ -1000,9 +1018,25 @@ impl Passthrough {
     }
 
     pub fn opendir(&self, ino: u64) -> Result<u64, i32> {
-        let path = self.lock().path_of(ino)?;
-        let entries = Arc::new(self.list(&path, ino == ROOT)?);
+        let (path, at_root) = {
+            let g = self.lock();
+            (g.path_of(ino)?, g.is_ref_root(ino))
+        };
+        let entries = Arc::new(self.list(&path, at_root)?);
         Ok(self.lock().add_handle(PHandle::Dir { entries }))
+    }
+
+    /// Adds `extra` (a linked worktree's ref view: `HEAD`, `refs`, `logs`) to the listing
+    /// of the open directory `fh`.
+    pub fn extend_dir(&self, fh: u64, extra: &[DirEntry]) {
+        if let Some(PHandle::Dir { entries }) = self.lock().handles.get_mut(&fh) {
+            Arc::make_mut(entries).extend(extra.iter().cloned());
+        }
+    }
+
+    /// The id of the linked worktree whose directory (`worktrees/<id>`) is `ino`.
+    pub fn worktree_of(&self, ino: u64) -> Option<Vec<u8>> {
+        self.lock().worktree_of(ino).map(<[u8]>::to_vec)
     }
 
     /// The entries of an open directory.
@@ -1091,6 +1125,43 @@ mod tests {
             assert!(!is_ref_name_at_root(n), "{}", String::from_utf8_lossy(n));
         }
         assert!(is_reserved_at_root(b"reftable"));
+    }
+
+    #[test]
+    fn a_linked_worktrees_directory_hides_its_stack_and_ref_names() {
+        let t = tempfile::tempdir().unwrap();
+        let wt = t.path().join("worktrees/wt");
+        std::fs::create_dir_all(wt.join("reftable")).unwrap();
+        std::fs::create_dir_all(wt.join("refs")).unwrap();
+        std::fs::create_dir_all(t.path().join("other/wt")).unwrap();
+        std::fs::write(wt.join("reftable/tables.list"), b"").unwrap();
+        std::fs::write(wt.join("HEAD"), b"ref: refs/heads/.invalid\n").unwrap();
+        std::fs::write(wt.join("gitdir"), b"/x/.git\n").unwrap();
+        std::fs::write(wt.join("ORIG_HEAD"), b"stale\n").unwrap();
+        let p = Passthrough::new(t.path()).unwrap();
+        let wts = p.lookup(ROOT, b"worktrees").unwrap().ino.0;
+        let w = p.lookup(wts, b"wt").unwrap().ino.0;
+        assert_eq!(p.worktree_of(w).as_deref(), Some(&b"wt"[..]));
+        assert_eq!(p.worktree_of(wts), None);
+        let other = p.lookup(ROOT, b"other").unwrap().ino.0;
+        let ow = p.lookup(other, b"wt").unwrap().ino.0;
+        assert_eq!(p.worktree_of(ow), None, "only GITDIR/worktrees/<id>");
+        let gitdir = p.lookup(w, b"gitdir").unwrap().ino.0;
+        assert_eq!(p.worktree_of(gitdir), None, "a file is no worktree");
+        // Listing: the stack and the ref names (served by the worktree's view) are hidden.
+        let fh = p.opendir(w).unwrap();
+        let names: Vec<_> = p
+            .dir_entries(fh)
+            .unwrap()
+            .iter()
+            .map(|e| String::from_utf8_lossy(&e.name).into_owned())
+            .collect();
+        assert_eq!(names, ["gitdir"]);
+        p.releasedir(fh);
+        assert_eq!(p.lookup(w, b"reftable").unwrap_err(), libc::ENOENT);
+        assert_eq!(p.mkdir(w, b"reftable", 0o755, 0).unwrap_err(), libc::EPERM);
+        // Elsewhere `reftable` is an ordinary name.
+        assert!(p.mkdir(ow, b"reftable", 0o755, 0).is_ok());
     }
 
     #[test]

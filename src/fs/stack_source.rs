@@ -518,20 +518,28 @@ pub fn open(gitdir: &Path, opts: &MountOptions) -> Result<Opened> {
     } else {
         repo.reftable_dir()
     };
+    open_dir(&repo, &dir, opts)
+}
+
+/// Opens the stack in `dir` (also a linked worktree's own stack,
+/// `GITDIR/worktrees/<id>/reftable`) with the settings of `repo` (read before mounting:
+/// over `.git`, the config read through the mount has no `extensions.refStorage`).
+pub fn open_dir(repo: &Repo, dir: &Path, opts: &MountOptions) -> Result<Opened> {
+    repo.require_reftable()?;
     let id = repo.committer()?;
     let log = LogSettings {
         log_all: repo.settings.log_all_ref_updates,
         name: id.name,
         email: id.email,
     };
-    let sopts = stack_options(&repo, opts.fsync);
+    let sopts = stack_options(repo, opts.fsync);
     let own: OwnTables = Arc::default();
-    let reader = StackSource::new(Stack::open(&dir, sopts.clone())?, log.clone(), own.clone());
+    let reader = StackSource::new(Stack::open(dir, sopts.clone())?, log.clone(), own.clone());
     // (`auto_compact` only matters for the writer; the reader never commits.)
     let writer: Option<Box<dyn RefSource>> = if opts.read_only {
         None
     } else {
-        let mut stack = Stack::open(&dir, sopts)?;
+        let mut stack = Stack::open(dir, sopts)?;
         // Leftovers of killed writers that are proven garbage go; the rest is reported.
         match stack.clean_orphans(None) {
             Ok(report) => {

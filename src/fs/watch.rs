@@ -106,11 +106,26 @@ fn poll2(fd: libc::c_int, wake_fd: libc::c_int, timeout_ms: i32) -> libc::c_int 
     n
 }
 
+/// Maps the view's inode numbers to the mount's (a linked worktree's view, see
+/// `worktree.rs`).
+pub type InoMap = Box<dyn Fn(u64) -> u64 + Send>;
+
 /// Starts the watcher thread for `reftable_dir`.
 pub fn spawn(
     shared: Arc<Shared>,
     reftable_dir: &Path,
     notifier: Notifier,
+) -> std::io::Result<JoinHandle<()>> {
+    spawn_mapped(shared, reftable_dir, notifier, Box::new(|ino| ino))
+}
+
+/// Starts the watcher thread for `reftable_dir`, whose view's inode numbers are `map`ped
+/// to the mount's in every invalidation.
+pub fn spawn_mapped(
+    shared: Arc<Shared>,
+    reftable_dir: &Path,
+    notifier: Notifier,
+    map: InoMap,
 ) -> std::io::Result<JoinHandle<()>> {
     let ino = match Inotify::new(reftable_dir) {
         Ok(i) => Some(i),
@@ -125,10 +140,10 @@ pub fn spawn(
     };
     std::thread::Builder::new()
         .name("reftablefs-watch".into())
-        .spawn(move || run(shared, ino, notifier))
+        .spawn(move || run(shared, ino, notifier, map))
 }
 
-fn run(shared: Arc<Shared>, ino: Option<Inotify>, notifier: Notifier) {
+fn run(shared: Arc<Shared>, ino: Option<Inotify>, notifier: Notifier, map: InoMap) {
     let interval = i32::try_from(POLL_INTERVAL.as_millis()).unwrap_or(50);
     while !shared.stopping() {
         match &ino {
@@ -144,8 +159,8 @@ fn run(shared: Arc<Shared>, ino: Option<Inotify>, notifier: Notifier) {
         if shared.stopping() {
             break;
         }
-        invalidate(&shared, &notifier);
-        evict(&shared, &notifier);
+        invalidate_mapped(&shared, &notifier, &map);
+        evict(&shared, &notifier, &map);
     }
 }
 
@@ -155,12 +170,13 @@ const EVICT_ROUND: usize = 4096;
 /// While the inode table is above its cap, asks the kernel to drop its oldest names: it
 /// then sends `forget` for them (and for the unused children of a dropped directory), and
 /// the table shrinks. Bounded: at most the table's excess is asked for per wake-up.
-pub fn evict(shared: &Shared, notifier: &Notifier) {
+/// `map`: the view's inode numbers to the mount's.
+pub fn evict(shared: &Shared, notifier: &Notifier, map: &dyn Fn(u64) -> u64) {
     loop {
         let names = shared.evictable(EVICT_ROUND);
         for (parent, name) in &names {
             // ENOENT from the kernel only means the entry was not cached.
-            let _ = notifier.inval_entry(INodeNo(*parent), OsStr::from_bytes(name));
+            let _ = notifier.inval_entry(INodeNo(map(*parent)), OsStr::from_bytes(name));
         }
         if names.len() < EVICT_ROUND || shared.stopping() {
             break;
@@ -170,7 +186,8 @@ pub fn evict(shared: &Shared, notifier: &Notifier) {
 
 /// Reloads and sends invalidations for names whose kind changed or that vanished and
 /// for ref files whose content changed.
-pub fn invalidate(shared: &Shared, notifier: &Notifier) {
+/// `map`: the view's inode numbers to the mount's.
+pub fn invalidate_mapped(shared: &Shared, notifier: &Notifier, map: &dyn Fn(u64) -> u64) {
     let changed = shared.take_changed();
     let _ = shared.refresh();
     let stale = if !changed && !shared.take_changed() {
@@ -181,17 +198,17 @@ pub fn invalidate(shared: &Shared, notifier: &Notifier) {
     };
     for (parent, name) in stale.entries {
         // ENOENT from the kernel only means the entry was not cached.
-        let _ = notifier.inval_entry(INodeNo(parent), OsStr::from_bytes(&name));
+        let _ = notifier.inval_entry(INodeNo(map(parent)), OsStr::from_bytes(&name));
     }
     // Content changed under a cached name: drop the inode's attributes (its size) and
     // pages, so `stat` shows the new size at once (readers are safe without this: every
     // open compares the content with what the kernel holds).
     for ino in stale.inodes {
-        let _ = notifier.inval_inode(INodeNo(ino), 0, 0);
+        let _ = notifier.inval_inode(INodeNo(map(ino)), 0, 0);
     }
     // A new mtime with the same content: attributes only (offset -1: no page is
     // touched, so this never waits for a read in flight).
     for ino in stale.attrs {
-        let _ = notifier.inval_inode(INodeNo(ino), -1, 0);
+        let _ = notifier.inval_inode(INodeNo(map(ino)), -1, 0);
     }
 }
