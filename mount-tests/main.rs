@@ -18,6 +18,7 @@ mod read_path;
 mod shells;
 mod status;
 mod times;
+mod worktrees;
 mod write_path;
 
 fn main() -> std::process::ExitCode {
