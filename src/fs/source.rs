@@ -29,6 +29,10 @@ pub struct BatchEdit {
     pub replace_logs: bool,
     /// The reflog is deleted (`unlink logs/x`, a move away).
     pub delete_log: bool,
+    /// The reflog exists from now on, empty unless it has entries (a `logs/x` file
+    /// created through the mount: git's existence marker, written only if the stack has
+    /// no reflog for the name).
+    pub create_log: bool,
     /// The processes (thread group ids; 0 unknown) that staged this edit: if it cannot
     /// be written, their next `fsync` fails.
     pub pids: Vec<u32>,
@@ -312,6 +316,21 @@ impl RefSource for MemSource {
             }
             if e.replace_logs && e.logs.is_empty() {
                 // git's existence marker: the reflog exists, empty.
+                self.logs.insert(
+                    (e.name.clone(), !ui),
+                    LogRecord {
+                        refname: e.name.clone(),
+                        update_index: ui,
+                        ..LogRecord::default()
+                    },
+                );
+            }
+            if e.create_log
+                && e.logs.is_empty()
+                && !e.replace_logs
+                && !e.delete_log
+                && !self.logs.keys().any(|(n, _)| *n == e.name)
+            {
                 self.logs.insert(
                     (e.name.clone(), !ui),
                     LogRecord {

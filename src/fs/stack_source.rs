@@ -184,6 +184,11 @@ impl StackSource {
                     }
                 }
             }
+            if e.create_log && e.logs.is_empty() && !e.replace_logs && !e.delete_log {
+                tx.log_edit(LogEdit::Create {
+                    refname: e.name.clone(),
+                });
+            }
         }
         let prepared = tx.prepare()?;
         let ui = prepared.update_index();

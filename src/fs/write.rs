@@ -272,9 +272,27 @@ impl WriteState {
 
     /// A reflog file was created (`open(O_CREAT|O_APPEND)`): it exists from now on, empty
     /// until a line is appended.
+    ///
+    /// The creation is an edit of the open batch (git's existence marker when written), so
+    /// that the empty reflog outlives the batch: it is not only a note in the overlay.
     pub fn note_new_log(&mut self, name: &[u8]) {
+        if let Some(&i) = self.open.index.get(name) {
+            if self
+                .open
+                .edits
+                .get(i)
+                .is_some_and(|e| e.delete_log || e.replace_logs)
+            {
+                self.seal();
+            }
+        }
+        let i = self.edit_for(name, false, false);
         let seq = self.open.seq;
-        self.pending_logs
+        if let Some(e) = self.open.edits.get_mut(i) {
+            e.create_log = true;
+        }
+        let pl = self
+            .pending_logs
             .entry(name.to_vec())
             .or_insert(PendingLog {
                 base: None,
@@ -283,6 +301,13 @@ impl WriteState {
                 base_seq: seq,
                 seq,
             });
+        if pl.deleted {
+            // Deleted by an edit not written yet, created again: empty from here on.
+            pl.base = Some(Vec::new());
+            pl.deleted = false;
+            pl.base_seq = seq;
+        }
+        pl.seq = seq;
     }
 
     /// A fresh overlay.
@@ -1029,6 +1054,52 @@ mod tests {
             n += 1;
         }
         n
+    }
+
+    /// libgit2's stash: `git_reference_ensure_log` creates `logs/refs/stash` empty, then
+    /// appends to it. A batch written in between (a HEAD line of the previous command)
+    /// must not take the empty reflog with it.
+    #[test]
+    fn a_reflog_created_empty_outlives_the_batch_it_joined() {
+        let (mut m, mut w, mut s) = setup();
+        let line = format!(
+            "{} {} A <a@b> 1700000000 +0000\treset: moving\n",
+            hex(1),
+            hex(2)
+        );
+        w.append_log(b"HEAD", line.as_bytes()).unwrap();
+        w.note_new_log(b"refs/stash");
+        assert_eq!(
+            w.classify(&mut m, &mut s, b"logs/refs/stash").unwrap(),
+            Some(Kind::Log)
+        );
+        flush(&mut w, &mut m);
+        assert_eq!(
+            w.classify(&mut m, &mut s, b"logs/refs/stash").unwrap(),
+            Some(Kind::Log),
+            "the empty reflog vanished with the batch"
+        );
+        let mut text = Vec::new();
+        w.render_log(&mut m, b"refs/stash", &mut text).unwrap();
+        assert!(text.is_empty(), "{text:?}");
+        // Written as git's existence marker, once: a second creation adds nothing.
+        let marker = |m: &MemSource| m.logs.keys().filter(|(n, _)| n == b"refs/stash").count();
+        assert_eq!(marker(&m), 1);
+        w.note_new_log(b"refs/stash");
+        flush(&mut w, &mut m);
+        assert_eq!(marker(&m), 1);
+        // Deleted, then created again before the deletion is written: it exists, empty.
+        w.delete_log(b"refs/stash");
+        w.note_new_log(b"refs/stash");
+        assert_eq!(
+            w.classify(&mut m, &mut s, b"logs/refs/stash").unwrap(),
+            Some(Kind::Log)
+        );
+        flush(&mut w, &mut m);
+        assert_eq!(
+            w.classify(&mut m, &mut s, b"logs/refs/stash").unwrap(),
+            Some(Kind::Log)
+        );
     }
 
     #[test]
