@@ -125,8 +125,6 @@ pub struct LockBase {
     pub name: Vec<u8>,
     /// The ref's effective value when the lock was created.
     pub value: Option<RefValue>,
-    /// The source's generation then: unchanged at the rename, nobody changed the stack.
-    pub generation: u64,
     /// A commit point through the mount changed the ref since (a files-backend client
     /// ignoring the lock: as on disk, its change is simply overwritten by the rename).
     pub changed_through_mount: bool,
@@ -810,7 +808,6 @@ impl WriteState {
             LockBase {
                 name: name.to_vec(),
                 value,
-                generation: src.generation(),
                 changed_through_mount: false,
             },
         );
@@ -825,7 +822,11 @@ impl WriteState {
         let Some(base) = self.locks.get(lock_path).cloned() else {
             return Ok(());
         };
-        if base.changed_through_mount || base.generation == src.generation() {
+        // The value is compared whatever happened to the stack: the view also changes
+        // without a reload when a failed batch's pending value goes away (a concurrent
+        // writer won), and a rename writing what the view then shows must not pass for a
+        // no-op that the client is told succeeded.
+        if base.changed_through_mount {
             return Ok(());
         }
         let now = self.effective(src, &base.name)?;
@@ -1489,6 +1490,30 @@ mod tests {
         w.commit_ref(&mut m, b"refs/heads/topic", RefValue::Val1(id(5)))
             .unwrap();
         w.check_lock_base(&mut m, b"refs/heads/topic.lock").unwrap();
+    }
+
+    /// Two clients through the mount and git on the stack incrementing one counter: B's
+    /// pending k+1 is what A's lock sees; git moves the stack from k to k+2; B's batch
+    /// conflicts and its pending value goes, so the view shows git's k+2 with no reload.
+    /// A, which read k+1, renames k+2: that is not a no-op to acknowledge but a change
+    /// under A's lock (the increment would be lost while A is told it succeeded).
+    #[test]
+    fn a_lock_sees_a_failed_batch_s_value_go() {
+        let (mut m, mut w, _) = setup();
+        w.commit_ref(&mut m, b"refs/heads/topic", RefValue::Val1(id(3)))
+            .unwrap();
+        w.seal_all();
+        m.set("refs/heads/topic", RefValue::Val1(id(4)));
+        w.note_lock(&mut m, b"refs/heads/topic.lock").unwrap();
+        flush(&mut w, &mut m);
+        assert_eq!(
+            w.effective(&mut m, b"refs/heads/topic").unwrap(),
+            Some(RefValue::Val1(id(4)))
+        );
+        let e = w
+            .check_lock_base(&mut m, b"refs/heads/topic.lock")
+            .unwrap_err();
+        assert_eq!(e.errno, libc::EBUSY);
     }
 
     #[test]
