@@ -2,7 +2,7 @@
 //! mode and options, and one mount's details are its status file's when it serves one,
 //! else "details not available from this mount".
 
-use crate::harness::{Ctx, Mount, Repo, TestResult, BIN};
+use crate::harness::{expect_errno, Ctx, Mount, Repo, TestResult, BIN};
 use crate::shells;
 use reftablefs::cli::json::{self, Value};
 use std::os::unix::fs::OpenOptionsExt;
@@ -233,6 +233,24 @@ pub fn shows_pending_and_refused_writes(ctx: &Ctx) -> TestResult {
         "create refs/heads/a..b: {bad:?}"
     );
     std::fs::write(mnt.join("refs/heads/pending"), format!("{id}\n"))?;
+    // Refusals that are not about a ref's name or content are recorded too: the
+    // passed-through config, packed-refs, a file over its size bound.
+    expect_errno(
+        std::fs::remove_file(mnt.join("config")),
+        &[libc::EPERM],
+        "rm config",
+    )?;
+    expect_errno(
+        std::fs::remove_file(mnt.join("packed-refs")),
+        &[libc::EPERM],
+        "rm packed-refs",
+    )?;
+    expect_errno(
+        std::fs::write(mnt.join("refs/heads/huge.lock"), vec![b'0'; 70_000]),
+        &[libc::EFBIG],
+        "70,000 bytes into refs/heads/huge.lock",
+    )?;
+    let _ = std::fs::remove_file(mnt.join("refs/heads/huge.lock"));
 
     let d = details(&mnt)?;
     let u = |v: &Value, k: &str| v.get(k).and_then(Value::as_u64);
@@ -259,6 +277,9 @@ pub fn shows_pending_and_refused_writes(ctx: &Ctx) -> TestResult {
         (".reftablefs/status", "open", "EACCES"),
         (".reftablefs/status", "unlink", "EACCES"),
         (".reftablefs/d", "mkdir", "EACCES"),
+        ("config", "unlink", "EPERM"),
+        ("packed-refs", "unlink", "EPERM"),
+        ("refs/heads/huge.lock", "write", "EFBIG"),
     ] {
         ensure!(
             has(path, op, errno),

@@ -427,12 +427,14 @@ impl Passthrough {
     /// linked worktree's directory).
     fn check_creatable(&self, parent: u64, name: &[u8]) -> Result<(), i32> {
         if is_reserved_at_root(name) && self.lock().is_ref_root(parent) {
-            crate::fs::state::log_error(
+            return Err(crate::fs::state::refuse(
                 "create",
                 name,
-                &"the reftable stack's directory is not writable through the mount",
-            );
-            return Err(libc::EPERM);
+                crate::fs::write::Refusal::new(
+                    libc::EPERM,
+                    "the reftable stack's directory is not writable through the mount",
+                ),
+            ));
         }
         Ok(())
     }
@@ -505,12 +507,14 @@ impl Passthrough {
         let fd = self.root.as_raw_fd();
         if let Some(size) = size {
             if is_config {
-                crate::fs::state::log_error(
+                return Err(crate::fs::state::refuse(
                     "truncate",
                     &path,
-                    &"config is written through config.lock and rename only",
-                );
-                return Err(libc::EPERM);
+                    crate::fs::write::Refusal::new(
+                        libc::EPERM,
+                        "config is written through config.lock and rename only",
+                    ),
+                ));
             }
             let f = match file {
                 Some(f) => f,
@@ -630,12 +634,14 @@ impl Passthrough {
         };
         if is_config {
             if flags & libc::O_ACCMODE != libc::O_RDONLY {
-                crate::fs::state::log_error(
+                return Err(crate::fs::state::refuse(
                     "open for writing",
                     &path,
-                    &"config is written through config.lock and rename only",
-                );
-                return Err(libc::EPERM);
+                    crate::fs::write::Refusal::new(
+                        libc::EPERM,
+                        "config is written through config.lock and rename only",
+                    ),
+                ));
             }
             let data = Arc::new(self.served_config()?);
             let fh = self.lock().add_handle(PHandle::Config { data });
@@ -658,16 +664,19 @@ impl Passthrough {
     ) -> Result<(FileAttr, Opened), i32> {
         self.check_creatable(parent, name)?;
         if parent == ROOT && name == CONFIG {
-            crate::fs::state::log_error(
-                "create",
-                name,
-                &"config is written through config.lock and rename only",
-            );
-            return Err(if flags & libc::O_EXCL != 0 {
+            let errno = if flags & libc::O_EXCL != 0 {
                 libc::EEXIST
             } else {
                 libc::EPERM
-            });
+            };
+            return Err(crate::fs::state::refuse(
+                "create",
+                name,
+                crate::fs::write::Refusal::new(
+                    errno,
+                    "config is written through config.lock and rename only",
+                ),
+            ));
         }
         let path = self.child_path(parent, name)?;
         let file = self.openat(
@@ -804,12 +813,14 @@ impl Passthrough {
 
     fn remove(&self, parent: u64, name: &[u8], dir: bool) -> Result<(), i32> {
         if parent == ROOT && name == CONFIG {
-            crate::fs::state::log_error(
+            return Err(crate::fs::state::refuse(
                 "unlink",
                 name,
-                &"the repository's config cannot be removed through the mount",
-            );
-            return Err(libc::EPERM);
+                crate::fs::write::Refusal::new(
+                    libc::EPERM,
+                    "the repository's config cannot be removed through the mount",
+                ),
+            ));
         }
         let path = self.child_path(parent, name)?;
         let st = self.lstat(&path).ok();
@@ -845,12 +856,14 @@ impl Passthrough {
     ) -> Result<(), i32> {
         self.check_creatable(newparent, newname)?;
         if parent == ROOT && name == CONFIG {
-            crate::fs::state::log_error(
+            return Err(crate::fs::state::refuse(
                 "rename",
                 name,
-                &"the repository's config cannot be moved away through the mount",
-            );
-            return Err(libc::EPERM);
+                crate::fs::write::Refusal::new(
+                    libc::EPERM,
+                    "the repository's config cannot be moved away through the mount",
+                ),
+            ));
         }
         let from = self.child_path(parent, name)?;
         let to = self.child_path(newparent, newname)?;

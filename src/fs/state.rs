@@ -179,10 +179,31 @@ pub fn log_error(op: &str, path: &[u8], err: &dyn std::fmt::Display) {
     eprintln!("reftablefs: {op} {}: {err}", String::from_utf8_lossy(path));
 }
 
-fn refuse(op: &str, path: &[u8], r: Refusal) -> i32 {
+/// A refused request: logged, recorded for `reftablefs status`, its errno returned. Every
+/// refusal with a reason goes through here.
+pub(crate) fn refuse(op: &str, path: &[u8], r: Refusal) -> i32 {
     log_error(op, path, &r.reason);
     crate::fs::status::recorder().refused(op, path, r.errno, &r.reason);
     r.errno
+}
+
+/// An `EFBIG` from [`splice`] or [`resize_bounded`] as a recorded refusal (other errnos
+/// pass through).
+fn too_big(op: &str, path: &[u8], errno: i32, limit: usize) -> i32 {
+    if errno != libc::EFBIG {
+        return errno;
+    }
+    refuse(
+        op,
+        path,
+        Refusal::new(
+            errno,
+            format!(
+                "a file here holds at most {limit} bytes, and all lock and scratch files \
+                 together {SCRATCH_TOTAL_MAX}"
+            ),
+        ),
+    )
 }
 
 fn is_scratch_kind(k: Kind) -> bool {
@@ -573,7 +594,16 @@ impl Shared {
                     placeholder: true,
                 }
             }
-            view::Area::PackedRefs => return Err(libc::EPERM),
+            view::Area::PackedRefs => {
+                return Err(refuse(
+                    "create",
+                    &path,
+                    Refusal::new(
+                        libc::EPERM,
+                        "packed-refs is replaced by renaming packed-refs.lock onto it, as git does",
+                    ),
+                ))
+            }
             _ => Target::Scratch,
         };
         let kind = match target {
@@ -654,7 +684,8 @@ impl Shared {
                 let limit = scratch_limit(path);
                 let old_len = content.len();
                 let mut next = std::mem::take(content);
-                let r = splice(&mut next, offset, data, append, limit, total - old_len);
+                let r = splice(&mut next, offset, data, append, limit, total - old_len)
+                    .map_err(|e| too_big("write", path, e, limit));
                 let r = r.and_then(|()| {
                     check_ref_prefix(path, &next, hash).map_err(|why| {
                         refuse(
@@ -678,7 +709,8 @@ impl Shared {
             }
             Target::Ref { .. } => {
                 let mut next = buf.clone();
-                splice(&mut next, offset, data, append, REF_FILE_MAX, 0)?;
+                splice(&mut next, offset, data, append, REF_FILE_MAX, 0)
+                    .map_err(|e| too_big("write", path, e, REF_FILE_MAX))?;
                 check_ref_prefix(path, &next, g.w.hash).map_err(|why| {
                     refuse(
                         "write",
@@ -776,11 +808,14 @@ impl Shared {
                 Target::Scratch => {
                     if let Some(c) = g.w.files.get_mut(path.as_slice()) {
                         let others = total - c.len();
-                        resize_bounded(c, size, scratch_limit(path), others)?;
+                        let limit = scratch_limit(path);
+                        resize_bounded(c, size, limit, others)
+                            .map_err(|e| too_big("truncate", path, e, limit))?;
                     }
                 }
                 Target::Ref { .. } => {
-                    resize_bounded(data, size, REF_FILE_MAX, 0)?;
+                    resize_bounded(data, size, REF_FILE_MAX, 0)
+                        .map_err(|e| too_big("truncate", path, e, REF_FILE_MAX))?;
                     *dirty = true;
                 }
                 // A reflog emptied in place (dulwich rewrites one through a read-write
@@ -793,7 +828,16 @@ impl Shared {
                     g.w.replace_log(&name, Vec::new());
                     g.after_staging(&self.cv, self.batch.max);
                 }
-                Target::Log { .. } => return Err(libc::EINVAL),
+                Target::Log { .. } => {
+                    return Err(refuse(
+                        "truncate",
+                        path,
+                        Refusal::new(
+                            libc::EINVAL,
+                            "a reflog is emptied (truncated to 0) or appended to, never cut",
+                        ),
+                    ))
+                }
             }
             return Ok(());
         }
@@ -802,13 +846,21 @@ impl Shared {
             Kind::Scratch => {
                 if let Some(c) = g.w.files.get_mut(&path) {
                     let others = total - c.len();
-                    resize_bounded(c, size, scratch_limit(&path), others)?;
+                    let limit = scratch_limit(&path);
+                    resize_bounded(c, size, limit, others)
+                        .map_err(|e| too_big("truncate", &path, e, limit))?;
                 }
                 Ok(())
             }
             Kind::Dir => Err(libc::EISDIR),
-            // Truncating a ref without writing it would leave an invalid ref: refused.
-            _ => Err(libc::EPERM),
+            _ => Err(refuse(
+                "truncate",
+                &path,
+                Refusal::new(
+                    libc::EPERM,
+                    "truncating a ref file without writing it would leave an invalid ref",
+                ),
+            )),
         }
     }
 
@@ -963,21 +1015,29 @@ impl Shared {
         let Inner { w, src, .. } = &mut *g;
         w.actor = actor;
         w.actor_handles.clear();
-        let r = match kind {
-            Kind::Scratch => {
-                w.files.remove(&path);
-                w.locks.remove(&path);
-                Ok(())
-            }
-            Kind::Ref => w.unlink_ref(src.as_mut(), &path),
-            Kind::Log => {
-                let n = path.get(5..).unwrap_or_default().to_vec();
-                w.delete_log(&n);
-                Ok(())
-            }
-            Kind::Dir => return Err(libc::EISDIR),
-            Kind::PackedRefs => return Err(libc::EPERM),
-        };
+        let r =
+            match kind {
+                Kind::Scratch => {
+                    w.files.remove(&path);
+                    w.locks.remove(&path);
+                    Ok(())
+                }
+                Kind::Ref => w.unlink_ref(src.as_mut(), &path),
+                Kind::Log => {
+                    let n = path.get(5..).unwrap_or_default().to_vec();
+                    w.delete_log(&n);
+                    Ok(())
+                }
+                Kind::Dir => return Err(libc::EISDIR),
+                Kind::PackedRefs => return Err(refuse(
+                    "unlink",
+                    &path,
+                    Refusal::new(
+                        libc::EPERM,
+                        "removing packed-refs would delete every packed ref; the mount keeps it",
+                    ),
+                )),
+            };
         r.map_err(|r| refuse("unlink", &path, r))?;
         g.after_staging(&self.cv, self.batch.max);
         Ok(())
@@ -1549,7 +1609,16 @@ impl Inner {
             Kind::Log => Target::Log {
                 name: path.get(5..).unwrap_or_default().to_vec(),
             },
-            Kind::PackedRefs => return Err(libc::EPERM),
+            Kind::PackedRefs => {
+                return Err(refuse(
+                    "open for writing",
+                    path,
+                    Refusal::new(
+                        libc::EPERM,
+                        "packed-refs is replaced through packed-refs.lock and a rename, not written in place",
+                    ),
+                ))
+            }
             Kind::Dir => return Err(libc::EISDIR),
         };
         let mut data = Vec::new();

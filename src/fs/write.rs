@@ -29,7 +29,7 @@ pub struct Refusal {
 }
 
 impl Refusal {
-    fn new(errno: i32, reason: impl Into<String>) -> Refusal {
+    pub(crate) fn new(errno: i32, reason: impl Into<String>) -> Refusal {
         Refusal {
             errno,
             reason: reason.into(),
