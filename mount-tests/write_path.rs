@@ -1291,6 +1291,88 @@ pub fn case2_lock_then_foreign_update_fails_rename(ctx: &Ctx) -> TestResult {
 }
 mount_test!(case2_lock_then_foreign_update_fails_rename, timeout = 120);
 
+/// A lock taken while another process's update is pending sees that value; git on the
+/// stack then moves the ref past it, the pending update fails at its batch, and the view
+/// falls back to git's value with no reload in between. The lock holder, which read the
+/// pending value, renames exactly git's value onto the ref: that is a change under its
+/// lock (EBUSY, or its fsync fails), not a no-op acknowledged with 0 while its update is
+/// lost (`cas_increments_never_lost` once counted 1906 acknowledged increments on a
+/// counter of 1904 this way).
+pub fn lock_holder_sees_a_failed_batch_value_go(ctx: &Ctx) -> TestResult {
+    let repo = Repo::init(&ctx.path("repo"), "reftable")?;
+    let x0 = repo.commit("x0")?;
+    let x1 = repo.commit("x1")?;
+    let x2 = repo.commit("x2")?;
+    repo.git(&["branch", "shared", &x0])?;
+    let m = Mount::start(
+        &repo.gitdir,
+        &ctx.path("mnt"),
+        &["--batch-window", "60000", "--batch-max", "100000"],
+    )?;
+    let py = |code: &str| -> TestResult {
+        let out = Command::new("timeout")
+            .args(["30", "python3", "-c", code])
+            .arg(m.path("refs/heads/shared"))
+            .stdin(Stdio::null())
+            .output()?;
+        crate::harness::check(&out, "python3")
+    };
+    // Another process: X0 -> X1 through the mount, pending (it exits without fsync).
+    py(&format!(
+        "import os, sys\np = sys.argv[1]\n\
+         fd = os.open(p + '.lock', os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)\n\
+         os.write(fd, b'{x1}\\n'); os.close(fd); os.rename(p + '.lock', p)\n"
+    ))?;
+    // git on the stack: X0 -> X2.
+    repo.git(&["update-ref", "refs/heads/shared", &x2, &x0])?;
+    let l = at(lock(&m.path("refs/heads/shared.lock")), "lock", line!())?;
+    let seen = at(
+        fs::read_to_string(m.path("refs/heads/shared")),
+        "read",
+        line!(),
+    )?;
+    ensure!(
+        seen.trim() == x1,
+        "lock holder read {seen:?}, not the pending X1"
+    );
+    // A third process's fsync writes the batch: X0 -> X1 conflicts with git's X2.
+    py("import os, sys\nfd = os.open(sys.argv[1], os.O_RDONLY)\nos.fsync(fd)\n")
+        .map_err(|e| format!("the fsync that writes the batch: {e}"))?;
+    ensure!(
+        fs::read_to_string(m.path("refs/heads/shared"))?.trim() == x2,
+        "after the failed batch the mount does not show git's X2"
+    );
+    // The holder read X1 and writes X2.
+    at(write_lock(l, &format!("{x2}\n")), "write_lock", line!())?;
+    let renamed = fs::rename(
+        m.path("refs/heads/shared.lock"),
+        m.path("refs/heads/shared"),
+    );
+    let synced = File::open(m.path("refs/heads/shared")).and_then(|f| f.sync_all());
+    ensure!(
+        renamed.is_err() || synced.is_err(),
+        "rename and fsync both returned 0 for an update from X1 that was never written \
+         (the ref is git's X2)"
+    );
+    if let Err(e) = &renamed {
+        ensure!(
+            e.raw_os_error() == Some(libc::EBUSY),
+            "rename failed with {e}, expected EBUSY"
+        );
+        at(
+            fs::remove_file(m.path("refs/heads/shared.lock")),
+            "unlink",
+            line!(),
+        )?;
+    }
+    ensure!(
+        repo.rev_parse("refs/heads/shared")? == x2,
+        "git's X2 is not the ref's value"
+    );
+    m.unmount()
+}
+mount_test!(lock_holder_sees_a_failed_batch_value_go, timeout = 120);
+
 /// Case 3: a conflict found only at batch commit: the edit is not written, the process
 /// that staged it gets EIO from its next fsync (once) and from the close of its still
 /// open lock handle, although another process's fsync wrote the batch first (and got 0).
