@@ -19,7 +19,7 @@ use std::collections::BTreeMap;
 use std::fs;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::process::{Command, Stdio};
 
 use crate::harness::{check, expect_errno, read_tree, stage, Ctx, Mount, TestResult, Tree};
 
@@ -644,3 +644,79 @@ pub fn over_dotgit(ctx: &Ctx) -> TestResult {
     Ok(())
 }
 mount_test!(over_dotgit, timeout = 300);
+
+/// Watches `.git` and `.git/refs/heads` with inotify, runs git 2.39 in the work tree, and
+/// prints the events (`EVENT <dir> <name> <mask>`) seen within 2 s of its end.
+const INOTIFY_WATCHER: &str = r#"
+import ctypes, os, select, struct, subprocess, sys, time
+libc = ctypes.CDLL("libc.so.6", use_errno=True)
+work = sys.argv[1]
+fd = libc.inotify_init1(os.O_NONBLOCK)
+if fd < 0: sys.exit("inotify_init1: errno %d" % ctypes.get_errno())
+mask = 0x2 | 0x8 | 0x80 | 0x100 | 0x200  # MODIFY CLOSE_WRITE MOVED_TO CREATE DELETE
+dirs = {}
+for d in (".git", ".git/refs/heads"):
+    wd = libc.inotify_add_watch(fd, os.path.join(work, d).encode(), mask)
+    if wd < 0: sys.exit("inotify_add_watch %s: errno %d" % (d, ctypes.get_errno()))
+    dirs[wd] = d
+for args in (["checkout", "-q", "-b", "watched"], ["commit", "-q", "--allow-empty", "-m", "w"]):
+    subprocess.run(["/usr/bin/git", *args], cwd=work, check=True)
+end = time.time() + 2
+while time.time() < end:
+    r, _, _ = select.select([fd], [], [], 0.1)
+    if not r: continue
+    try: buf = os.read(fd, 65536)
+    except BlockingIOError: continue
+    i = 0
+    while i + 16 <= len(buf):
+        wd, m, _, n = struct.unpack_from("iIII", buf, i)
+        name = buf[i + 16:i + 16 + n].rstrip(b"\0").decode()
+        print("EVENT", dirs.get(wd, "?"), name, hex(m))
+        i += 16 + n
+"#;
+
+/// Mounted over `.git`, a file watcher (an IDE, a prompt) on `.git` and `.git/refs/heads`
+/// sees the changes git makes in the work tree as on a disk: `HEAD` replaced by a rename
+/// when the branch is switched, the new branch's file moved into place by the commit.
+pub fn over_dotgit_file_watchers(ctx: &Ctx) -> TestResult {
+    let mut p = Pair::new_in(ctx, "inw-")?;
+    p.embed_r()?;
+    let m = Mount::start_over(&p.r_work)?;
+    let out = Command::new("timeout")
+        .args(["60", "python3", "-c", INOTIFY_WATCHER])
+        .arg(&p.r_work)
+        .env("HOME", &p.home)
+        .stdin(Stdio::null())
+        .output()?;
+    m.unmount()?;
+    crate::harness::check(&out, "inotify watcher running git 2.39 over .git")?;
+    let events = String::from_utf8_lossy(&out.stdout).into_owned();
+    let moved_to = |dir: &str, name: &str| {
+        events.lines().any(|l| {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            f.len() == 4
+                && f[1] == dir
+                && f[2] == name
+                && u32::from_str_radix(f[3].trim_start_matches("0x"), 16)
+                    .is_ok_and(|m| m & 0x80 != 0)
+        })
+    };
+    ensure!(
+        moved_to(".git", "HEAD"),
+        "no IN_MOVED_TO for .git/HEAD when git 2.39 switched branches; events:\n{events}"
+    );
+    ensure!(
+        moved_to(".git/refs/heads", "watched"),
+        "no IN_MOVED_TO for .git/refs/heads/watched when git 2.39 committed; events:\n{events}"
+    );
+    // The events came from the mount: the branch is in the stack (git 2.39 cannot open
+    // the real, reftable .git).
+    run(
+        &p.home,
+        &p.r_work,
+        "git",
+        &["rev-parse", "--verify", "-q", "refs/heads/watched"],
+    )?;
+    Ok(())
+}
+mount_test!(over_dotgit_file_watchers, timeout = 120);
