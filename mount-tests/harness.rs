@@ -109,6 +109,10 @@ impl Ctx {
     }
 }
 
+/// The start of an error that [`within_bound_attempts`] does not retry: a wrong result
+/// (a torn read, an unexpected value), not a missed timing bound.
+pub const NOT_A_BOUND: &str = "not a timing bound: ";
+
 /// Runs a test whose verdict rests on a wall-clock bound (a freshness or latency limit) up
 /// to `attempts` times, each in a fresh temporary directory, and passes when one attempt
 /// passes. A scheduling stall of a loaded machine can push one attempt over its bound; a
@@ -128,6 +132,8 @@ pub fn within_bound_attempts(
         };
         match body(&sub) {
             Ok(()) => return Ok(()),
+            // A wrong result is never retried: only a missed timing bound is.
+            Err(e) if e.to_string().starts_with(NOT_A_BOUND) => return Err(e),
             Err(e) => {
                 note(&format!("attempt {attempt} of {attempts} missed: {e}"));
                 last = Some(e);

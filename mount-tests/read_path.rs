@@ -555,7 +555,8 @@ fn length_changes_never_truncate_once(ctx: &Ctx) -> TestResult {
                     let v = String::from_utf8_lossy(&v).into_owned();
                     if !allowed.contains(&v) {
                         return Err(format!(
-                            "{rel} (stat first: {with_stat}): torn, truncated or unexpected {v:?}"
+                            "{}{rel} (stat first: {with_stat}): torn, truncated or unexpected {v:?}",
+                            crate::harness::NOT_A_BOUND
                         ));
                     }
                     reads.fetch_add(1, Ordering::Relaxed);
