@@ -97,21 +97,10 @@ impl Pair {
     fn command(&self, gitdir: &Path, date: u64) -> Command {
         let date = format!("{date} +0200");
         let mut cmd = Command::new("git");
-        cmd.current_dir(&self.home)
+        crate::harness::git_env(&mut cmd, &self.home, &date)
+            .current_dir(&self.home)
             .env("GIT_DIR", gitdir)
             .env("GIT_OBJECT_DIRECTORY", &self.objects)
-            .env_remove("GIT_WORK_TREE")
-            .env_remove("GIT_INDEX_FILE")
-            .env("HOME", &self.home)
-            .env("GIT_CONFIG_NOSYSTEM", "1")
-            .env("GIT_CONFIG_GLOBAL", "/dev/null")
-            .env("GIT_AUTHOR_NAME", "A U Thor")
-            .env("GIT_AUTHOR_EMAIL", "author@example.com")
-            .env("GIT_COMMITTER_NAME", "C O Mitter")
-            .env("GIT_COMMITTER_EMAIL", "committer@example.com")
-            .env("GIT_AUTHOR_DATE", &date)
-            .env("GIT_COMMITTER_DATE", &date)
-            .env("LC_ALL", "C")
             .args(["-c", "core.logAllRefUpdates=true"]);
         cmd
     }

@@ -19,7 +19,7 @@
 use std::collections::BTreeMap;
 use std::fs;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::Command;
 
 use crate::harness::{check, expect_errno, read_tree, stage, Ctx, Mount, TestResult, Tree};
 
@@ -31,26 +31,8 @@ const GIT239: &str = "/usr/bin/git";
 fn cmd(home: &Path, cwd: &Path, t: u64, prog: &str, args: &[&str]) -> Command {
     let date = format!("{t} +0100");
     let mut c = Command::new("timeout");
-    c.arg("120")
-        .arg(prog)
-        .args(args)
-        .current_dir(cwd)
-        .env_remove("GIT_DIR")
-        .env_remove("GIT_WORK_TREE")
-        .env_remove("GIT_INDEX_FILE")
-        .env_remove("GIT_OBJECT_DIRECTORY")
-        .env_remove("GIT_COMMON_DIR")
-        .env("HOME", home)
-        .env("GIT_CONFIG_NOSYSTEM", "1")
-        .env("GIT_CONFIG_GLOBAL", "/dev/null")
-        .env("GIT_AUTHOR_NAME", "A U Thor")
-        .env("GIT_AUTHOR_EMAIL", "author@example.com")
-        .env("GIT_COMMITTER_NAME", "C O Mitter")
-        .env("GIT_COMMITTER_EMAIL", "committer@example.com")
-        .env("GIT_AUTHOR_DATE", &date)
-        .env("GIT_COMMITTER_DATE", &date)
-        .env("LC_ALL", "C")
-        .stdin(Stdio::null());
+    c.arg("120").arg(prog).args(args).current_dir(cwd);
+    crate::harness::git_env(&mut c, home, &date);
     c
 }
 
