@@ -645,6 +645,47 @@ pub fn over_dotgit(ctx: &Ctx) -> TestResult {
 }
 mount_test!(over_dotgit, timeout = 300);
 
+/// The git 2.47 (files mode), pygit2 and dulwich sessions in a work tree whose own `.git`
+/// is the mount (`--over`), each equal to the same session on a files repository (git
+/// 2.39 and GitPython: [`over_dotgit`]).
+pub fn over_dotgit_git247_files(ctx: &Ctx) -> TestResult {
+    session_in(
+        ctx,
+        true,
+        "sh",
+        &[&script("git_session.sh"), "git"],
+        &[],
+        &[],
+    )
+}
+mount_test!(over_dotgit_git247_files, timeout = 300);
+
+/// See [`over_dotgit_git247_files`].
+pub fn over_dotgit_pygit2(ctx: &Ctx) -> TestResult {
+    session_in(
+        ctx,
+        true,
+        "python3",
+        &[&script("pygit2_session.py")],
+        &[],
+        &[],
+    )
+}
+mount_test!(over_dotgit_pygit2, timeout = 300);
+
+/// See [`over_dotgit_git247_files`].
+pub fn over_dotgit_dulwich(ctx: &Ctx) -> TestResult {
+    session_in(
+        ctx,
+        true,
+        "python3",
+        &[&script("dulwich_session.py")],
+        &[],
+        &[],
+    )
+}
+mount_test!(over_dotgit_dulwich, timeout = 300);
+
 /// Watches `.git` and `.git/refs/heads` with inotify, runs git 2.39 in the work tree, and
 /// prints the events (`EVENT <dir> <name> <mask>`) seen within 2 s of its end.
 const INOTIFY_WATCHER: &str = r#"
