@@ -4,18 +4,234 @@
 //! every batch). A batch is sealed when the window since its first edit has passed, when
 //! it holds `--batch-max` edits, or when someone waits for it (fsync, syncfs, unmount).
 //! Commit points never wait for the batcher; only fsync-style calls do.
+//!
+//! The batch queue ([`BatchQueue`]) has its own lock: sealed batches waiting to be
+//! written, the highest sequence number written, the batches and processes whose edits
+//! failed, flush requests and the open batch's window start. The open batch itself is
+//! built in the write overlay (`write.rs`), under the state lock, since staging an edit
+//! must be atomic with the overlay's view; sealing moves it into the queue. fsync callers
+//! wait on the queue's lock, never on the state lock.
 
-use std::sync::Arc;
+use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use crate::fs::source::{BatchEdit, CommitOutcome};
-use crate::fs::state::{log_error, Shared};
+use crate::fs::state::{log_error, proc_start_time, Shared};
 use crate::fs::status;
 use crate::fs::write::Batch;
 
 /// How long the batcher must be idle before it compacts the stack.
 const IDLE_BEFORE_COMPACTION: Duration = Duration::from_secs(5);
+
+/// At most this many processes keep a failure record (the oldest are dropped, logged).
+const PROC_FAILURES_MAX: usize = 4096;
+
+/// At most this many failed batches are remembered (for [`BatchQueue::failed_since`]).
+const FAILED_BATCHES_MAX: usize = 1024;
+
+/// Failed edits of one process (see [`BatchQueue::take_failures`]).
+#[derive(Debug, Default)]
+pub struct ProcFailure {
+    /// The process's start time (`/proc/<pid>/stat` field 22), so that a new process
+    /// reusing the id is not told of another's failure.
+    pub start: Option<u64>,
+    /// The refs whose edits failed.
+    pub names: Vec<Vec<u8>>,
+}
+
+/// An edit of a written batch that was not written, for one process that staged it.
+#[derive(Debug)]
+pub(crate) struct LostEdit {
+    /// The process (thread group id).
+    pub pid: u32,
+    /// Its start time (see [`ProcFailure::start`]).
+    pub start: u64,
+    /// The ref.
+    pub name: Vec<u8>,
+}
+
+/// The batch queue: sealed batches on their way to the stack and what became of them.
+///
+/// Lock order: the state lock (`Shared::inner`) may be held when this lock is taken
+/// (sealing, staging's wake-up, `reftablefs status`), never the other way round.
+#[derive(Debug, Default)]
+pub struct BatchQueue {
+    q: Mutex<Queue>,
+    /// Signalled for the batcher: a batch was sealed, an edit staged, a flush requested,
+    /// the mount is stopping.
+    work: Condvar,
+    /// Signalled for fsync waiters: a batch was written (or failed), the batcher is gone.
+    written: Condvar,
+}
+
+/// What [`BatchQueue`]'s lock protects.
+#[derive(Debug, Default)]
+struct Queue {
+    /// Sealed batches waiting for the batcher, oldest first.
+    sealed: VecDeque<Batch>,
+    /// Highest batch sequence number written (or failed) so far.
+    durable_seq: u64,
+    /// Batches that failed in part or whole, with the reason (for unmount's flush).
+    failed: BTreeMap<u64, String>,
+    /// A flush (fsync, unmount) asks the batcher not to wait for the window.
+    flush_requested: bool,
+    /// When the open batch (by sequence number) was first seen with an edit.
+    open_since: Option<(u64, Instant)>,
+    /// Edits that could not be written, by the process that staged them (thread group
+    /// id): its next `fsync` on the mount fails with EIO and takes the record (Linux's
+    /// errseq rule for writeback errors: each failure is reported once, to whoever
+    /// wrote the data).
+    proc_failures: HashMap<u32, ProcFailure>,
+    /// The batcher thread ended: nothing more will be written.
+    batcher_gone: bool,
+}
+
+impl BatchQueue {
+    fn lock(&self) -> MutexGuard<'_, Queue> {
+        self.q.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Queues a sealed batch (sequence numbers in increasing order) and wakes the batcher.
+    pub fn push(&self, batch: Batch) {
+        self.lock().sealed.push_back(batch);
+        self.work.notify_all();
+    }
+
+    /// Wakes the batcher (an edit was staged, the mount is stopping). Takes the lock, so
+    /// that a batcher between looking at the open batch and waiting cannot miss it.
+    pub fn kick(&self) {
+        drop(self.lock());
+        self.work.notify_all();
+    }
+
+    /// Asks the batcher to write the open batch without waiting for its window.
+    pub fn request_flush(&self) {
+        self.lock().flush_requested = true;
+        self.work.notify_all();
+    }
+
+    /// The next sealed batch, oldest first (tests; the batcher pops in `next_batch`).
+    #[cfg(test)]
+    pub fn pop(&self) -> Option<Batch> {
+        self.lock().sealed.pop_front()
+    }
+
+    /// Number of sealed batches waiting.
+    pub fn sealed_len(&self) -> usize {
+        self.lock().sealed.len()
+    }
+
+    /// How long the open batch `seq` has been waiting, if the batcher has seen it.
+    pub fn window_age(&self, seq: u64) -> Option<Duration> {
+        match self.lock().open_since {
+            Some((s, t)) if s == seq => Some(t.elapsed()),
+            _ => None,
+        }
+    }
+
+    /// Batch `seq` was written: `failure` says why some or all of its edits were not, and
+    /// `lost` names them for each process that staged them. Wakes fsync waiters.
+    pub(crate) fn mark_written(&self, seq: u64, failure: Option<String>, lost: Vec<LostEdit>) {
+        let mut q = self.lock();
+        if let Some(why) = failure {
+            q.failed.insert(seq, why);
+        }
+        for l in lost {
+            q.record_failure(l);
+        }
+        q.durable_seq = q.durable_seq.max(seq);
+        // Keep the failure record bounded.
+        while q.failed.len() > FAILED_BATCHES_MAX {
+            q.failed.pop_first();
+        }
+        drop(q);
+        self.written.notify_all();
+    }
+
+    /// The batcher ended: waiters stop waiting.
+    pub fn set_batcher_gone(&self) {
+        self.lock().batcher_gone = true;
+        self.written.notify_all();
+        self.work.notify_all();
+    }
+
+    /// Highest batch sequence number written (or failed).
+    pub fn durable_seq(&self) -> u64 {
+        self.lock().durable_seq
+    }
+
+    /// Waits until every batch up to `seq` is written (group commit: every waiter shares
+    /// the next batch). EIO if the batcher is gone with batches unwritten.
+    pub fn wait_written(&self, seq: u64) -> Result<(), i32> {
+        let mut q = self.lock();
+        while q.durable_seq < seq && !q.batcher_gone {
+            q = self
+                .written
+                .wait_timeout(q, Duration::from_millis(100))
+                .map(|r| r.0)
+                .unwrap_or_else(|p| p.into_inner().0);
+        }
+        if q.durable_seq < seq {
+            return Err(libc::EIO);
+        }
+        Ok(())
+    }
+
+    /// Whether a batch numbered `seq` or later failed in part or whole.
+    pub fn failed_since(&self, seq: u64) -> bool {
+        self.lock().failed.range(seq..).next().is_some()
+    }
+
+    /// Takes process `pid`'s record of failed edits (each failure is reported once).
+    pub fn take_failures(&self, pid: u32) -> Option<ProcFailure> {
+        self.lock().proc_failures.remove(&pid)
+    }
+}
+
+impl Queue {
+    fn record_failure(&mut self, l: LostEdit) {
+        if !self.proc_failures.contains_key(&l.pid) && self.proc_failures.len() >= PROC_FAILURES_MAX
+        {
+            if let Some(&old) = self.proc_failures.keys().next() {
+                self.proc_failures.remove(&old);
+                eprintln!(
+                    "reftablefs: too many processes with unreported failures: \
+                     process {old} will not be told by fsync"
+                );
+            }
+        }
+        let f = self.proc_failures.entry(l.pid).or_default();
+        if f.start != Some(l.start) {
+            f.start = Some(l.start);
+            f.names.clear();
+        }
+        if f.names.len() < 64 {
+            f.names.push(l.name);
+        }
+    }
+}
+
+/// The processes to tell (by their next `fsync`) that `edits` were not written: each
+/// staging process still alive (a process that is gone has no one to tell). Reads
+/// `/proc`, so it runs without locks.
+fn lost_by_process(edits: &[&BatchEdit]) -> Vec<LostEdit> {
+    let mut out = Vec::new();
+    for edit in edits {
+        for &pid in &edit.pids {
+            let Some(start) = (pid != 0).then(|| proc_start_time(pid)).flatten() else {
+                continue;
+            };
+            out.push(LostEdit {
+                pid,
+                start,
+                name: edit.name.clone(),
+            });
+        }
+    }
+    out
+}
 
 /// Runs deferred compaction when due (`urgent_only`: only when tables pile up).
 fn maintain(shared: &Shared, urgent_only: bool) {
@@ -74,60 +290,74 @@ pub fn spawn(shared: Arc<Shared>) -> std::io::Result<JoinHandle<()>> {
         .name("reftablefs-batch".into())
         .spawn(move || {
             run(&shared);
-            shared.set_batcher_gone();
+            shared.queue.set_batcher_gone();
         })
 }
 
 /// Waits for the next batch to write; `None` when stopping with nothing left.
+///
+/// Takes the state lock (to look at and seal the open batch), then the queue's lock; it
+/// waits on the queue's lock only, holding it from its look at the open batch until the
+/// wait, so that an edit staged meanwhile (whose wake-up takes the queue's lock) is never
+/// missed.
 fn next_batch(shared: &Shared) -> Option<Batch> {
-    let mut g = shared.lock();
+    let queue = &*shared.queue;
     loop {
-        if let Some(b) = g.w.sealed.pop_front() {
+        let mut g = shared.lock();
+        let mut q = queue.lock();
+        if let Some(b) = q.sealed.pop_front() {
             return Some(b);
         }
         let stopping = shared.stopping();
         if !g.w.open.is_empty() {
             let seq = g.w.open.seq;
-            let since = match g.open_since {
+            let since = match q.open_since {
                 Some((s, t)) if s == seq => t,
                 _ => {
                     let now = Instant::now();
-                    g.open_since = Some((seq, now));
+                    q.open_since = Some((seq, now));
                     now
                 }
             };
             let waited = since.elapsed();
-            if stopping || g.flush_requested || g.w.open.len() >= shared.batch.max {
+            if stopping || q.flush_requested || g.w.open.len() >= shared.batch.max {
+                // Sealing queues the batch (under the queue's lock).
+                drop(q);
                 g.w.seal_all();
                 continue;
             }
             if waited >= shared.batch.window {
+                q.open_since = None;
+                drop(q);
                 g.w.seal_for_window();
-                g.open_since = None;
                 continue;
             }
+            drop(g);
             let left = shared.batch.window - waited;
-            g = shared
-                .cv
-                .wait_timeout(g, left)
-                .map(|r| r.0)
-                .unwrap_or_else(|p| p.into_inner().0);
+            let _ = queue
+                .work
+                .wait_timeout(q, left)
+                .unwrap_or_else(|p| p.into_inner());
             continue;
         }
-        g.flush_requested = false;
+        q.flush_requested = false;
         if stopping {
             return None;
         }
-        let (g2, timeout) = shared
-            .cv
-            .wait_timeout(g, IDLE_BEFORE_COMPACTION)
+        drop(g);
+        let (q, timeout) = queue
+            .work
+            .wait_timeout(q, IDLE_BEFORE_COMPACTION)
             .unwrap_or_else(|p| p.into_inner());
-        g = g2;
-        if timeout.timed_out() && g.w.open.is_empty() && g.w.sealed.is_empty() {
-            // Idle: compact now, outside the state lock.
+        drop(q);
+        if timeout.timed_out() {
+            let g = shared.lock();
+            let idle = g.w.open.is_empty() && queue.sealed_len() == 0;
             drop(g);
-            maintain(shared, false);
-            g = shared.lock();
+            if idle {
+                // Idle: compact now, outside the state lock.
+                maintain(shared, false);
+            }
         }
     }
 }
@@ -182,28 +412,20 @@ fn run(shared: &Shared) {
                 lost.extend(batch.edits.iter());
             }
         }
-        if !lost.is_empty() {
-            g.failed
-                .insert(batch.seq, format!("{} edits not written", lost.len()));
-        }
+        let failure = (!lost.is_empty()).then(|| format!("{} edits not written", lost.len()));
         let names: Vec<Vec<u8>> = lost.iter().map(|e| e.name.clone()).collect();
         for edit in &lost {
-            g.record_failure(edit);
+            g.mark_handles_failed(edit);
         }
         g.w.batch_done(batch.seq, &names);
         drop(g);
+        let by_process = lost_by_process(&lost);
         let names: Vec<&[u8]> = batch.edits.iter().map(|e| e.name.as_slice()).collect();
         shared.queue_changed_dirs(&names);
         shared.queue_changed_times(&names);
-        let mut g = shared.lock();
-        g.durable_seq = batch.seq;
-        // Keep the failure record bounded.
-        while g.failed.len() > 1024 {
-            g.failed.pop_first();
-        }
-        let _ = g.refresh();
-        drop(g);
-        shared.cv.notify_all();
+        let _ = shared.lock().refresh();
+        // fsync waiters return from here on: the view shows the batch.
+        shared.queue.mark_written(batch.seq, failure, by_process);
         maintain(shared, true);
     }
     // Unmounting: leave the stack compacted.
