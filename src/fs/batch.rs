@@ -441,3 +441,389 @@ fn show(v: Option<&crate::format::RefValue>) -> String {
         Some(RefValue::Symref(t)) => format!("ref: {}", String::from_utf8_lossy(t)),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::mpsc;
+
+    use crate::format::{HashKind, LogRecord, ObjectId, RefRecord, RefValue};
+    use crate::fs::inode::ROOT;
+    use crate::fs::source::{MemSource, RefSource};
+    use crate::fs::state::BatchSettings;
+    use crate::fs::write::LogSettings;
+
+    /// Bound on every wait of these tests (generous: a loaded machine is slow, and a
+    /// wait that should end ends long before).
+    const BOUND: Duration = Duration::from_secs(20);
+
+    fn lost(pid: u32, start: u64, name: &str) -> LostEdit {
+        LostEdit {
+            pid,
+            start,
+            name: name.as_bytes().to_vec(),
+        }
+    }
+
+    /// `wait_written` on another thread, its result sent back.
+    fn waiter(q: &Arc<BatchQueue>, seq: u64) -> mpsc::Receiver<Result<(), i32>> {
+        let (tx, rx) = mpsc::channel();
+        let q = q.clone();
+        std::thread::spawn(move || {
+            let _ = tx.send(q.wait_written(seq));
+        });
+        rx
+    }
+
+    #[test]
+    fn a_waiter_returns_once_its_batch_is_written() {
+        let q = Arc::new(BatchQueue::default());
+        let rx = waiter(&q, 2);
+        q.mark_written(1, None, Vec::new());
+        assert!(
+            rx.recv_timeout(Duration::from_millis(200)).is_err(),
+            "returned with batch 2 unwritten"
+        );
+        q.mark_written(2, None, Vec::new());
+        assert_eq!(rx.recv_timeout(BOUND), Ok(Ok(())));
+        assert_eq!(q.durable_seq(), 2);
+        // Already written: no wait.
+        assert_eq!(q.wait_written(1), Ok(()));
+    }
+
+    #[test]
+    fn a_waiter_gets_eio_when_the_batcher_is_gone() {
+        let q = Arc::new(BatchQueue::default());
+        let rx = waiter(&q, 1);
+        q.set_batcher_gone();
+        assert_eq!(rx.recv_timeout(BOUND), Ok(Err(libc::EIO)));
+        assert_eq!(q.wait_written(0), Ok(()), "nothing to wait for");
+    }
+
+    #[test]
+    fn a_process_s_failures_are_taken_once() {
+        let q = BatchQueue::default();
+        q.mark_written(1, None, Vec::new());
+        q.mark_written(
+            2,
+            Some("1 edits not written".into()),
+            vec![lost(7, 100, "refs/heads/a")],
+        );
+        q.mark_written(
+            3,
+            Some("1 edits not written".into()),
+            vec![lost(7, 100, "refs/heads/b")],
+        );
+        assert!(
+            q.take_failures(8).is_none(),
+            "another process staged nothing"
+        );
+        let f = q.take_failures(7).expect("process 7's failures");
+        assert_eq!(f.start, Some(100));
+        assert_eq!(
+            f.names,
+            vec![b"refs/heads/a".to_vec(), b"refs/heads/b".to_vec()]
+        );
+        assert!(q.take_failures(7).is_none(), "reported once");
+        assert!(q.failed_since(2) && q.failed_since(3));
+        assert!(!q.failed_since(4));
+    }
+
+    #[test]
+    fn a_new_process_with_a_reused_id_is_not_told_the_old_one_s_failures() {
+        let q = BatchQueue::default();
+        q.mark_written(1, Some("x".into()), vec![lost(7, 100, "refs/heads/old")]);
+        q.mark_written(2, Some("x".into()), vec![lost(7, 200, "refs/heads/new")]);
+        let f = q.take_failures(7).expect("failures");
+        assert_eq!(f.start, Some(200));
+        assert_eq!(f.names, vec![b"refs/heads/new".to_vec()]);
+    }
+
+    #[test]
+    fn sealed_batches_come_out_in_order_and_failures_stay_bounded() {
+        let mut w = crate::fs::write::WriteState::new(HashKind::Sha1, LogSettings::default());
+        let mut m = MemSource::new();
+        m.set("refs/heads/a", RefValue::Val1(id(1)));
+        for n in 2..5 {
+            w.commit_ref(&mut m, b"refs/heads/a", RefValue::Val1(id(n)))
+                .expect("staged");
+            w.seal_all();
+        }
+        let q = w.queue().clone();
+        let seqs: Vec<u64> = std::iter::from_fn(|| q.pop()).map(|b| b.seq).collect();
+        assert_eq!(seqs, vec![1, 2, 3]);
+        for seq in 1..=(FAILED_BATCHES_MAX as u64 + 10) {
+            q.mark_written(seq, Some("lost".into()), Vec::new());
+        }
+        assert_eq!(q.lock().failed.len(), FAILED_BATCHES_MAX);
+        assert!(q.failed_since(FAILED_BATCHES_MAX as u64 + 10));
+    }
+
+    fn id(n: u8) -> ObjectId {
+        ObjectId::from_bytes(&[n; 20]).expect("sha-1 id")
+    }
+
+    /// Commits held until the test opens the gate.
+    #[derive(Debug, Default)]
+    struct Gate {
+        m: Mutex<(bool, u32)>,
+        cv: Condvar,
+    }
+
+    impl Gate {
+        fn close(&self) {
+            self.m.lock().unwrap().0 = true;
+        }
+        fn open(&self) {
+            self.m.lock().unwrap().0 = false;
+            self.cv.notify_all();
+        }
+        /// Waits (bounded) until `n` commits have reached the gate.
+        fn wait_entered(&self, n: u32) {
+            let g = self.m.lock().unwrap();
+            let (g, t) = self
+                .cv
+                .wait_timeout_while(g, BOUND, |(_, entered)| *entered < n)
+                .unwrap();
+            assert!(
+                !t.timed_out(),
+                "the batcher never started commit {n}: {g:?}"
+            );
+        }
+        fn pass(&self) {
+            let mut g = self.m.lock().unwrap();
+            g.1 += 1;
+            self.cv.notify_all();
+            let (g, t) = self
+                .cv
+                .wait_timeout_while(g, BOUND, |(closed, _)| *closed)
+                .unwrap();
+            drop(g);
+            assert!(!t.timed_out(), "the gate stayed closed");
+        }
+    }
+
+    /// One in-memory store seen by two sources, as the reader and writer stack objects of
+    /// a mount see one directory; the writer's commits pass a [`Gate`].
+    #[derive(Clone, Debug)]
+    struct SharedMem {
+        store: Arc<Mutex<MemSource>>,
+        gate: Arc<Gate>,
+    }
+
+    impl SharedMem {
+        fn m(&self) -> MutexGuard<'_, MemSource> {
+            self.store.lock().unwrap()
+        }
+        fn get(&self, name: &str) -> Option<RefValue> {
+            self.m().refs.get(name.as_bytes()).cloned()
+        }
+    }
+
+    impl RefSource for SharedMem {
+        fn hash_kind(&self) -> HashKind {
+            HashKind::Sha1
+        }
+        fn reload(&mut self) -> crate::Result<bool> {
+            self.m().reload()
+        }
+        fn generation(&self) -> u64 {
+            self.m().generation()
+        }
+        fn max_update_index(&self) -> u64 {
+            self.m().max_update_index()
+        }
+        fn first_ref_at_or_after(
+            &mut self,
+            key: &[u8],
+            out: &mut RefRecord,
+        ) -> crate::Result<bool> {
+            self.m().first_ref_at_or_after(key, out)
+        }
+        fn first_log_at_or_after(&mut self, key: &[u8], out: &mut Vec<u8>) -> crate::Result<bool> {
+            self.m().first_log_at_or_after(key, out)
+        }
+        fn read_log(&mut self, name: &[u8], out: &mut Vec<LogRecord>) -> crate::Result<()> {
+            self.m().read_log(name, out)
+        }
+        fn commit(&mut self, edits: &[BatchEdit]) -> crate::Result<CommitOutcome> {
+            self.gate.pass();
+            self.m().commit(edits)
+        }
+    }
+
+    /// A mount's state over a [`SharedMem`] holding `refs/heads/main` = 1, with its
+    /// batcher running (stopped and joined on drop).
+    struct Mount {
+        shared: Arc<Shared>,
+        mem: SharedMem,
+        batcher: Option<JoinHandle<()>>,
+        heads: u64,
+        pid: u32,
+    }
+
+    impl Mount {
+        fn new(window: Duration) -> Mount {
+            let mem = SharedMem {
+                store: Arc::new(Mutex::new(MemSource::new())),
+                gate: Arc::new(Gate::default()),
+            };
+            mem.m().set("refs/heads/main", RefValue::Val1(id(1)));
+            let shared = Shared::new(
+                Box::new(mem.clone()),
+                Some(Box::new(mem.clone())),
+                LogSettings::default(),
+                BatchSettings {
+                    window,
+                    max: 10_000,
+                },
+            );
+            let refs = shared.lookup(ROOT, b"refs").expect("refs").0.ino.0;
+            let heads = shared.lookup(refs, b"heads").expect("heads").0.ino.0;
+            let batcher = Some(spawn(shared.clone()).expect("batcher"));
+            Mount {
+                shared,
+                mem,
+                batcher,
+                heads,
+                pid: std::process::id(),
+            }
+        }
+
+        /// git's update of `refs/heads/NAME` to `id(n)`: create the lock (O_EXCL), write,
+        /// rename onto the ref. Returns the lock's handle, still open.
+        fn update(&self, name: &str, n: u8) -> u64 {
+            let lock = format!("{name}.lock");
+            let (_, fh) = self
+                .shared
+                .create(
+                    self.heads,
+                    lock.as_bytes(),
+                    libc::O_CREAT | libc::O_EXCL | libc::O_WRONLY,
+                )
+                .expect("create the lock");
+            let content = format!("{}\n", id(n));
+            self.shared
+                .write(fh, 0, content.as_bytes(), 0, self.pid)
+                .expect("write the lock");
+            self.shared
+                .rename(
+                    self.heads,
+                    lock.as_bytes(),
+                    self.heads,
+                    name.as_bytes(),
+                    self.pid,
+                )
+                .expect("rename acknowledged");
+            fh
+        }
+
+        /// `fsync` of the mount root by this process (`fsyncdir`).
+        fn fsync_root(&self) -> Result<(), i32> {
+            self.shared.sync_for(self.shared.tgid(self.pid))
+        }
+    }
+
+    impl Drop for Mount {
+        fn drop(&mut self) {
+            self.mem.gate.open();
+            self.shared.shutdown();
+            if let Some(b) = self.batcher.take() {
+                let _ = b.join();
+            }
+        }
+    }
+
+    #[test]
+    fn an_edit_acknowledged_by_rename_is_written_by_the_next_fsync() {
+        // A window far longer than the test: only the fsync writes the batch.
+        let m = Mount::new(Duration::from_secs(600));
+        let fh = m.update("main", 2);
+        m.shared.flush(fh, m.pid).expect("close the lock");
+        m.shared.release(fh);
+        assert_eq!(m.mem.get("refs/heads/main"), Some(RefValue::Val1(id(1))));
+        assert_eq!(m.fsync_root(), Ok(()));
+        assert_eq!(m.mem.get("refs/heads/main"), Some(RefValue::Val1(id(2))));
+        assert_eq!(m.mem.m().commits, 1, "one batch");
+        // The reader shows the written value, with nothing pending.
+        assert_eq!(m.shared.pending_status().0, 0);
+    }
+
+    #[test]
+    fn a_conflict_fails_the_staging_process_s_fsync_once_and_its_handle_s_close() {
+        let m = Mount::new(Duration::from_secs(600));
+        // The lock is renamed while still open (its handle carries the edit).
+        let fh = m.update("main", 2);
+        // Another writer changes the ref on the stack before the batch is written.
+        m.mem.m().set("refs/heads/main", RefValue::Val1(id(3)));
+        assert_eq!(m.shared.fsync(fh, m.pid), Err(libc::EIO));
+        assert_eq!(
+            m.mem.get("refs/heads/main"),
+            Some(RefValue::Val1(id(3))),
+            "theirs stays"
+        );
+        assert_eq!(m.fsync_root(), Ok(()), "the failure is reported once");
+        assert_eq!(
+            m.shared.flush(fh, m.pid),
+            Err(libc::EIO),
+            "close of the handle"
+        );
+        assert_eq!(
+            m.shared.flush(fh, m.pid),
+            Err(libc::EIO),
+            "every close of it"
+        );
+        m.shared.release(fh);
+        // A later update through the mount is not affected.
+        let fh = m.update("main", 4);
+        assert_eq!(m.shared.fsync(fh, m.pid), Ok(()));
+        assert_eq!(m.shared.flush(fh, m.pid), Ok(()));
+        m.shared.release(fh);
+        assert_eq!(m.mem.get("refs/heads/main"), Some(RefValue::Val1(id(4))));
+    }
+
+    #[test]
+    fn fsync_waits_for_a_batch_being_written_and_requests_do_not() {
+        let m = Mount::new(Duration::from_millis(1));
+        m.mem.gate.close();
+        let fh = m.update("main", 2);
+        m.shared.release(fh);
+        // The batcher takes the batch on its own (the window is 1 ms) and is held in
+        // the commit.
+        m.mem.gate.wait_entered(1);
+        let (tx, rx) = mpsc::channel();
+        let (shared, pid) = (m.shared.clone(), m.pid);
+        std::thread::spawn(move || {
+            let _ = tx.send(shared.sync_for(shared.tgid(pid)));
+        });
+        // Requests are served meanwhile: a lookup, another lock taken and renamed (it
+        // reads the pending value, staged while the first batch is being written).
+        let (tx2, rx2) = mpsc::channel();
+        let shared = m.shared.clone();
+        let heads = m.heads;
+        std::thread::spawn(move || {
+            let looked = shared.lookup(heads, b"main").map(|_| ());
+            let created = shared
+                .create(
+                    heads,
+                    b"other.lock",
+                    libc::O_CREAT | libc::O_EXCL | libc::O_WRONLY,
+                )
+                .map(|(_, fh)| shared.release(fh));
+            let _ = tx2.send((looked, created));
+        });
+        assert_eq!(
+            rx2.recv_timeout(BOUND),
+            Ok((Ok(()), Ok(()))),
+            "a request waited for the commit"
+        );
+        assert!(
+            rx.recv_timeout(Duration::from_millis(300)).is_err(),
+            "fsync returned while its batch was still being written"
+        );
+        assert_eq!(m.mem.get("refs/heads/main"), Some(RefValue::Val1(id(1))));
+        m.mem.gate.open();
+        assert_eq!(rx.recv_timeout(BOUND), Ok(Ok(())));
+        assert_eq!(m.mem.get("refs/heads/main"), Some(RefValue::Val1(id(2))));
+    }
+}
