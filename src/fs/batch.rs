@@ -1,7 +1,7 @@
 //! The batcher: one thread that turns sealed batches of the pending layer into reftable
 //! commits — one table and one fsync round per batch, however many refs — through the
 //! writer source (one stack object with one writer and its scratch buffer, reused for
-//! every batch). A batch is sealed when the window since its first edit has passed, when
+//! every batch), which the thread owns: nothing else can wait for a commit's fsyncs. A batch is sealed when the window since its first edit has passed, when
 //! it holds `--batch-max` edits, or when someone waits for it (fsync, syncfs, unmount).
 //! Commit points never wait for the batcher; only fsync-style calls do.
 //!
@@ -17,7 +17,7 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use crate::fs::source::{BatchEdit, CommitOutcome};
+use crate::fs::source::{BatchEdit, CommitOutcome, RefSource};
 use crate::fs::state::{log_error, proc_start_time, Shared};
 use crate::fs::status;
 use crate::fs::write::Batch;
@@ -233,10 +233,12 @@ fn lost_by_process(edits: &[&BatchEdit]) -> Vec<LostEdit> {
     out
 }
 
+/// The batcher's writer source: `None` on a read-only mount.
+type Writer = Option<Box<dyn RefSource>>;
+
 /// Runs deferred compaction when due (`urgent_only`: only when tables pile up).
-fn maintain(shared: &Shared, urgent_only: bool) {
-    let mut w = shared.writer.lock().unwrap_or_else(|p| p.into_inner());
-    let Some(src) = w.as_mut() else { return };
+fn maintain(writer: &mut Writer, urgent_only: bool) {
+    let Some(src) = writer.as_mut() else { return };
     match src.maintenance_due() {
         Some(urgent) if urgent || !urgent_only => {
             if let Err(e) = src.maintain() {
@@ -247,12 +249,11 @@ fn maintain(shared: &Shared, urgent_only: bool) {
     }
 }
 
-/// Writes a batch through the writer source (its lock is held only by the batcher, so
-/// no request waits for it). The source waits briefly for a `tables.list.lock` held by a
-/// live commit and gives up on one held for longer (see `stack_source.rs`).
-fn commit(shared: &Shared, batch: &Batch) -> crate::Result<CommitOutcome> {
-    let mut w = shared.writer.lock().unwrap_or_else(|p| p.into_inner());
-    match w.as_mut() {
+/// Writes a batch through the writer source (the batcher's own, so no request waits for
+/// it). The source waits briefly for a `tables.list.lock` held by a live commit and gives
+/// up on one held for longer (see `stack_source.rs`).
+fn commit(writer: &mut Writer, batch: &Batch) -> crate::Result<CommitOutcome> {
+    match writer.as_mut() {
         Some(src) => {
             let r = src.commit(&batch.edits);
             if r.as_ref().is_ok_and(|o| o.applied > 0) {
@@ -284,12 +285,14 @@ fn why_not_written(e: &crate::Error) -> String {
     }
 }
 
-/// Starts the batcher thread.
-pub fn spawn(shared: Arc<Shared>) -> std::io::Result<JoinHandle<()>> {
+/// Starts the batcher thread, which owns `writer` (another source over the same stack as
+/// the reader; `None` for a read-only mount).
+pub fn spawn(shared: Arc<Shared>, writer: Writer) -> std::io::Result<JoinHandle<()>> {
     std::thread::Builder::new()
         .name("reftablefs-batch".into())
         .spawn(move || {
-            run(&shared);
+            let mut writer = writer;
+            run(&shared, &mut writer);
             shared.queue.set_batcher_gone();
         })
 }
@@ -300,7 +303,7 @@ pub fn spawn(shared: Arc<Shared>) -> std::io::Result<JoinHandle<()>> {
 /// waits on the queue's lock only, holding it from its look at the open batch until the
 /// wait, so that an edit staged meanwhile (whose wake-up takes the queue's lock) is never
 /// missed.
-fn next_batch(shared: &Shared) -> Option<Batch> {
+fn next_batch(shared: &Shared, writer: &mut Writer) -> Option<Batch> {
     let queue = &*shared.queue;
     loop {
         let mut g = shared.lock();
@@ -356,15 +359,15 @@ fn next_batch(shared: &Shared) -> Option<Batch> {
             drop(g);
             if idle {
                 // Idle: compact now, outside the state lock.
-                maintain(shared, false);
+                maintain(writer, false);
             }
         }
     }
 }
 
-fn run(shared: &Shared) {
-    while let Some(batch) = next_batch(shared) {
-        let result = commit(shared, &batch);
+fn run(shared: &Shared, writer: &mut Writer) {
+    while let Some(batch) = next_batch(shared, writer) {
+        let result = commit(writer, &batch);
         let mut g = shared.lock();
         // The reader sees the new table and the pending entries go away in one step under
         // the state lock (until now the reader kept the old tables: no read shows the
@@ -426,10 +429,10 @@ fn run(shared: &Shared) {
         let _ = shared.lock().refresh();
         // fsync waiters return from here on: the view shows the batch.
         shared.queue.mark_written(batch.seq, failure, by_process);
-        maintain(shared, true);
+        maintain(writer, true);
     }
     // Unmounting: leave the stack compacted.
-    maintain(shared, false);
+    maintain(writer, false);
 }
 
 /// A ref value for a log line.
@@ -449,7 +452,7 @@ mod tests {
 
     use crate::format::{HashKind, LogRecord, ObjectId, RefRecord, RefValue};
     use crate::fs::inode::ROOT;
-    use crate::fs::source::{MemSource, RefSource};
+    use crate::fs::source::MemSource;
     use crate::fs::state::BatchSettings;
     use crate::fs::write::LogSettings;
 
@@ -671,7 +674,7 @@ mod tests {
             mem.m().set("refs/heads/main", RefValue::Val1(id(1)));
             let shared = Shared::new(
                 Box::new(mem.clone()),
-                Some(Box::new(mem.clone())),
+                false,
                 LogSettings::default(),
                 BatchSettings {
                     window,
@@ -680,7 +683,8 @@ mod tests {
             );
             let refs = shared.lookup(ROOT, b"refs").expect("refs").0.ino.0;
             let heads = shared.lookup(refs, b"heads").expect("heads").0.ino.0;
-            let batcher = Some(spawn(shared.clone()).expect("batcher"));
+            let batcher =
+                Some(spawn(shared.clone(), Some(Box::new(mem.clone()))).expect("batcher"));
             Mount {
                 shared,
                 mem,

@@ -22,12 +22,12 @@
 //!   batcher after staging) or alone; the state lock is never taken while holding it.
 //!   `fsync` waits on its condition variable (releasing it), never on the state lock;
 //!   the batcher waits for work on it too.
-//! * `Shared::writer` — the writer source, taken by the batcher only (a commit with its
-//!   fsyncs, compaction). The batcher never takes the state lock while holding it, and no
-//!   request handler ever takes it (read-only is a plain flag).
+//! * No lock guards the writer source: the batcher thread owns it (a commit with its
+//!   fsyncs, compaction) and uses it holding no lock, so no request can wait for a
+//!   commit (read-only is a plain flag).
 //! * `stack_source::OwnTables` — which tables are the mount's own: a leaf lock, held for
-//!   moments under the state lock or the writer lock (never across a commit: the update index of the
-//!   table being committed is recorded first).
+//!   moments by the reader (under the state lock) and by the batcher's commit (never
+//!   across it: the update index of the table being committed is recorded first).
 //! * `Shared::tgids` — thread id → process cache: a leaf lock, taken before the state lock.
 //!
 //! * `worktree::Worktrees::inner` — which linked worktrees are served (`worktree.rs`): taken
@@ -35,8 +35,7 @@
 //!   its threads) and, for a retired view, to flush it; never under a state lock. Each
 //!   worktree's `Shared` has its own locks, in the order above.
 //!
-//! Order: worktrees → state; state → queue; state → own tables; writer → own tables;
-//! never queue → state, writer → state, state → writer or queue → writer.
+//! Order: worktrees → state; state → queue; state → own tables; never queue → state.
 
 pub mod config_view;
 pub mod inode;
@@ -201,7 +200,7 @@ pub fn mount(
     );
     let shared = Shared::new(
         reader,
-        writer,
+        writer.is_none(),
         log,
         state::BatchSettings {
             window: opts.batch_window,
@@ -258,7 +257,7 @@ pub fn mount(
     let mut unmounter = session.unmount_callable();
     let watcher = watch::spawn(shared.clone(), reftable_dir, notifier)
         .map_err(|e| Error::io(reftable_dir, e))?;
-    let batcher = batch::spawn(shared.clone()).map_err(|e| Error::io(mountpoint, e))?;
+    let batcher = batch::spawn(shared.clone(), writer).map_err(|e| Error::io(mountpoint, e))?;
     let mp: PathBuf = mountpoint.to_path_buf();
     // The signal thread: on SIGINT/SIGTERM, unmount; the session loop then ends.
     std::thread::Builder::new()

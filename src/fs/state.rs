@@ -107,9 +107,6 @@ pub struct Shared {
     /// The batch queue (its own lock; see `batch.rs`), shared with the overlay, which
     /// seals batches into it.
     pub(crate) queue: Arc<BatchQueue>,
-    /// The writer source (its own stack object), used by the batcher only; `None` for a
-    /// read-only mount.
-    pub(crate) writer: Mutex<Option<Box<dyn RefSource>>>,
     pub(crate) batch: BatchSettings,
     read_only: bool,
     /// Thread id → thread group id, cached for a second (see [`Shared::tgid`]).
@@ -186,10 +183,11 @@ fn is_scratch_kind(k: Kind) -> bool {
 }
 
 impl Shared {
-    /// Wraps a reader source and (unless read-only) a writer source on the same stack.
+    /// Wraps the reader source. A writable mount's writer source (another stack object
+    /// on the same stack) goes to the batcher thread (`batch::spawn`).
     pub fn new(
         src: Box<dyn RefSource>,
-        writer: Option<Box<dyn RefSource>>,
+        read_only: bool,
         log: LogSettings,
         batch: BatchSettings,
     ) -> Arc<Shared> {
@@ -220,9 +218,8 @@ impl Shared {
                 stale_attrs: Vec::new(),
             }),
             queue,
-            read_only: writer.is_none(),
+            read_only,
             tgids: Mutex::new(HashMap::new()),
-            writer: Mutex::new(writer),
             batch,
             uid,
             gid,
@@ -1718,7 +1715,7 @@ mod tests {
         mem.set("refs/heads/x", oid(1));
         let shared = Shared::new(
             Box::new(mem),
-            None,
+            true,
             LogSettings::default(),
             BatchSettings {
                 window: Duration::from_millis(1),
