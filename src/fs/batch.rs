@@ -830,4 +830,50 @@ mod tests {
         assert_eq!(rx.recv_timeout(BOUND), Ok(Ok(())));
         assert_eq!(m.mem.get("refs/heads/main"), Some(RefValue::Val1(id(2))));
     }
+
+    #[test]
+    fn edits_staged_before_an_fsync_share_one_table() {
+        let m = Mount::new(Duration::from_secs(600));
+        for (name, n) in [("main", 2), ("a", 3), ("b", 4)] {
+            let fh = m.update(name, n);
+            m.shared.release(fh);
+        }
+        assert_eq!(m.fsync_root(), Ok(()));
+        assert_eq!(m.mem.m().commits, 1, "group commit");
+        for (name, n) in [("main", 2), ("a", 3), ("b", 4)] {
+            let full = format!("refs/heads/{name}");
+            assert_eq!(m.mem.get(&full), Some(RefValue::Val1(id(n))), "{full}");
+        }
+        assert_eq!(m.fsync_root(), Ok(()), "nothing left: no wait, no table");
+        assert_eq!(m.mem.m().commits, 1);
+    }
+
+    #[test]
+    fn unmount_s_flush_reports_an_edit_not_written() {
+        let m = Mount::new(Duration::from_secs(600));
+        let fh = m.update("main", 2);
+        m.shared.release(fh);
+        m.mem.m().set("refs/heads/main", RefValue::Val1(id(3)));
+        assert_eq!(m.shared.flush_all(), Err(libc::EIO));
+        // Written since: nothing failed.
+        let fh = m.update("a", 4);
+        m.shared.release(fh);
+        assert_eq!(m.shared.flush_all(), Ok(()));
+        assert_eq!(m.mem.get("refs/heads/a"), Some(RefValue::Val1(id(4))));
+    }
+
+    #[test]
+    fn fsync_fails_once_the_batcher_is_gone_with_edits_unwritten() {
+        let mut m = Mount::new(Duration::from_secs(600));
+        m.shared.shutdown();
+        m.batcher
+            .take()
+            .expect("batcher")
+            .join()
+            .expect("batcher ended");
+        let fh = m.update("main", 2);
+        m.shared.release(fh);
+        assert_eq!(m.fsync_root(), Err(libc::EIO));
+        assert_eq!(m.mem.get("refs/heads/main"), Some(RefValue::Val1(id(1))));
+    }
 }
