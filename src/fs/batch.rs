@@ -448,6 +448,7 @@ fn show(v: Option<&crate::format::RefValue>) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::sync::atomic::{AtomicBool, Ordering};
     use std::sync::mpsc;
 
     use crate::format::{HashKind, LogRecord, ObjectId, RefRecord, RefValue};
@@ -606,12 +607,67 @@ mod tests {
         }
     }
 
-    /// One in-memory store seen by two sources, as the reader and writer stack objects of
-    /// a mount see one directory; the writer's commits pass a [`Gate`].
+    /// One in-memory store written by the writer source, as the writer stack object of a
+    /// mount writes its directory; the writer's commits pass a [`Gate`]. While one is
+    /// under way (`hold`), the reader keeps its snapshot, as the reader stack object
+    /// keeps the mount's own new table until the batcher acknowledges it.
     #[derive(Clone, Debug)]
     struct SharedMem {
         store: Arc<Mutex<MemSource>>,
         gate: Arc<Gate>,
+        hold: Arc<AtomicBool>,
+    }
+
+    /// The reader source: a copy of the store as of its last reload.
+    #[derive(Debug)]
+    struct Snapshot {
+        mem: SharedMem,
+        snap: MemSource,
+    }
+
+    impl RefSource for Snapshot {
+        fn hash_kind(&self) -> HashKind {
+            HashKind::Sha1
+        }
+        fn reload(&mut self) -> crate::Result<bool> {
+            if self.mem.hold.load(Ordering::SeqCst) {
+                return Ok(false);
+            }
+            let m = self.mem.m();
+            if m.generation == self.snap.generation {
+                return Ok(false);
+            }
+            self.snap.refs.clone_from(&m.refs);
+            self.snap.logs.clone_from(&m.logs);
+            self.snap.generation = m.generation;
+            self.snap.next_update_index = m.next_update_index;
+            Ok(true)
+        }
+        fn generation(&self) -> u64 {
+            self.snap.generation()
+        }
+        fn max_update_index(&self) -> u64 {
+            self.snap.max_update_index()
+        }
+        fn first_ref_at_or_after(
+            &mut self,
+            key: &[u8],
+            out: &mut RefRecord,
+        ) -> crate::Result<bool> {
+            self.snap.first_ref_at_or_after(key, out)
+        }
+        fn first_log_at_or_after(&mut self, key: &[u8], out: &mut Vec<u8>) -> crate::Result<bool> {
+            self.snap.first_log_at_or_after(key, out)
+        }
+        fn read_log(&mut self, name: &[u8], out: &mut Vec<LogRecord>) -> crate::Result<()> {
+            self.snap.read_log(name, out)
+        }
+        fn commit(&mut self, _: &[BatchEdit]) -> crate::Result<CommitOutcome> {
+            Err(crate::Error::Api("the reader does not write".into()))
+        }
+        fn acknowledge_own_commit(&mut self) {
+            self.mem.hold.store(false, Ordering::SeqCst);
+        }
     }
 
     impl SharedMem {
@@ -650,6 +706,7 @@ mod tests {
             self.m().read_log(name, out)
         }
         fn commit(&mut self, edits: &[BatchEdit]) -> crate::Result<CommitOutcome> {
+            self.hold.store(true, Ordering::SeqCst);
             self.gate.pass();
             self.m().commit(edits)
         }
@@ -670,10 +727,15 @@ mod tests {
             let mem = SharedMem {
                 store: Arc::new(Mutex::new(MemSource::new())),
                 gate: Arc::new(Gate::default()),
+                hold: Arc::new(AtomicBool::new(false)),
             };
             mem.m().set("refs/heads/main", RefValue::Val1(id(1)));
+            let reader = Snapshot {
+                mem: mem.clone(),
+                snap: MemSource::new(),
+            };
             let shared = Shared::new(
-                Box::new(mem.clone()),
+                Box::new(reader),
                 false,
                 LogSettings::default(),
                 BatchSettings {
@@ -875,5 +937,50 @@ mod tests {
         m.shared.release(fh);
         assert_eq!(m.fsync_root(), Err(libc::EIO));
         assert_eq!(m.mem.get("refs/heads/main"), Some(RefValue::Val1(id(1))));
+    }
+
+    /// The content of `refs/heads/NAME` as a client reads it (lookup, open, read).
+    fn read_ref(shared: &Shared, heads: u64, name: &str) -> Result<Vec<u8>, i32> {
+        let ino = shared.lookup(heads, name.as_bytes())?.0.ino.0;
+        let (fh, _) = shared.open(ino, libc::O_RDONLY)?;
+        let data = shared.read_file(ino, fh, 0, 4096);
+        shared.release(fh);
+        data
+    }
+
+    #[test]
+    fn reads_show_an_acknowledged_edit_while_and_after_it_is_written() {
+        let m = Mount::new(Duration::from_millis(1));
+        let want = format!("{}\n", id(2)).into_bytes();
+        m.mem.gate.close();
+        let fh = m.update("main", 2);
+        m.shared.release(fh);
+        m.mem.gate.wait_entered(1);
+        // A client reading the ref over and over while the batch lands.
+        let stop = Arc::new(AtomicBool::new(false));
+        let (shared, heads, s, w) = (m.shared.clone(), m.heads, stop.clone(), want.clone());
+        let reader = std::thread::spawn(move || {
+            let (mut reads, mut wrong, mut first_wrong) = (0u64, 0u64, None);
+            while !s.load(Ordering::SeqCst) || reads < 10 {
+                let r = read_ref(&shared, heads, "main");
+                if r.as_deref() != Ok(&w[..]) {
+                    wrong += 1;
+                    first_wrong.get_or_insert(r);
+                }
+                reads += 1;
+            }
+            (reads, wrong, first_wrong)
+        });
+        std::thread::sleep(Duration::from_millis(20));
+        m.mem.gate.open();
+        assert_eq!(m.fsync_root(), Ok(()));
+        stop.store(true, Ordering::SeqCst);
+        let (reads, wrong, first_wrong) = reader.join().expect("reader");
+        assert_eq!(
+            wrong, 0,
+            "{wrong} of {reads} reads did not show the acknowledged value, first: {first_wrong:?}"
+        );
+        assert_eq!(read_ref(&m.shared, m.heads, "main"), Ok(want));
+        assert_eq!(m.shared.pending_status().0, 0, "nothing pending");
     }
 }
