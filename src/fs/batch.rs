@@ -1,26 +1,244 @@
 //! The batcher: one thread that turns sealed batches of the pending layer into reftable
 //! commits — one table and one fsync round per batch, however many refs — through the
 //! writer source (one stack object with one writer and its scratch buffer, reused for
-//! every batch). A batch is sealed when the window since its first edit has passed, when
+//! every batch), which the thread owns: nothing else can wait for a commit's fsyncs. A batch is sealed when the window since its first edit has passed, when
 //! it holds `--batch-max` edits, or when someone waits for it (fsync, syncfs, unmount).
 //! Commit points never wait for the batcher; only fsync-style calls do.
+//!
+//! The batch queue ([`BatchQueue`]) has its own lock: sealed batches waiting to be
+//! written, the highest sequence number written, the batches and processes whose edits
+//! failed, flush requests and the open batch's window start. The open batch itself is
+//! built in the write overlay (`write.rs`), under the state lock, since staging an edit
+//! must be atomic with the overlay's view; sealing moves it into the queue. fsync callers
+//! wait on the queue's lock, never on the state lock.
 
-use std::sync::Arc;
+use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use crate::fs::source::{BatchEdit, CommitOutcome};
-use crate::fs::state::{log_error, Shared};
+use crate::fs::source::{BatchEdit, CommitOutcome, RefSource};
+use crate::fs::state::{log_error, proc_start_time, Shared};
 use crate::fs::status;
 use crate::fs::write::Batch;
 
 /// How long the batcher must be idle before it compacts the stack.
 const IDLE_BEFORE_COMPACTION: Duration = Duration::from_secs(5);
 
+/// At most this many processes keep a failure record (the oldest are dropped, logged).
+const PROC_FAILURES_MAX: usize = 4096;
+
+/// At most this many failed batches are remembered (for [`BatchQueue::failed_since`]).
+const FAILED_BATCHES_MAX: usize = 1024;
+
+/// Failed edits of one process (see [`BatchQueue::take_failures`]).
+#[derive(Debug, Default)]
+pub struct ProcFailure {
+    /// The process's start time (`/proc/<pid>/stat` field 22), so that a new process
+    /// reusing the id is not told of another's failure.
+    pub start: Option<u64>,
+    /// The refs whose edits failed.
+    pub names: Vec<Vec<u8>>,
+}
+
+/// An edit of a written batch that was not written, for one process that staged it.
+#[derive(Debug)]
+pub(crate) struct LostEdit {
+    /// The process (thread group id).
+    pub pid: u32,
+    /// Its start time (see [`ProcFailure::start`]).
+    pub start: u64,
+    /// The ref.
+    pub name: Vec<u8>,
+}
+
+/// The batch queue: sealed batches on their way to the stack and what became of them.
+///
+/// Lock order: the state lock (`Shared::inner`) may be held when this lock is taken
+/// (sealing, staging's wake-up, `reftablefs status`), never the other way round.
+#[derive(Debug, Default)]
+pub struct BatchQueue {
+    q: Mutex<Queue>,
+    /// Signalled for the batcher: a batch was sealed, an edit staged, a flush requested,
+    /// the mount is stopping.
+    work: Condvar,
+    /// Signalled for fsync waiters: a batch was written (or failed), the batcher is gone.
+    written: Condvar,
+}
+
+/// What [`BatchQueue`]'s lock protects.
+#[derive(Debug, Default)]
+struct Queue {
+    /// Sealed batches waiting for the batcher, oldest first.
+    sealed: VecDeque<Batch>,
+    /// Highest batch sequence number written (or failed) so far.
+    durable_seq: u64,
+    /// Batches that failed in part or whole, with the reason (for unmount's flush).
+    failed: BTreeMap<u64, String>,
+    /// A flush (fsync, unmount) asks the batcher not to wait for the window.
+    flush_requested: bool,
+    /// When the open batch (by sequence number) was first seen with an edit.
+    open_since: Option<(u64, Instant)>,
+    /// Edits that could not be written, by the process that staged them (thread group
+    /// id): its next `fsync` on the mount fails with EIO and takes the record (Linux's
+    /// errseq rule for writeback errors: each failure is reported once, to whoever
+    /// wrote the data).
+    proc_failures: HashMap<u32, ProcFailure>,
+    /// The batcher thread ended: nothing more will be written.
+    batcher_gone: bool,
+}
+
+impl BatchQueue {
+    fn lock(&self) -> MutexGuard<'_, Queue> {
+        self.q.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Queues a sealed batch (sequence numbers in increasing order) and wakes the batcher.
+    pub fn push(&self, batch: Batch) {
+        self.lock().sealed.push_back(batch);
+        self.work.notify_all();
+    }
+
+    /// Wakes the batcher (an edit was staged, the mount is stopping). Takes the lock, so
+    /// that a batcher between looking at the open batch and waiting cannot miss it.
+    pub fn kick(&self) {
+        drop(self.lock());
+        self.work.notify_all();
+    }
+
+    /// Asks the batcher to write the open batch without waiting for its window.
+    pub fn request_flush(&self) {
+        self.lock().flush_requested = true;
+        self.work.notify_all();
+    }
+
+    /// The next sealed batch, oldest first (tests; the batcher pops in `next_batch`).
+    #[cfg(test)]
+    pub fn pop(&self) -> Option<Batch> {
+        self.lock().sealed.pop_front()
+    }
+
+    /// Number of sealed batches waiting.
+    pub fn sealed_len(&self) -> usize {
+        self.lock().sealed.len()
+    }
+
+    /// How long the open batch `seq` has been waiting, if the batcher has seen it.
+    pub fn window_age(&self, seq: u64) -> Option<Duration> {
+        match self.lock().open_since {
+            Some((s, t)) if s == seq => Some(t.elapsed()),
+            _ => None,
+        }
+    }
+
+    /// Batch `seq` was written: `failure` says why some or all of its edits were not, and
+    /// `lost` names them for each process that staged them. Wakes fsync waiters.
+    pub(crate) fn mark_written(&self, seq: u64, failure: Option<String>, lost: Vec<LostEdit>) {
+        let mut q = self.lock();
+        if let Some(why) = failure {
+            q.failed.insert(seq, why);
+        }
+        for l in lost {
+            q.record_failure(l);
+        }
+        q.durable_seq = q.durable_seq.max(seq);
+        // Keep the failure record bounded.
+        while q.failed.len() > FAILED_BATCHES_MAX {
+            q.failed.pop_first();
+        }
+        drop(q);
+        self.written.notify_all();
+    }
+
+    /// The batcher ended: waiters stop waiting.
+    pub fn set_batcher_gone(&self) {
+        self.lock().batcher_gone = true;
+        self.written.notify_all();
+        self.work.notify_all();
+    }
+
+    /// Highest batch sequence number written (or failed).
+    pub fn durable_seq(&self) -> u64 {
+        self.lock().durable_seq
+    }
+
+    /// Waits until every batch up to `seq` is written (group commit: every waiter shares
+    /// the next batch). EIO if the batcher is gone with batches unwritten.
+    pub fn wait_written(&self, seq: u64) -> Result<(), i32> {
+        let mut q = self.lock();
+        while q.durable_seq < seq && !q.batcher_gone {
+            q = self
+                .written
+                .wait_timeout(q, Duration::from_millis(100))
+                .map(|r| r.0)
+                .unwrap_or_else(|p| p.into_inner().0);
+        }
+        if q.durable_seq < seq {
+            return Err(libc::EIO);
+        }
+        Ok(())
+    }
+
+    /// Whether a batch numbered `seq` or later failed in part or whole.
+    pub fn failed_since(&self, seq: u64) -> bool {
+        self.lock().failed.range(seq..).next().is_some()
+    }
+
+    /// Takes process `pid`'s record of failed edits (each failure is reported once).
+    pub fn take_failures(&self, pid: u32) -> Option<ProcFailure> {
+        self.lock().proc_failures.remove(&pid)
+    }
+}
+
+impl Queue {
+    fn record_failure(&mut self, l: LostEdit) {
+        if !self.proc_failures.contains_key(&l.pid) && self.proc_failures.len() >= PROC_FAILURES_MAX
+        {
+            if let Some(&old) = self.proc_failures.keys().next() {
+                self.proc_failures.remove(&old);
+                eprintln!(
+                    "reftablefs: too many processes with unreported failures: \
+                     process {old} will not be told by fsync"
+                );
+            }
+        }
+        let f = self.proc_failures.entry(l.pid).or_default();
+        if f.start != Some(l.start) {
+            f.start = Some(l.start);
+            f.names.clear();
+        }
+        if f.names.len() < 64 {
+            f.names.push(l.name);
+        }
+    }
+}
+
+/// The processes to tell (by their next `fsync`) that `edits` were not written: each
+/// staging process still alive (a process that is gone has no one to tell). Reads
+/// `/proc`, so it runs without locks.
+fn lost_by_process(edits: &[&BatchEdit]) -> Vec<LostEdit> {
+    let mut out = Vec::new();
+    for edit in edits {
+        for &pid in &edit.pids {
+            let Some(start) = (pid != 0).then(|| proc_start_time(pid)).flatten() else {
+                continue;
+            };
+            out.push(LostEdit {
+                pid,
+                start,
+                name: edit.name.clone(),
+            });
+        }
+    }
+    out
+}
+
+/// The batcher's writer source: `None` on a read-only mount.
+type Writer = Option<Box<dyn RefSource>>;
+
 /// Runs deferred compaction when due (`urgent_only`: only when tables pile up).
-fn maintain(shared: &Shared, urgent_only: bool) {
-    let mut w = shared.writer.lock().unwrap_or_else(|p| p.into_inner());
-    let Some(src) = w.as_mut() else { return };
+fn maintain(writer: &mut Writer, urgent_only: bool) {
+    let Some(src) = writer.as_mut() else { return };
     match src.maintenance_due() {
         Some(urgent) if urgent || !urgent_only => {
             if let Err(e) = src.maintain() {
@@ -31,12 +249,11 @@ fn maintain(shared: &Shared, urgent_only: bool) {
     }
 }
 
-/// Writes a batch through the writer source (its lock is held only by the batcher, so
-/// no request waits for it). The source waits briefly for a `tables.list.lock` held by a
-/// live commit and gives up on one held for longer (see `stack_source.rs`).
-fn commit(shared: &Shared, batch: &Batch) -> crate::Result<CommitOutcome> {
-    let mut w = shared.writer.lock().unwrap_or_else(|p| p.into_inner());
-    match w.as_mut() {
+/// Writes a batch through the writer source (the batcher's own, so no request waits for
+/// it). The source waits briefly for a `tables.list.lock` held by a live commit and gives
+/// up on one held for longer (see `stack_source.rs`).
+fn commit(writer: &mut Writer, batch: &Batch) -> crate::Result<CommitOutcome> {
+    match writer.as_mut() {
         Some(src) => {
             let r = src.commit(&batch.edits);
             if r.as_ref().is_ok_and(|o| o.applied > 0) {
@@ -68,73 +285,89 @@ fn why_not_written(e: &crate::Error) -> String {
     }
 }
 
-/// Starts the batcher thread.
-pub fn spawn(shared: Arc<Shared>) -> std::io::Result<JoinHandle<()>> {
+/// Starts the batcher thread, which owns `writer` (another source over the same stack as
+/// the reader; `None` for a read-only mount).
+pub fn spawn(shared: Arc<Shared>, writer: Writer) -> std::io::Result<JoinHandle<()>> {
     std::thread::Builder::new()
         .name("reftablefs-batch".into())
         .spawn(move || {
-            run(&shared);
-            shared.set_batcher_gone();
+            let mut writer = writer;
+            run(&shared, &mut writer);
+            shared.queue.set_batcher_gone();
         })
 }
 
 /// Waits for the next batch to write; `None` when stopping with nothing left.
-fn next_batch(shared: &Shared) -> Option<Batch> {
-    let mut g = shared.lock();
+///
+/// Takes the state lock (to look at and seal the open batch), then the queue's lock; it
+/// waits on the queue's lock only, holding it from its look at the open batch until the
+/// wait, so that an edit staged meanwhile (whose wake-up takes the queue's lock) is never
+/// missed.
+fn next_batch(shared: &Shared, writer: &mut Writer) -> Option<Batch> {
+    let queue = &*shared.queue;
     loop {
-        if let Some(b) = g.w.sealed.pop_front() {
+        let mut g = shared.lock();
+        let mut q = queue.lock();
+        if let Some(b) = q.sealed.pop_front() {
             return Some(b);
         }
         let stopping = shared.stopping();
         if !g.w.open.is_empty() {
             let seq = g.w.open.seq;
-            let since = match g.open_since {
+            let since = match q.open_since {
                 Some((s, t)) if s == seq => t,
                 _ => {
                     let now = Instant::now();
-                    g.open_since = Some((seq, now));
+                    q.open_since = Some((seq, now));
                     now
                 }
             };
             let waited = since.elapsed();
-            if stopping || g.flush_requested || g.w.open.len() >= shared.batch.max {
+            if stopping || q.flush_requested || g.w.open.len() >= shared.batch.max {
+                // Sealing queues the batch (under the queue's lock).
+                drop(q);
                 g.w.seal_all();
                 continue;
             }
             if waited >= shared.batch.window {
+                q.open_since = None;
+                drop(q);
                 g.w.seal_for_window();
-                g.open_since = None;
                 continue;
             }
+            drop(g);
             let left = shared.batch.window - waited;
-            g = shared
-                .cv
-                .wait_timeout(g, left)
-                .map(|r| r.0)
-                .unwrap_or_else(|p| p.into_inner().0);
+            let _ = queue
+                .work
+                .wait_timeout(q, left)
+                .unwrap_or_else(|p| p.into_inner());
             continue;
         }
-        g.flush_requested = false;
+        q.flush_requested = false;
         if stopping {
             return None;
         }
-        let (g2, timeout) = shared
-            .cv
-            .wait_timeout(g, IDLE_BEFORE_COMPACTION)
+        drop(g);
+        let (q, timeout) = queue
+            .work
+            .wait_timeout(q, IDLE_BEFORE_COMPACTION)
             .unwrap_or_else(|p| p.into_inner());
-        g = g2;
-        if timeout.timed_out() && g.w.open.is_empty() && g.w.sealed.is_empty() {
-            // Idle: compact now, outside the state lock.
+        drop(q);
+        if timeout.timed_out() {
+            let g = shared.lock();
+            let idle = g.w.open.is_empty() && queue.sealed_len() == 0;
             drop(g);
-            maintain(shared, false);
-            g = shared.lock();
+            if idle {
+                // Idle: compact now, outside the state lock.
+                maintain(writer, false);
+            }
         }
     }
 }
 
-fn run(shared: &Shared) {
-    while let Some(batch) = next_batch(shared) {
-        let result = commit(shared, &batch);
+fn run(shared: &Shared, writer: &mut Writer) {
+    while let Some(batch) = next_batch(shared, writer) {
+        let result = commit(writer, &batch);
         let mut g = shared.lock();
         // The reader sees the new table and the pending entries go away in one step under
         // the state lock (until now the reader kept the old tables: no read shows the
@@ -182,32 +415,24 @@ fn run(shared: &Shared) {
                 lost.extend(batch.edits.iter());
             }
         }
-        if !lost.is_empty() {
-            g.failed
-                .insert(batch.seq, format!("{} edits not written", lost.len()));
-        }
+        let failure = (!lost.is_empty()).then(|| format!("{} edits not written", lost.len()));
         let names: Vec<Vec<u8>> = lost.iter().map(|e| e.name.clone()).collect();
         for edit in &lost {
-            g.record_failure(edit);
+            g.mark_handles_failed(edit);
         }
         g.w.batch_done(batch.seq, &names);
         drop(g);
+        let by_process = lost_by_process(&lost);
         let names: Vec<&[u8]> = batch.edits.iter().map(|e| e.name.as_slice()).collect();
         shared.queue_changed_dirs(&names);
         shared.queue_changed_times(&names);
-        let mut g = shared.lock();
-        g.durable_seq = batch.seq;
-        // Keep the failure record bounded.
-        while g.failed.len() > 1024 {
-            g.failed.pop_first();
-        }
-        let _ = g.refresh();
-        drop(g);
-        shared.cv.notify_all();
-        maintain(shared, true);
+        let _ = shared.lock().refresh();
+        // fsync waiters return from here on: the view shows the batch.
+        shared.queue.mark_written(batch.seq, failure, by_process);
+        maintain(writer, true);
     }
     // Unmounting: leave the stack compacted.
-    maintain(shared, false);
+    maintain(writer, false);
 }
 
 /// A ref value for a log line.
@@ -217,5 +442,545 @@ fn show(v: Option<&crate::format::RefValue>) -> String {
         None | Some(RefValue::Deletion) => "absent".into(),
         Some(RefValue::Val1(id)) | Some(RefValue::Val2 { value: id, .. }) => id.to_string(),
         Some(RefValue::Symref(t)) => format!("ref: {}", String::from_utf8_lossy(t)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::mpsc;
+
+    use crate::format::{HashKind, LogRecord, ObjectId, RefRecord, RefValue};
+    use crate::fs::inode::ROOT;
+    use crate::fs::source::MemSource;
+    use crate::fs::state::BatchSettings;
+    use crate::fs::write::LogSettings;
+
+    /// Bound on every wait of these tests (generous: a loaded machine is slow, and a
+    /// wait that should end ends long before).
+    const BOUND: Duration = Duration::from_secs(20);
+
+    fn lost(pid: u32, start: u64, name: &str) -> LostEdit {
+        LostEdit {
+            pid,
+            start,
+            name: name.as_bytes().to_vec(),
+        }
+    }
+
+    /// `wait_written` on another thread, its result sent back.
+    fn waiter(q: &Arc<BatchQueue>, seq: u64) -> mpsc::Receiver<Result<(), i32>> {
+        let (tx, rx) = mpsc::channel();
+        let q = q.clone();
+        std::thread::spawn(move || {
+            let _ = tx.send(q.wait_written(seq));
+        });
+        rx
+    }
+
+    #[test]
+    fn a_waiter_returns_once_its_batch_is_written() {
+        let q = Arc::new(BatchQueue::default());
+        let rx = waiter(&q, 2);
+        q.mark_written(1, None, Vec::new());
+        assert!(
+            rx.recv_timeout(Duration::from_millis(200)).is_err(),
+            "returned with batch 2 unwritten"
+        );
+        q.mark_written(2, None, Vec::new());
+        assert_eq!(rx.recv_timeout(BOUND), Ok(Ok(())));
+        assert_eq!(q.durable_seq(), 2);
+        // Already written: no wait.
+        assert_eq!(q.wait_written(1), Ok(()));
+    }
+
+    #[test]
+    fn a_waiter_gets_eio_when_the_batcher_is_gone() {
+        let q = Arc::new(BatchQueue::default());
+        let rx = waiter(&q, 1);
+        q.set_batcher_gone();
+        assert_eq!(rx.recv_timeout(BOUND), Ok(Err(libc::EIO)));
+        assert_eq!(q.wait_written(0), Ok(()), "nothing to wait for");
+    }
+
+    #[test]
+    fn a_process_s_failures_are_taken_once() {
+        let q = BatchQueue::default();
+        q.mark_written(1, None, Vec::new());
+        q.mark_written(
+            2,
+            Some("1 edits not written".into()),
+            vec![lost(7, 100, "refs/heads/a")],
+        );
+        q.mark_written(
+            3,
+            Some("1 edits not written".into()),
+            vec![lost(7, 100, "refs/heads/b")],
+        );
+        assert!(
+            q.take_failures(8).is_none(),
+            "another process staged nothing"
+        );
+        let f = q.take_failures(7).expect("process 7's failures");
+        assert_eq!(f.start, Some(100));
+        assert_eq!(
+            f.names,
+            vec![b"refs/heads/a".to_vec(), b"refs/heads/b".to_vec()]
+        );
+        assert!(q.take_failures(7).is_none(), "reported once");
+        assert!(q.failed_since(2) && q.failed_since(3));
+        assert!(!q.failed_since(4));
+    }
+
+    #[test]
+    fn a_new_process_with_a_reused_id_is_not_told_the_old_one_s_failures() {
+        let q = BatchQueue::default();
+        q.mark_written(1, Some("x".into()), vec![lost(7, 100, "refs/heads/old")]);
+        q.mark_written(2, Some("x".into()), vec![lost(7, 200, "refs/heads/new")]);
+        let f = q.take_failures(7).expect("failures");
+        assert_eq!(f.start, Some(200));
+        assert_eq!(f.names, vec![b"refs/heads/new".to_vec()]);
+    }
+
+    #[test]
+    fn sealed_batches_come_out_in_order_and_failures_stay_bounded() {
+        let mut w = crate::fs::write::WriteState::new(HashKind::Sha1, LogSettings::default());
+        let mut m = MemSource::new();
+        m.set("refs/heads/a", RefValue::Val1(id(1)));
+        for n in 2..5 {
+            w.commit_ref(&mut m, b"refs/heads/a", RefValue::Val1(id(n)))
+                .expect("staged");
+            w.seal_all();
+        }
+        let q = w.queue().clone();
+        let seqs: Vec<u64> = std::iter::from_fn(|| q.pop()).map(|b| b.seq).collect();
+        assert_eq!(seqs, vec![1, 2, 3]);
+        for seq in 1..=(FAILED_BATCHES_MAX as u64 + 10) {
+            q.mark_written(seq, Some("lost".into()), Vec::new());
+        }
+        assert_eq!(q.lock().failed.len(), FAILED_BATCHES_MAX);
+        assert!(q.failed_since(FAILED_BATCHES_MAX as u64 + 10));
+    }
+
+    fn id(n: u8) -> ObjectId {
+        ObjectId::from_bytes(&[n; 20]).expect("sha-1 id")
+    }
+
+    /// Commits held until the test opens the gate.
+    #[derive(Debug, Default)]
+    struct Gate {
+        m: Mutex<(bool, u32)>,
+        cv: Condvar,
+    }
+
+    impl Gate {
+        fn close(&self) {
+            self.m.lock().unwrap().0 = true;
+        }
+        fn open(&self) {
+            self.m.lock().unwrap().0 = false;
+            self.cv.notify_all();
+        }
+        /// Waits (bounded) until `n` commits have reached the gate.
+        fn wait_entered(&self, n: u32) {
+            let g = self.m.lock().unwrap();
+            let (g, t) = self
+                .cv
+                .wait_timeout_while(g, BOUND, |(_, entered)| *entered < n)
+                .unwrap();
+            assert!(
+                !t.timed_out(),
+                "the batcher never started commit {n}: {g:?}"
+            );
+        }
+        fn pass(&self) {
+            let mut g = self.m.lock().unwrap();
+            g.1 += 1;
+            self.cv.notify_all();
+            let (g, t) = self
+                .cv
+                .wait_timeout_while(g, BOUND, |(closed, _)| *closed)
+                .unwrap();
+            drop(g);
+            assert!(!t.timed_out(), "the gate stayed closed");
+        }
+    }
+
+    /// One in-memory store written by the writer source, as the writer stack object of a
+    /// mount writes its directory; the writer's commits pass a [`Gate`]. While one is
+    /// under way (`hold`), the reader keeps its snapshot, as the reader stack object
+    /// keeps the mount's own new table until the batcher acknowledges it.
+    #[derive(Clone, Debug)]
+    struct SharedMem {
+        store: Arc<Mutex<MemSource>>,
+        gate: Arc<Gate>,
+        hold: Arc<AtomicBool>,
+    }
+
+    /// The reader source: a copy of the store as of its last reload.
+    #[derive(Debug)]
+    struct Snapshot {
+        mem: SharedMem,
+        snap: MemSource,
+    }
+
+    impl RefSource for Snapshot {
+        fn hash_kind(&self) -> HashKind {
+            HashKind::Sha1
+        }
+        fn reload(&mut self) -> crate::Result<bool> {
+            if self.mem.hold.load(Ordering::SeqCst) {
+                return Ok(false);
+            }
+            let m = self.mem.m();
+            if m.generation == self.snap.generation {
+                return Ok(false);
+            }
+            self.snap.refs.clone_from(&m.refs);
+            self.snap.logs.clone_from(&m.logs);
+            self.snap.generation = m.generation;
+            self.snap.next_update_index = m.next_update_index;
+            Ok(true)
+        }
+        fn generation(&self) -> u64 {
+            self.snap.generation()
+        }
+        fn max_update_index(&self) -> u64 {
+            self.snap.max_update_index()
+        }
+        fn first_ref_at_or_after(
+            &mut self,
+            key: &[u8],
+            out: &mut RefRecord,
+        ) -> crate::Result<bool> {
+            self.snap.first_ref_at_or_after(key, out)
+        }
+        fn first_log_at_or_after(&mut self, key: &[u8], out: &mut Vec<u8>) -> crate::Result<bool> {
+            self.snap.first_log_at_or_after(key, out)
+        }
+        fn read_log(&mut self, name: &[u8], out: &mut Vec<LogRecord>) -> crate::Result<()> {
+            self.snap.read_log(name, out)
+        }
+        fn commit(&mut self, _: &[BatchEdit]) -> crate::Result<CommitOutcome> {
+            Err(crate::Error::Api("the reader does not write".into()))
+        }
+        fn acknowledge_own_commit(&mut self) {
+            self.mem.hold.store(false, Ordering::SeqCst);
+        }
+    }
+
+    impl SharedMem {
+        fn m(&self) -> MutexGuard<'_, MemSource> {
+            self.store.lock().unwrap()
+        }
+        fn get(&self, name: &str) -> Option<RefValue> {
+            self.m().refs.get(name.as_bytes()).cloned()
+        }
+    }
+
+    impl RefSource for SharedMem {
+        fn hash_kind(&self) -> HashKind {
+            HashKind::Sha1
+        }
+        fn reload(&mut self) -> crate::Result<bool> {
+            self.m().reload()
+        }
+        fn generation(&self) -> u64 {
+            self.m().generation()
+        }
+        fn max_update_index(&self) -> u64 {
+            self.m().max_update_index()
+        }
+        fn first_ref_at_or_after(
+            &mut self,
+            key: &[u8],
+            out: &mut RefRecord,
+        ) -> crate::Result<bool> {
+            self.m().first_ref_at_or_after(key, out)
+        }
+        fn first_log_at_or_after(&mut self, key: &[u8], out: &mut Vec<u8>) -> crate::Result<bool> {
+            self.m().first_log_at_or_after(key, out)
+        }
+        fn read_log(&mut self, name: &[u8], out: &mut Vec<LogRecord>) -> crate::Result<()> {
+            self.m().read_log(name, out)
+        }
+        fn commit(&mut self, edits: &[BatchEdit]) -> crate::Result<CommitOutcome> {
+            self.hold.store(true, Ordering::SeqCst);
+            self.gate.pass();
+            self.m().commit(edits)
+        }
+    }
+
+    /// A mount's state over a [`SharedMem`] holding `refs/heads/main` = 1, with its
+    /// batcher running (stopped and joined on drop).
+    struct Mount {
+        shared: Arc<Shared>,
+        mem: SharedMem,
+        batcher: Option<JoinHandle<()>>,
+        heads: u64,
+        pid: u32,
+    }
+
+    impl Mount {
+        fn new(window: Duration) -> Mount {
+            let mem = SharedMem {
+                store: Arc::new(Mutex::new(MemSource::new())),
+                gate: Arc::new(Gate::default()),
+                hold: Arc::new(AtomicBool::new(false)),
+            };
+            mem.m().set("refs/heads/main", RefValue::Val1(id(1)));
+            let reader = Snapshot {
+                mem: mem.clone(),
+                snap: MemSource::new(),
+            };
+            let shared = Shared::new(
+                Box::new(reader),
+                false,
+                LogSettings::default(),
+                BatchSettings {
+                    window,
+                    max: 10_000,
+                },
+            );
+            let refs = shared.lookup(ROOT, b"refs").expect("refs").0.ino.0;
+            let heads = shared.lookup(refs, b"heads").expect("heads").0.ino.0;
+            let batcher =
+                Some(spawn(shared.clone(), Some(Box::new(mem.clone()))).expect("batcher"));
+            Mount {
+                shared,
+                mem,
+                batcher,
+                heads,
+                pid: std::process::id(),
+            }
+        }
+
+        /// git's update of `refs/heads/NAME` to `id(n)`: create the lock (O_EXCL), write,
+        /// rename onto the ref. Returns the lock's handle, still open.
+        fn update(&self, name: &str, n: u8) -> u64 {
+            let lock = format!("{name}.lock");
+            let (_, fh) = self
+                .shared
+                .create(
+                    self.heads,
+                    lock.as_bytes(),
+                    libc::O_CREAT | libc::O_EXCL | libc::O_WRONLY,
+                )
+                .expect("create the lock");
+            let content = format!("{}\n", id(n));
+            self.shared
+                .write(fh, 0, content.as_bytes(), 0, self.pid)
+                .expect("write the lock");
+            self.shared
+                .rename(
+                    self.heads,
+                    lock.as_bytes(),
+                    self.heads,
+                    name.as_bytes(),
+                    self.pid,
+                )
+                .expect("rename acknowledged");
+            fh
+        }
+
+        /// `fsync` of the mount root by this process (`fsyncdir`).
+        fn fsync_root(&self) -> Result<(), i32> {
+            self.shared.sync_for(self.shared.tgid(self.pid))
+        }
+    }
+
+    impl Drop for Mount {
+        fn drop(&mut self) {
+            self.mem.gate.open();
+            self.shared.shutdown();
+            if let Some(b) = self.batcher.take() {
+                let _ = b.join();
+            }
+        }
+    }
+
+    #[test]
+    fn an_edit_acknowledged_by_rename_is_written_by_the_next_fsync() {
+        // A window far longer than the test: only the fsync writes the batch.
+        let m = Mount::new(Duration::from_secs(600));
+        let fh = m.update("main", 2);
+        m.shared.flush(fh, m.pid).expect("close the lock");
+        m.shared.release(fh);
+        assert_eq!(m.mem.get("refs/heads/main"), Some(RefValue::Val1(id(1))));
+        assert_eq!(m.fsync_root(), Ok(()));
+        assert_eq!(m.mem.get("refs/heads/main"), Some(RefValue::Val1(id(2))));
+        assert_eq!(m.mem.m().commits, 1, "one batch");
+        // The reader shows the written value, with nothing pending.
+        assert_eq!(m.shared.pending_status().0, 0);
+    }
+
+    #[test]
+    fn a_conflict_fails_the_staging_process_s_fsync_once_and_its_handle_s_close() {
+        let m = Mount::new(Duration::from_secs(600));
+        // The lock is renamed while still open (its handle carries the edit).
+        let fh = m.update("main", 2);
+        // Another writer changes the ref on the stack before the batch is written.
+        m.mem.m().set("refs/heads/main", RefValue::Val1(id(3)));
+        assert_eq!(m.shared.fsync(fh, m.pid), Err(libc::EIO));
+        assert_eq!(
+            m.mem.get("refs/heads/main"),
+            Some(RefValue::Val1(id(3))),
+            "theirs stays"
+        );
+        assert_eq!(m.fsync_root(), Ok(()), "the failure is reported once");
+        assert_eq!(
+            m.shared.flush(fh, m.pid),
+            Err(libc::EIO),
+            "close of the handle"
+        );
+        assert_eq!(
+            m.shared.flush(fh, m.pid),
+            Err(libc::EIO),
+            "every close of it"
+        );
+        m.shared.release(fh);
+        // A later update through the mount is not affected.
+        let fh = m.update("main", 4);
+        assert_eq!(m.shared.fsync(fh, m.pid), Ok(()));
+        assert_eq!(m.shared.flush(fh, m.pid), Ok(()));
+        m.shared.release(fh);
+        assert_eq!(m.mem.get("refs/heads/main"), Some(RefValue::Val1(id(4))));
+    }
+
+    #[test]
+    fn fsync_waits_for_a_batch_being_written_and_requests_do_not() {
+        let m = Mount::new(Duration::from_millis(1));
+        m.mem.gate.close();
+        let fh = m.update("main", 2);
+        m.shared.release(fh);
+        // The batcher takes the batch on its own (the window is 1 ms) and is held in
+        // the commit.
+        m.mem.gate.wait_entered(1);
+        let (tx, rx) = mpsc::channel();
+        let (shared, pid) = (m.shared.clone(), m.pid);
+        std::thread::spawn(move || {
+            let _ = tx.send(shared.sync_for(shared.tgid(pid)));
+        });
+        // Requests are served meanwhile: a lookup, another lock taken and renamed (it
+        // reads the pending value, staged while the first batch is being written).
+        let (tx2, rx2) = mpsc::channel();
+        let shared = m.shared.clone();
+        let heads = m.heads;
+        std::thread::spawn(move || {
+            let looked = shared.lookup(heads, b"main").map(|_| ());
+            let created = shared
+                .create(
+                    heads,
+                    b"other.lock",
+                    libc::O_CREAT | libc::O_EXCL | libc::O_WRONLY,
+                )
+                .map(|(_, fh)| shared.release(fh));
+            let _ = tx2.send((looked, created));
+        });
+        assert_eq!(
+            rx2.recv_timeout(BOUND),
+            Ok((Ok(()), Ok(()))),
+            "a request waited for the commit"
+        );
+        assert!(
+            rx.recv_timeout(Duration::from_millis(300)).is_err(),
+            "fsync returned while its batch was still being written"
+        );
+        assert_eq!(m.mem.get("refs/heads/main"), Some(RefValue::Val1(id(1))));
+        m.mem.gate.open();
+        assert_eq!(rx.recv_timeout(BOUND), Ok(Ok(())));
+        assert_eq!(m.mem.get("refs/heads/main"), Some(RefValue::Val1(id(2))));
+    }
+
+    #[test]
+    fn edits_staged_before_an_fsync_share_one_table() {
+        let m = Mount::new(Duration::from_secs(600));
+        for (name, n) in [("main", 2), ("a", 3), ("b", 4)] {
+            let fh = m.update(name, n);
+            m.shared.release(fh);
+        }
+        assert_eq!(m.fsync_root(), Ok(()));
+        assert_eq!(m.mem.m().commits, 1, "group commit");
+        for (name, n) in [("main", 2), ("a", 3), ("b", 4)] {
+            let full = format!("refs/heads/{name}");
+            assert_eq!(m.mem.get(&full), Some(RefValue::Val1(id(n))), "{full}");
+        }
+        assert_eq!(m.fsync_root(), Ok(()), "nothing left: no wait, no table");
+        assert_eq!(m.mem.m().commits, 1);
+    }
+
+    #[test]
+    fn unmount_s_flush_reports_an_edit_not_written() {
+        let m = Mount::new(Duration::from_secs(600));
+        let fh = m.update("main", 2);
+        m.shared.release(fh);
+        m.mem.m().set("refs/heads/main", RefValue::Val1(id(3)));
+        assert_eq!(m.shared.flush_all(), Err(libc::EIO));
+        // Written since: nothing failed.
+        let fh = m.update("a", 4);
+        m.shared.release(fh);
+        assert_eq!(m.shared.flush_all(), Ok(()));
+        assert_eq!(m.mem.get("refs/heads/a"), Some(RefValue::Val1(id(4))));
+    }
+
+    #[test]
+    fn fsync_fails_once_the_batcher_is_gone_with_edits_unwritten() {
+        let mut m = Mount::new(Duration::from_secs(600));
+        m.shared.shutdown();
+        m.batcher
+            .take()
+            .expect("batcher")
+            .join()
+            .expect("batcher ended");
+        let fh = m.update("main", 2);
+        m.shared.release(fh);
+        assert_eq!(m.fsync_root(), Err(libc::EIO));
+        assert_eq!(m.mem.get("refs/heads/main"), Some(RefValue::Val1(id(1))));
+    }
+
+    /// The content of `refs/heads/NAME` as a client reads it (lookup, open, read).
+    fn read_ref(shared: &Shared, heads: u64, name: &str) -> Result<Vec<u8>, i32> {
+        let ino = shared.lookup(heads, name.as_bytes())?.0.ino.0;
+        let (fh, _) = shared.open(ino, libc::O_RDONLY)?;
+        let data = shared.read_file(ino, fh, 0, 4096);
+        shared.release(fh);
+        data
+    }
+
+    #[test]
+    fn reads_show_an_acknowledged_edit_while_and_after_it_is_written() {
+        let m = Mount::new(Duration::from_millis(1));
+        let want = format!("{}\n", id(2)).into_bytes();
+        m.mem.gate.close();
+        let fh = m.update("main", 2);
+        m.shared.release(fh);
+        m.mem.gate.wait_entered(1);
+        // A client reading the ref over and over while the batch lands.
+        let stop = Arc::new(AtomicBool::new(false));
+        let (shared, heads, s, w) = (m.shared.clone(), m.heads, stop.clone(), want.clone());
+        let reader = std::thread::spawn(move || {
+            let (mut reads, mut wrong, mut first_wrong) = (0u64, 0u64, None);
+            while !s.load(Ordering::SeqCst) || reads < 10 {
+                let r = read_ref(&shared, heads, "main");
+                if r.as_deref() != Ok(&w[..]) {
+                    wrong += 1;
+                    first_wrong.get_or_insert(r);
+                }
+                reads += 1;
+            }
+            (reads, wrong, first_wrong)
+        });
+        std::thread::sleep(Duration::from_millis(20));
+        m.mem.gate.open();
+        assert_eq!(m.fsync_root(), Ok(()));
+        stop.store(true, Ordering::SeqCst);
+        let (reads, wrong, first_wrong) = reader.join().expect("reader");
+        assert_eq!(
+            wrong, 0,
+            "{wrong} of {reads} reads did not show the acknowledged value, first: {first_wrong:?}"
+        );
+        assert_eq!(read_ref(&m.shared, m.heads, "main"), Ok(want));
+        assert_eq!(m.shared.pending_status().0, 0, "nothing pending");
     }
 }

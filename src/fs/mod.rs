@@ -4,23 +4,30 @@
 //!
 //! Layers inside: [`source`] (the seam to the stack, with an in-memory implementation for
 //! tests), [`view`] (pure path mapping, listing by reseek, rendering), [`inode`] (stable
-//! inode numbers), `state` (caches and handles behind one mutex), `fuse` (the request
-//! handlers), `watch` (inotify → reload → kernel invalidation), [`worktree`] (one more ref
-//! view per linked worktree, from its own stack).
+//! inode numbers), `state` (caches and handles behind one mutex), `batch` (the batch
+//! queue, behind its own mutex, and the batcher thread that writes it), `fuse` (the
+//! request handlers), `watch` (inotify → reload → kernel invalidation), [`worktree`] (one
+//! more ref view per linked worktree, from its own stack).
 
 //! # Locks and their order
 //!
 //! * `Shared::inner` — the state lock (`state::Inner`: reader source, caches, handles,
-//!   write overlay with the open and sealed batches, batch bookkeeping). Request handlers,
-//!   the watcher and the batcher take it for moments; nothing that waits for the disk
-//!   beyond one `stat` and the opening of a new table runs under it, and replies to the
-//!   kernel are sent after it is dropped. `fsync` waits on `Shared::cv` (releasing it).
-//! * `Shared::writer` — the writer source, taken by the batcher only (a commit with its
-//!   fsyncs, compaction). The batcher never takes the state lock while holding it, and no
-//!   request handler ever takes it (read-only is a plain flag).
+//!   write overlay with the open batch). Request handlers, the watcher and the batcher
+//!   take it for moments; nothing that waits for the disk beyond one `stat` and the
+//!   opening of a new table runs under it, and replies to the kernel are sent after it is
+//!   dropped.
+//! * `Shared::queue` — the batch queue's lock (`batch::BatchQueue`: sealed batches, the
+//!   highest sequence number written, failed batches and processes, flush requests, the
+//!   window start). Taken for moments, under the state lock (sealing a batch, waking the
+//!   batcher after staging) or alone; the state lock is never taken while holding it.
+//!   `fsync` waits on its condition variable (releasing it), never on the state lock;
+//!   the batcher waits for work on it too.
+//! * No lock guards the writer source: the batcher thread owns it (a commit with its
+//!   fsyncs, compaction) and uses it holding no lock, so no request can wait for a
+//!   commit (read-only is a plain flag).
 //! * `stack_source::OwnTables` — which tables are the mount's own: a leaf lock, held for
-//!   moments under either lock above (never across a commit: the update index of the
-//!   table being committed is recorded first).
+//!   moments by the reader (under the state lock) and by the batcher's commit (never
+//!   across it: the update index of the table being committed is recorded first).
 //! * `Shared::tgids` — thread id → process cache: a leaf lock, taken before the state lock.
 //!
 //! * `worktree::Worktrees::inner` — which linked worktrees are served (`worktree.rs`): taken
@@ -28,8 +35,7 @@
 //!   its threads) and, for a retired view, to flush it; never under a state lock. Each
 //!   worktree's `Shared` has its own locks, in the order above.
 //!
-//! Order: worktrees → state; state → own tables; writer → own tables; never writer → state
-//! or state → writer.
+//! Order: worktrees → state; state → queue; state → own tables; never queue → state.
 
 pub mod config_view;
 pub mod inode;
@@ -194,7 +200,7 @@ pub fn mount(
     );
     let shared = Shared::new(
         reader,
-        writer,
+        writer.is_none(),
         log,
         state::BatchSettings {
             window: opts.batch_window,
@@ -251,7 +257,7 @@ pub fn mount(
     let mut unmounter = session.unmount_callable();
     let watcher = watch::spawn(shared.clone(), reftable_dir, notifier)
         .map_err(|e| Error::io(reftable_dir, e))?;
-    let batcher = batch::spawn(shared.clone()).map_err(|e| Error::io(mountpoint, e))?;
+    let batcher = batch::spawn(shared.clone(), writer).map_err(|e| Error::io(mountpoint, e))?;
     let mp: PathBuf = mountpoint.to_path_buf();
     // The signal thread: on SIGINT/SIGTERM, unmount; the session loop then ends.
     std::thread::Builder::new()

@@ -4,16 +4,17 @@
 //! invalidations itself; the batcher thread (`batch.rs`) writes sealed batches through the
 //! separate writer source.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 use std::num::NonZeroUsize;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use fuser::FileAttr;
 use lru::LruCache;
 
 use crate::format::{HashKind, RefValue};
+use crate::fs::batch::BatchQueue;
 use crate::fs::fuse::attr;
 use crate::fs::inode::{Inodes, OpenMode, ROOT};
 use crate::fs::source::RefSource;
@@ -80,16 +81,8 @@ pub struct Inner {
     log_index_seen: u64,
     /// Set by a reload that changed the view, taken by the watcher (kernel invalidation).
     needs_invalidation: bool,
-    /// The write overlay.
+    /// The write overlay (with the open batch; sealed ones are in [`Shared::queue`]).
     pub(crate) w: WriteState,
-    /// Highest batch sequence number written (or failed) so far.
-    pub(crate) durable_seq: u64,
-    /// Batches that failed, with the reason (for fsync callers).
-    pub(crate) failed: BTreeMap<u64, String>,
-    /// A flush (fsync, unmount) asks the batcher not to wait for the window.
-    pub(crate) flush_requested: bool,
-    /// When the open batch got its first edit.
-    pub(crate) open_since: Option<(u64, Instant)>,
     /// Why the last reload failed (a corrupt or missing table): requests fail with EIO
     /// until a reload succeeds again.
     broken: Option<String>,
@@ -99,25 +92,7 @@ pub struct Inner {
     /// Ref file inodes whose cached attributes (mtime) went stale with their content
     /// unchanged: the watcher sends an attributes-only `inval_inode` for them.
     stale_attrs: Vec<u64>,
-    /// Edits that could not be written, by the process that staged them (thread group
-    /// id): its next `fsync` on the mount fails with EIO and takes the record (Linux's
-    /// errseq rule for writeback errors: each failure is reported once, to whoever
-    /// wrote the data).
-    pub(crate) proc_failures: HashMap<u32, ProcFailure>,
 }
-
-/// Failed edits of one process (see [`Inner::proc_failures`]).
-#[derive(Debug, Default)]
-pub struct ProcFailure {
-    /// The process's start time (`/proc/<pid>/stat` field 22), so that a new process
-    /// reusing the id is not told of another's failure.
-    pub start: Option<u64>,
-    /// The refs whose edits failed.
-    pub names: Vec<Vec<u8>>,
-}
-
-/// At most this many processes keep a failure record (the oldest are dropped, logged).
-const PROC_FAILURES_MAX: usize = 4096;
 
 /// Batching settings.
 #[derive(Clone, Copy, Debug)]
@@ -129,11 +104,9 @@ pub struct BatchSettings {
 /// State shared by the request handlers and the helper threads.
 pub struct Shared {
     inner: Mutex<Inner>,
-    /// Signalled when edits are staged, batches sealed or written.
-    pub(crate) cv: Condvar,
-    /// The writer source (its own stack object), used by the batcher only; `None` for a
-    /// read-only mount.
-    pub(crate) writer: Mutex<Option<Box<dyn RefSource>>>,
+    /// The batch queue (its own lock; see `batch.rs`), shared with the overlay, which
+    /// seals batches into it.
+    pub(crate) queue: Arc<BatchQueue>,
     pub(crate) batch: BatchSettings,
     read_only: bool,
     /// Thread id → thread group id, cached for a second (see [`Shared::tgid`]).
@@ -141,7 +114,6 @@ pub struct Shared {
     uid: u32,
     gid: u32,
     stopping: AtomicBool,
-    batcher_gone: AtomicBool,
     /// An eventfd that wakes the watcher when a request handler found a stale kernel
     /// entry (`-1` if none could be made: the watcher then finds it at its next tick).
     wake_fd: libc::c_int,
@@ -211,10 +183,11 @@ fn is_scratch_kind(k: Kind) -> bool {
 }
 
 impl Shared {
-    /// Wraps a reader source and (unless read-only) a writer source on the same stack.
+    /// Wraps the reader source. A writable mount's writer source (another stack object
+    /// on the same stack) goes to the batcher thread (`batch::spawn`).
     pub fn new(
         src: Box<dyn RefSource>,
-        writer: Option<Box<dyn RefSource>>,
+        read_only: bool,
         log: LogSettings,
         batch: BatchSettings,
     ) -> Arc<Shared> {
@@ -223,6 +196,8 @@ impl Shared {
         let generation = src.generation();
         let hash: HashKind = src.hash_kind();
         let log_index_seen = src.max_update_index();
+        let w = WriteState::new(hash, log);
+        let queue = w.queue().clone();
         Arc::new(Shared {
             inner: Mutex::new(Inner {
                 src,
@@ -237,25 +212,18 @@ impl Shared {
                 changed_at: SystemTime::now(),
                 log_index_seen,
                 needs_invalidation: false,
-                w: WriteState::new(hash, log),
-                proc_failures: HashMap::new(),
-                durable_seq: 0,
-                failed: BTreeMap::new(),
-                flush_requested: false,
-                open_since: None,
+                w,
                 broken: None,
                 stale_names: Vec::new(),
                 stale_attrs: Vec::new(),
             }),
-            cv: Condvar::new(),
-            read_only: writer.is_none(),
+            queue,
+            read_only,
             tgids: Mutex::new(HashMap::new()),
-            writer: Mutex::new(writer),
             batch,
             uid,
             gid,
             stopping: AtomicBool::new(false),
-            batcher_gone: AtomicBool::new(false),
             // SAFETY: a plain syscall; the descriptor is owned by `Shared`.
             wake_fd: unsafe { libc::eventfd(0, libc::EFD_NONBLOCK | libc::EFD_CLOEXEC) },
         })
@@ -274,12 +242,7 @@ impl Shared {
     /// Marks the mount as shutting down (helper threads exit once drained).
     pub fn shutdown(&self) {
         self.stopping.store(true, Ordering::SeqCst);
-        self.cv.notify_all();
-    }
-
-    pub(crate) fn set_batcher_gone(&self) {
-        self.batcher_gone.store(true, Ordering::SeqCst);
-        self.cv.notify_all();
+        self.queue.kick();
     }
 
     fn read_only(&self) -> bool {
@@ -381,9 +344,10 @@ impl Shared {
             .filter(|k| !w.pending.contains_key(*k))
             .count();
         let n = (w.pending.len() + logs_only) as u64;
-        let age = match g.open_since {
-            Some((seq, t)) if seq == w.open.seq && !w.open.is_empty() => Some(t.elapsed()),
-            _ => None,
+        let age = if w.open.is_empty() {
+            None
+        } else {
+            self.queue.window_age(w.open.seq)
         };
         (n, age)
     }
@@ -673,7 +637,7 @@ impl Shared {
                 g.w.actor_handles = vec![fh];
                 g.w.append_log(&name, data)
                     .map_err(|r| refuse("append", &path, r))?;
-                g.after_staging(&self.cv, self.batch.max);
+                g.after_staging(self.batch.max);
                 return Ok(n);
             }
             Target::Scratch => {
@@ -740,7 +704,7 @@ impl Shared {
         }
         g.w.actor = actor;
         g.w.actor_handles = vec![fh];
-        g.commit_direct(fh, &self.cv, self.batch.max)
+        g.commit_direct(fh, self.batch.max)
     }
 
     /// `fsync` of a file: commits a ref written in place, then waits until everything
@@ -752,7 +716,7 @@ impl Shared {
             let mut g = self.lock();
             g.w.actor = actor;
             g.w.actor_handles = vec![fh];
-            g.commit_direct(fh, &self.cv, self.batch.max)?;
+            g.commit_direct(fh, self.batch.max)?;
             matches!(g.handles.get(&fh), Some(Handle::Write { failed: true, .. }))
         };
         let own = self.sync_for(actor);
@@ -765,10 +729,9 @@ impl Shared {
     /// Waits until everything staged so far is written (group commit), then reports the
     /// failures of process `actor`'s edits (EIO, once).
     pub(crate) fn sync_for(&self, actor: u32) -> Result<(), i32> {
-        let mut g = self.wait_written()?;
-        match g.proc_failures.remove(&actor) {
+        self.wait_written()?;
+        match self.queue.take_failures(actor) {
             Some(f) if f.start == proc_start_time(actor) => {
-                drop(g);
                 let names: Vec<_> = f.names.iter().map(|n| String::from_utf8_lossy(n)).collect();
                 eprintln!(
                     "reftablefs: fsync by process {actor}: EIO, its updates of {} were not \
@@ -826,7 +789,7 @@ impl Shared {
                     g.w.actor = actor;
                     g.w.actor_handles = fh.into_iter().collect();
                     g.w.replace_log(&name, Vec::new());
-                    g.after_staging(&self.cv, self.batch.max);
+                    g.after_staging(self.batch.max);
                 }
                 Target::Log { .. } => {
                     return Err(refuse(
@@ -1039,7 +1002,7 @@ impl Shared {
                 )),
             };
         r.map_err(|r| refuse("unlink", &path, r))?;
-        g.after_staging(&self.cv, self.batch.max);
+        g.after_staging(self.batch.max);
         Ok(())
     }
 
@@ -1141,37 +1104,29 @@ impl Shared {
         let new_kind = g.classify(&to).ok().flatten().unwrap_or(kind);
         g.inodes
             .moved(parent, name, &from, kind, newparent, newname, new_kind);
-        g.after_staging(&self.cv, self.batch.max);
+        g.after_staging(self.batch.max);
         Ok(())
     }
 
     /// Seals the open batch and waits until everything staged so far is written
-    /// (group commit: every waiter shares the next batch). Returns the state lock; EIO
-    /// if the batcher is gone with batches unwritten.
-    fn wait_written(&self) -> Result<MutexGuard<'_, Inner>, i32> {
-        let mut g = self.lock();
-        let target = g.w.seal_all();
-        g.flush_requested = true;
-        self.cv.notify_all();
-        while g.durable_seq < target && !self.batcher_gone.load(Ordering::SeqCst) {
-            g = self
-                .cv
-                .wait_timeout(g, Duration::from_millis(100))
-                .map(|r| r.0)
-                .unwrap_or_else(|p| p.into_inner().0);
-        }
-        if g.durable_seq < target {
-            return Err(libc::EIO);
-        }
-        Ok(g)
+    /// (group commit: every waiter shares the next batch), on the queue's lock, not the
+    /// state lock. EIO if the batcher is gone with batches unwritten.
+    fn wait_written(&self) -> Result<(), i32> {
+        let target = {
+            let mut g = self.lock();
+            let target = g.w.seal_all();
+            self.queue.request_flush();
+            target
+        };
+        self.queue.wait_written(target)
     }
 
     /// Writes everything staged (unmount): EIO if a batch written meanwhile failed in
     /// part or whole (each failure was logged).
     pub fn flush_all(&self) -> Result<(), i32> {
-        let first_unwritten = self.lock().durable_seq + 1;
-        let g = self.wait_written()?;
-        if g.failed.range(first_unwritten..).next().is_some() {
+        let first_unwritten = self.queue.durable_seq() + 1;
+        self.wait_written()?;
+        if self.queue.failed_since(first_unwritten) {
             Err(libc::EIO)
         } else {
             Ok(())
@@ -1350,34 +1305,10 @@ fn resize_bounded(buf: &mut Vec<u8>, size: u64, limit: usize, others: usize) -> 
 }
 
 impl Inner {
-    /// An edit could not be written: the processes that staged it get EIO from their
-    /// next `fsync` (a process that is gone has no one to tell), and so does the next
-    /// `close` of every file still open on its ref, lock or reflog.
-    pub(crate) fn record_failure(&mut self, edit: &crate::fs::source::BatchEdit) {
-        for &pid in &edit.pids {
-            let Some(start) = (pid != 0).then(|| proc_start_time(pid)).flatten() else {
-                continue;
-            };
-            if !self.proc_failures.contains_key(&pid)
-                && self.proc_failures.len() >= PROC_FAILURES_MAX
-            {
-                if let Some(&old) = self.proc_failures.keys().next() {
-                    self.proc_failures.remove(&old);
-                    eprintln!(
-                        "reftablefs: too many processes with unreported failures: \
-                         process {old} will not be told by fsync"
-                    );
-                }
-            }
-            let f = self.proc_failures.entry(pid).or_default();
-            if f.start != Some(start) {
-                f.start = Some(start);
-                f.names.clear();
-            }
-            if f.names.len() < 64 {
-                f.names.push(edit.name.clone());
-            }
-        }
+    /// An edit could not be written: the next `close` (and `fsync`) of every file still
+    /// open on its ref, lock or reflog fails. (The processes that staged it are told by
+    /// the batch queue.)
+    pub(crate) fn mark_handles_failed(&mut self, edit: &crate::fs::source::BatchEdit) {
         for fh in &edit.handles {
             if let Some(Handle::Write { failed, .. }) = self.handles.get_mut(fh) {
                 *failed = true;
@@ -1460,12 +1391,12 @@ impl Inner {
 
     /// After an edit was staged: the view changed (mtimes), seal a full batch, wake the
     /// batcher.
-    pub(crate) fn after_staging(&mut self, cv: &Condvar, max: usize) {
+    pub(crate) fn after_staging(&mut self, max: usize) {
         self.changed_at = SystemTime::now();
         if self.w.open.len() >= max {
             self.w.seal_all();
         }
-        cv.notify_all();
+        self.w.queue().kick();
     }
 
     fn add_handle(&mut self, h: Handle) -> u64 {
@@ -1635,7 +1566,7 @@ impl Inner {
     }
 
     /// Commits a ref written in place (on flush or fsync), if its handle is dirty.
-    fn commit_direct(&mut self, fh: u64, cv: &Condvar, max: usize) -> Result<(), i32> {
+    fn commit_direct(&mut self, fh: u64, max: usize) -> Result<(), i32> {
         let Some(Handle::Write {
             path,
             target: Target::Ref { name, placeholder },
@@ -1674,7 +1605,7 @@ impl Inner {
             {
                 *placeholder = false;
             }
-            self.after_staging(cv, max);
+            self.after_staging(max);
         }
         staged
     }
@@ -1784,7 +1715,7 @@ mod tests {
         mem.set("refs/heads/x", oid(1));
         let shared = Shared::new(
             Box::new(mem),
-            None,
+            true,
             LogSettings::default(),
             BatchSettings {
                 window: Duration::from_millis(1),

@@ -302,7 +302,7 @@ impl Worktrees {
         let writer = if self.opts.read_only { None } else { o.writer };
         let shared = Shared::new(
             o.reader,
-            writer,
+            writer.is_none(),
             o.log,
             BatchSettings {
                 window: self.opts.batch_window,
@@ -325,7 +325,9 @@ impl Worktrees {
                     .map_err(|e| fail("start worktree watcher", &e))?,
             );
         }
-        threads.push(batch::spawn(shared.clone()).map_err(|e| fail("start worktree batcher", &e))?);
+        threads.push(
+            batch::spawn(shared.clone(), writer).map_err(|e| fail("start worktree batcher", &e))?,
+        );
         eprintln!(
             "reftablefs: serving worktree {} from {}",
             String::from_utf8_lossy(id),

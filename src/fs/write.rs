@@ -10,9 +10,11 @@
 //! (pack, then unlink each loose copy) changes nothing.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::sync::Arc;
 
 use crate::files::{self, LooseRef};
 use crate::format::{HashKind, LogRecord, ObjectId, RefRecord, RefValue};
+use crate::fs::batch::BatchQueue;
 use crate::fs::source::{BatchEdit, RefSource};
 use crate::fs::view::{self, Entry, Kind, Scratch, NEXT_NAME};
 use crate::refname::{check_for_update, check_refname_format, RefnameFlags};
@@ -176,8 +178,8 @@ pub struct WriteState {
     pub packed: BTreeMap<Vec<u8>, Packed>,
     /// The batch being filled.
     pub open: Batch,
-    /// Sealed batches waiting for the batcher, oldest first.
-    pub sealed: std::collections::VecDeque<Batch>,
+    /// Where sealed batches go (the batcher's queue, `batch.rs`).
+    queue: Arc<BatchQueue>,
     /// Highest sequence number handed out.
     pub last_seq: u64,
     /// Ref locks held (by lock path), with what they saw of their ref.
@@ -306,6 +308,11 @@ impl WriteState {
             pl.base_seq = seq;
         }
         pl.seq = seq;
+    }
+
+    /// The queue this overlay seals batches into.
+    pub(crate) fn queue(&self) -> &Arc<BatchQueue> {
+        &self.queue
     }
 
     /// A fresh overlay.
@@ -585,7 +592,7 @@ impl WriteState {
         if !self.open.is_empty() {
             self.last_seq += 1;
             let b = std::mem::replace(&mut self.open, Batch::new(self.last_seq));
-            self.sealed.push_back(b);
+            self.queue.push(b);
         }
     }
 
@@ -1048,7 +1055,7 @@ mod tests {
     fn flush(w: &mut WriteState, m: &mut MemSource) -> usize {
         w.seal_all();
         let mut n = 0;
-        while let Some(b) = w.sealed.pop_front() {
+        while let Some(b) = w.queue().pop() {
             let out = m.commit(&b.edits).unwrap();
             let names: Vec<_> = out.conflicts.iter().map(|(n, _)| n.clone()).collect();
             w.batch_done(b.seq, &names);
@@ -1178,7 +1185,7 @@ mod tests {
         // Two windows pass before git's rename arrives: the line is carried, the rest goes.
         w.seal_for_window();
         w.seal_for_window();
-        assert_eq!(w.sealed.len(), 1);
+        assert_eq!(w.queue().sealed_len(), 1);
         assert_eq!(w.open.len(), 1);
         w.commit_ref(&mut m, b"refs/heads/main", RefValue::Val1(id(9)))
             .unwrap();
@@ -1201,7 +1208,7 @@ mod tests {
             .unwrap();
         w.commit_ref(&mut m, b"refs/heads/main", RefValue::Val1(id(6)))
             .unwrap();
-        assert_eq!(w.sealed.len(), 1);
+        assert_eq!(w.queue().sealed_len(), 1);
         assert_eq!(flush(&mut w, &mut m), 2);
         assert_eq!(
             m.refs.get(&b"refs/heads/main"[..]),
@@ -1335,7 +1342,7 @@ mod tests {
             .unwrap();
         m.set("refs/heads/topic", RefValue::Val1(id(6))); // git wins the race
         w.seal_all();
-        let b = w.sealed.pop_front().unwrap();
+        let b = w.queue().pop().unwrap();
         let out = m.commit(&b.edits).unwrap();
         assert_eq!(
             out.conflicts,
