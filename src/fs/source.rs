@@ -314,23 +314,13 @@ impl RefSource for MemSource {
             if e.replace_logs || e.delete_log {
                 self.drop_logs(&e.name);
             }
-            if e.replace_logs && e.logs.is_empty() {
-                // git's existence marker: the reflog exists, empty.
-                self.logs.insert(
-                    (e.name.clone(), !ui),
-                    LogRecord {
-                        refname: e.name.clone(),
-                        update_index: ui,
-                        ..LogRecord::default()
-                    },
-                );
-            }
-            if e.create_log
-                && e.logs.is_empty()
+            // git's existence marker: the reflog exists, empty (a rewrite to nothing, or
+            // a reflog file created where the stack has none).
+            let created = e.create_log
                 && !e.replace_logs
                 && !e.delete_log
-                && !self.logs.keys().any(|(n, _)| *n == e.name)
-            {
+                && !self.logs.keys().any(|(n, _)| *n == e.name);
+            if e.logs.is_empty() && (e.replace_logs || created) {
                 self.logs.insert(
                     (e.name.clone(), !ui),
                     LogRecord {
