@@ -203,7 +203,7 @@ impl Pair {
             s.insert(format!("reflog {name}"), shown);
         }
         for (path, content) in raw_logs {
-            s.insert(format!("raw {path}"), strip_times(content));
+            s.insert(format!("raw {path}"), crate::harness::strip_times(content));
         }
         s.insert(
             "status".to_string(),
@@ -260,23 +260,6 @@ impl Pair {
         }
         Ok(diffs)
     }
-}
-
-/// A files-backend reflog line without its timestamp and zone.
-fn strip_times(content: &[u8]) -> String {
-    String::from_utf8_lossy(content)
-        .lines()
-        .map(|l| {
-            let (head, msg) = l.split_once('\t').unwrap_or((l, ""));
-            let fields: Vec<&str> = head.split(' ').collect();
-            let keep = fields.len().saturating_sub(2);
-            format!(
-                "{}\t{msg}",
-                fields.get(..keep).unwrap_or_default().join(" ")
-            )
-        })
-        .collect::<Vec<_>>()
-        .join("\n")
 }
 
 /// Runs one client's session and asserts that the differences (keys of

@@ -993,3 +993,21 @@ pub fn wait_for(
         std::thread::sleep(Duration::from_millis(1));
     }
 }
+
+/// A files-backend reflog without each line's timestamp and zone (the differential tests
+/// compare reflogs written at different times).
+pub fn strip_times(content: &[u8]) -> String {
+    String::from_utf8_lossy(content)
+        .lines()
+        .map(|l| {
+            let (head, msg) = l.split_once('\t').unwrap_or((l, ""));
+            let fields: Vec<&str> = head.split(' ').collect();
+            let keep = fields.len().saturating_sub(2);
+            format!(
+                "{}\t{msg}",
+                fields.get(..keep).unwrap_or_default().join(" ")
+            )
+        })
+        .collect::<Vec<_>>()
+        .join("\n")
+}

@@ -211,27 +211,10 @@ impl Side {
             norm(outcome(&self.home, &self.wt, "git", &["bisect", "log"])?),
         );
         for (path, content) in raw_wt_logs {
-            s.insert(format!("raw {path}"), strip_times(content));
+            s.insert(format!("raw {path}"), crate::harness::strip_times(content));
         }
         Ok(s)
     }
-}
-
-/// A files-backend reflog without timestamps and zones.
-fn strip_times(content: &[u8]) -> String {
-    String::from_utf8_lossy(content)
-        .lines()
-        .map(|l| {
-            let (head, msg) = l.split_once('\t').unwrap_or((l, ""));
-            let fields: Vec<&str> = head.split(' ').collect();
-            let keep = fields.len().saturating_sub(2);
-            format!(
-                "{}\t{msg}",
-                fields.get(..keep).unwrap_or_default().join(" ")
-            )
-        })
-        .collect::<Vec<_>>()
-        .join("\n")
 }
 
 /// git 2.39 in a linked worktree through the mount, compared with the same session on a
