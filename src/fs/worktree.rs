@@ -241,13 +241,18 @@ impl Worktrees {
                 Some(_) => {
                     // The worktree was removed and another one made under its id (by git
                     // 2.47 on the real directory): the old view retires, a new one starts.
+                    // The old view is flushed without this lock, which every worktree
+                    // request takes (no request waits for its commit); its pending edits
+                    // were for the removed stack and cannot meet the new one's.
                     eprintln!(
                         "reftablefs: worktree {} was re-created: serving its new stack",
                         String::from_utf8_lossy(id)
                     );
+                    g.by_id.remove(id);
+                    drop(g);
                     let _ = w.shared.flush_all();
                     w.shared.shutdown();
-                    g.by_id.remove(id);
+                    return self.serve(id, dir, create);
                 }
             }
         }
@@ -263,9 +268,11 @@ impl Worktrees {
                            (its HEAD would need a stack of its own): run `git worktree add` \
                            with git >= 2.45 on the real git directory, then use the worktree \
                            through the mount";
-                log_error("create", &path, &why);
-                crate::fs::status::recorder().refused("create", &path, libc::EPERM, why);
-                return Err(libc::EPERM);
+                return Err(crate::fs::state::refuse(
+                    "create",
+                    &path,
+                    crate::fs::write::Refusal::new(libc::EPERM, why),
+                ));
             }
             return Err(libc::ENOENT);
         }
