@@ -6,6 +6,10 @@
 
 use crate::{Error, Result};
 
+/// git's `SYMREF_MAXDEPTH`: how many refs are read when resolving a name through
+/// symbolic refs before it counts as a cycle (or too long a chain).
+pub const SYMREF_MAXDEPTH: usize = 5;
+
 /// Options of [`check_refname_format`], named after git's `REFNAME_*` flags.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct RefnameFlags {

@@ -26,7 +26,7 @@ use std::cmp::Ordering;
 use std::collections::BTreeSet;
 
 use crate::format::{LogRecord, ObjectId, RefRecord, RefValue};
-use crate::refname::{check_for_update, check_refname_format, RefnameFlags};
+use crate::refname::{check_for_update, check_refname_format, RefnameFlags, SYMREF_MAXDEPTH};
 use crate::stack::{ref_value_id, Stack};
 use crate::table::RefIter;
 use crate::{Error, Result};
@@ -295,9 +295,6 @@ impl Stack {
         }
     }
 }
-
-/// git's `SYMREF_MAXDEPTH`: refs read when resolving a name.
-const SYMREF_MAXDEPTH: usize = 5;
 
 /// What following a symref chain found.
 enum Resolution {

@@ -7,7 +7,7 @@ use std::path::PathBuf;
 use std::sync::OnceLock;
 
 use crate::format::{HashKind, ObjectId, RefValue};
-use crate::refname::{check_refname_format, RefnameFlags};
+use crate::refname::{check_refname_format, RefnameFlags, SYMREF_MAXDEPTH};
 use crate::repo::{Discover, Repo};
 use crate::table::RefIter;
 use crate::{Error, Result};
@@ -123,9 +123,6 @@ impl Default for Out {
 // ---------------------------------------------------------------------------------------
 // Resolution (git's refs_resolve_ref_unsafe + expand_ref)
 // ---------------------------------------------------------------------------------------
-
-/// git's `SYMREF_MAXDEPTH`.
-pub const SYMREF_MAXDEPTH: usize = 5;
 
 /// One raw read: the value of exactly `name`, if it exists (tombstones = absent).
 #[derive(Clone, Debug, PartialEq, Eq)]

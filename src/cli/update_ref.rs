@@ -203,7 +203,7 @@ pub fn check_objects(
                 String::from_utf8_lossy(&name)
             )));
         }
-        if !no_deref && depth < common::SYMREF_MAXDEPTH {
+        if !no_deref && depth < crate::refname::SYMREF_MAXDEPTH {
             if let common::Raw::Symref(target) = common::read_raw(&mut it, &name)? {
                 queue.push_back((target, i, false, depth + 1));
             }

@@ -17,9 +17,7 @@ use crate::merged::MergedLogIter;
 use crate::repo::Repo;
 use crate::stack::{Stack, StackOptions};
 use crate::table::{LogIter, RefIter, WriteOptions};
-use crate::transaction::{
-    Committed, Expected, Identity, LogAllRefUpdates, LogEdit, NewValue, RefEdit,
-};
+use crate::transaction::{Committed, Expected, Identity, LogEdit, NewValue, RefEdit};
 use crate::{Error, Result};
 
 /// What the mount needs from a repository: a reader and a writer over its stack, and how
@@ -140,17 +138,9 @@ impl StackSource {
         &mut self.stack
     }
 
-    fn log_all(&self) -> LogAllRefUpdates {
-        match self.log.log_all {
-            crate::repo::LogAllRefUpdates::False => LogAllRefUpdates::False,
-            crate::repo::LogAllRefUpdates::True => LogAllRefUpdates::True,
-            crate::repo::LogAllRefUpdates::Always => LogAllRefUpdates::Always,
-        }
-    }
-
     fn try_commit(&mut self, edits: &[&BatchEdit]) -> Result<()> {
         let identity = Identity::now(self.log.name.clone(), self.log.email.clone());
-        let log_all = self.log_all();
+        let log_all = self.log.log_all;
         let mut tx = self.stack.transaction();
         tx.identity(identity).log_all_ref_updates(log_all);
         for e in edits {

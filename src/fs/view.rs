@@ -9,8 +9,8 @@ use crate::format::{HashKind, LogRecord, RefRecord, RefValue};
 use crate::fs::source::{RefSource, Step};
 use crate::Result;
 
-/// Header of the `packed-refs` file the mount serves.
-pub const PACKED_REFS_HEADER: &[u8] = b"# pack-refs with: peeled fully-peeled sorted \n";
+/// Header of the `packed-refs` file the mount serves: git's, as `files` writes it.
+pub use crate::files::PACKED_REFS_HEADER;
 
 /// Appended to a name, gives a key past every record of that name and before every
 /// longer valid name: refnames cannot contain control characters, and in log keys the

@@ -18,7 +18,7 @@ use crate::fs::batch::BatchQueue;
 use crate::fs::source::{BatchEdit, RefSource};
 use crate::fs::view::{self, Entry, Kind, Scratch, NEXT_NAME};
 use crate::refname::{check_for_update, check_refname_format, RefnameFlags};
-use crate::repo::LogAllRefUpdates;
+use crate::transaction::LogAllRefUpdates;
 
 /// How long a reflog line waits in the open batch for the rename that commits its update.
 pub const LINE_WAITS_FOR_RENAME: std::time::Duration = std::time::Duration::from_millis(100);

@@ -8,10 +8,9 @@ use crate::format::HashKind;
 use crate::{Error, Result};
 
 use super::config::load_config;
-use super::{
-    parse_bool, repo_err, Config, Env, Identity, LogAllRefUpdates, RefStorage, RepoSettings,
-};
+use super::{parse_bool, repo_err, Config, Env, Identity, RefStorage, RepoSettings};
 use crate::lockfile::current_umask;
+use crate::transaction::LogAllRefUpdates;
 
 /// How to find the repository: the CLI's `-C`, `--git-dir` and `-c` options.
 #[derive(Clone, Debug, Default)]

@@ -16,7 +16,7 @@ pub enum RefStorage {
     Reftable,
 }
 
-pub use crate::transaction::LogAllRefUpdates;
+use crate::transaction::LogAllRefUpdates;
 
 impl SharedRepository {
     fn parse(v: &str) -> Result<Self> {

@@ -6,6 +6,7 @@ use std::time::Duration;
 use super::settings::fsync_includes_refs;
 use super::*;
 use crate::format::HashKind;
+use crate::transaction::LogAllRefUpdates;
 
 fn cfg(text: &str) -> Config {
     Config::parse(text.as_bytes(), Path::new("test-config")).unwrap()
