@@ -33,7 +33,6 @@ pub mod refname;
 pub mod repo;
 pub mod stack;
 pub mod table;
-#[allow(unsafe_code)] // localtime_r
 pub mod transaction;
 
 pub use error::{Error, Result};

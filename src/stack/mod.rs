@@ -36,6 +36,7 @@ pub use clean::OrphanReport;
 pub use compact::suggest_compaction_segment;
 use list::FileId;
 pub use list::{missing_list_error, parse_tables_list};
+pub use write::ListLock;
 
 use std::fs::File;
 use std::path::PathBuf;
@@ -149,7 +150,7 @@ pub struct Stack {
     generation: u64,
     cached: Option<MergedRefIter>,
     writer: Option<TableWriter>,
-    pub(crate) stats: StackStats,
+    stats: StackStats,
     progress: Option<ProgressHook>,
 }
 

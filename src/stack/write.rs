@@ -17,10 +17,22 @@ pub(super) struct CommitError {
     pub(super) error: Error,
 }
 
+/// A held `tables.list.lock`, taken by [`Stack::lock_for_write`]: nothing else can
+/// commit to the stack until it is given to [`Stack::add_table_locked`] or dropped
+/// (dropping releases it and writes nothing).
+#[must_use = "dropping the lock releases it"]
+pub struct ListLock(LockFile);
+
+impl std::fmt::Debug for ListLock {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_tuple("ListLock").field(&self.0.path()).finish()
+    }
+}
+
 impl Stack {
     // ----- writing ------------------------------------------------------------------
 
-    pub(crate) fn lock_list(&self) -> Result<LockFile> {
+    pub(super) fn lock_list(&self) -> Result<LockFile> {
         let lock = LockFile::acquire(&self.lock_path, self.opts.lock_timeout)?;
         lockfile::chmod(lock.path(), self.perms)?;
         Ok(lock)
@@ -100,7 +112,7 @@ impl Stack {
 
     /// Takes the writer (created on first use) out of the stack; put it back with
     /// [`put_writer`](Self::put_writer).
-    pub(crate) fn take_writer(&mut self) -> TableWriter {
+    pub(super) fn take_writer(&mut self) -> TableWriter {
         let mut w = self
             .writer
             .take()
@@ -109,14 +121,14 @@ impl Stack {
         w
     }
 
-    pub(crate) fn put_writer(&mut self, w: TableWriter) {
+    pub(super) fn put_writer(&mut self, w: TableWriter) {
         self.writer = Some(w);
     }
 
     /// Adds the table `writer` just finished (or nothing for an empty table) under the
     /// held `lock`: one fsync round, reload, then auto-compaction. Returns the new
     /// table's name.
-    pub(crate) fn add_finished_table(
+    fn add_finished_table(
         &mut self,
         lock: LockFile,
         writer: &mut TableWriter,
@@ -173,10 +185,35 @@ impl Stack {
         max: u64,
         build: impl FnOnce(&mut TableWriter) -> Result<()>,
     ) -> Result<Option<String>> {
+        let lock = self.lock_for_write()?;
+        self.add_table_locked(lock, min, max, build)
+    }
+
+    /// The first half of [`add_table`](Self::add_table): takes `tables.list.lock` and
+    /// re-reads the stack if another writer changed it, so that what is read until the
+    /// lock is used or dropped is what the new table will be added on top of (a
+    /// transaction checks its expected values in between).
+    pub fn lock_for_write(&mut self) -> Result<ListLock> {
         let lock = self.lock_list()?;
         if !self.is_up_to_date()? {
             self.reload_now()?;
         }
+        Ok(ListLock(lock))
+    }
+
+    /// The second half of [`add_table`](Self::add_table): `build` writes the records of
+    /// one table with update indexes `[min, max]` into the stack's reused writer, then
+    /// the table is added under `lock` (one fsync round, reload, auto-compaction).
+    /// Returns the new table's name, `None` when `build` wrote nothing. On error the
+    /// table is not added (and the lock is released).
+    pub fn add_table_locked(
+        &mut self,
+        lock: ListLock,
+        min: u64,
+        max: u64,
+        build: impl FnOnce(&mut TableWriter) -> Result<()>,
+    ) -> Result<Option<String>> {
+        let ListLock(lock) = lock;
         let mut w = self.take_writer();
         let r = w.begin(min, max).and_then(|()| build(&mut w));
         let r = r.and_then(|()| self.add_finished_table(lock, &mut w, min, max));

@@ -1,0 +1,167 @@
+//! A prepared transaction and its commit: the planned records written as one table
+//! through the stack's write protocol ([`Stack::add_table_locked`]).
+
+use std::path::{Path, PathBuf};
+
+use super::plan::Upd;
+use super::reflog::{normalize_reflog_message, LogSrc};
+use super::{Committed, Identity, NewValue, RefEdit};
+use crate::format::{LogRecord, ObjectId, RefRecord, RefValue};
+use crate::merged::copy_log;
+use crate::stack::{ListLock, Stack};
+use crate::{Error, Result};
+
+/// A transaction checked under the stack's lock ([`Transaction::prepare`](super::Transaction::prepare)); dropping it
+/// aborts (the lock is released, nothing is written).
+pub struct PreparedTransaction {
+    pub(super) dir: PathBuf,
+    pub(super) lock: ListLock,
+    pub(super) edits: Vec<RefEdit>,
+    pub(super) identity: Identity,
+    pub(super) updates: Vec<Upd>,
+    pub(super) logs: Vec<LogSrc>,
+    pub(super) keep: Vec<bool>,
+    pub(super) order: Vec<usize>,
+    pub(super) new_ids: Vec<ObjectId>,
+    pub(super) ui: u64,
+    pub(super) max_ui: u64,
+    pub(super) null: ObjectId,
+}
+
+impl std::fmt::Debug for PreparedTransaction {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PreparedTransaction")
+            .field("dir", &self.dir)
+            .field("update_index", &self.ui)
+            .field("edits", &self.edits.len())
+            .finish()
+    }
+}
+
+impl PreparedTransaction {
+    /// The update index the table will get.
+    pub fn update_index(&self) -> u64 {
+        self.ui
+    }
+
+    /// The directory of the stack it was prepared on.
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// Writes the table on `stack`, which must be the stack it was prepared on (the
+    /// same directory, not written to since: its lock was held).
+    pub fn commit(self, stack: &mut Stack) -> Result<Committed> {
+        if stack.dir() != self.dir {
+            return Err(Error::Api(format!(
+                "transaction prepared on {} committed on {}",
+                self.dir.display(),
+                stack.dir().display()
+            )));
+        }
+        let PreparedTransaction {
+            lock,
+            edits,
+            identity,
+            updates,
+            logs,
+            keep,
+            order,
+            new_ids,
+            ui,
+            max_ui,
+            null,
+            ..
+        } = self;
+        let block_size = stack.options().write.block_size;
+        let max_msg = (if block_size == 0 { 4096 } else { block_size } / 2) as usize;
+        let table = stack.add_table_locked(lock, ui, max_ui, |w| {
+            let mut rec = RefRecord::default();
+            for &i in &order {
+                let u = &updates[i];
+                rec.name.clear();
+                rec.name.extend_from_slice(&u.name);
+                rec.update_index = ui;
+                rec.value = match &edits[u.edit].new {
+                    Some(NewValue::Oid(id)) => RefValue::Val1(*id),
+                    Some(NewValue::Peeled { value, peeled }) => RefValue::Val2 {
+                        value: *value,
+                        peeled: *peeled,
+                    },
+                    Some(NewValue::Symref(t)) => RefValue::Symref(t.clone()),
+                    Some(NewValue::Delete) | None => RefValue::Deletion,
+                };
+                w.add_ref(&rec)?;
+            }
+            let mut log = LogRecord::default();
+            let mut norm = Vec::new();
+            for (j, src) in logs.iter().enumerate() {
+                if !keep[j] {
+                    continue;
+                }
+                match src {
+                    LogSrc::Extra(l) => w.add_log(l)?,
+                    LogSrc::Marker(name, u) => {
+                        log.refname.clear();
+                        log.refname.extend_from_slice(name);
+                        log.update_index = *u;
+                        log.deleted = false;
+                        log.old_id = null;
+                        log.new_id = null;
+                        log.name.clear();
+                        log.email.clear();
+                        log.time = 0;
+                        log.tz_offset = 0;
+                        log.message.clear();
+                        w.add_log_verbatim(&log)?;
+                    }
+                    LogSrc::Tombstone(i, t) => {
+                        log.refname.clear();
+                        log.refname.extend_from_slice(&updates[*i].name);
+                        log.update_index = *t;
+                        log.deleted = true;
+                        w.add_log(&log)?;
+                    }
+                    LogSrc::Update(i) => {
+                        let u = &updates[*i];
+                        let edit = &edits[u.edit];
+                        log.refname.clear();
+                        log.refname.extend_from_slice(&u.name);
+                        log.update_index = ui;
+                        log.deleted = false;
+                        if let Some(given) = &edit.log {
+                            copy_log(&mut log, given);
+                            log.refname.clear();
+                            log.refname.extend_from_slice(&u.name);
+                            log.update_index = ui;
+                            log.deleted = false;
+                        } else {
+                            log.old_id = u.cur_oid;
+                            log.new_id = new_ids.get(*i).copied().unwrap_or(null);
+                            log.name.clear();
+                            log.name.extend_from_slice(&identity.name);
+                            log.email.clear();
+                            log.email.extend_from_slice(&identity.email);
+                            log.time = identity.time;
+                            log.tz_offset = identity.tz_offset;
+                            normalize_reflog_message(
+                                edit.message.as_deref().unwrap_or(b""),
+                                &mut norm,
+                            );
+                            norm.truncate(max_msg);
+                            log.message.clear();
+                            log.message.extend_from_slice(&norm);
+                            log.message.push(b'\n');
+                        }
+                        w.add_log(&log)?;
+                    }
+                }
+            }
+            Ok(())
+        })?;
+        Ok(Committed {
+            update_index: ui,
+            table,
+        })
+    }
+}
