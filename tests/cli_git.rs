@@ -315,6 +315,16 @@ fn update_ref_errors_and_transactions_match_git() {
         format!("update refs/heads/a..b {main}\n"),
         format!("start\ncreate refs/heads/t1 {main}\nprepare\ncommit\nstart\ncreate refs/heads/t2 {main}\nabort\n"),
         format!("start\ncreate refs/heads/t3 {main}\n"),
+        // Malformed commands: git's `die`, exit 128 before anything is written.
+        "update refs/heads/x\n".to_string(),
+        format!("update refs/heads/x {main} {main} extra\n"),
+        format!("create refs/heads/x {}\n", "0".repeat(40)),
+        "delete refs/heads/x nonsense\n".to_string(),
+        "option bogus\n".to_string(),
+        "symref-delete refs/heads/x\n".to_string(),
+        "symref-update refs/heads/x refs/heads/main bogus refs/heads/y\n".to_string(),
+        format!("start\ncreate refs/heads/x {main}\nstart\n"),
+        format!("update \"refs/heads/x {main}\n"),
     ];
     for input in &cases {
         let before = git(d, &["for-each-ref"]);
@@ -365,6 +375,24 @@ fn update_ref_single_form_and_nul_mode() {
         &["update-ref", "-d", "refs/heads/single", &"1".repeat(40)],
     );
     assert_eq!(o.status.code(), Some(128));
+    // An argument that names no object: git's `die` (exit 128, same message), and no
+    // usage text; a wrong number of arguments is a usage error (129).
+    for args in [
+        &["update-ref", "refs/heads/single", "nonsense"][..],
+        &["update-ref", "refs/heads/single", main, "nonsense"][..],
+        &["update-ref", "-d", "refs/heads/single", "nonsense"][..],
+        &["update-ref", "refs/heads/single"][..],
+    ] {
+        let (a, b) = (ours(d, args), run("git", d, args, None));
+        assert_eq!(a.status.code(), b.status.code(), "{args:?}");
+        let first = |o: &Output| {
+            let e = String::from_utf8_lossy(&o.stderr).into_owned();
+            e.lines().next().unwrap_or("").to_owned()
+        };
+        if b.status.code() == Some(128) {
+            assert_eq!(first(&a), first(&b), "{args:?}");
+        }
+    }
     assert!(ours(d, &["update-ref", "-d", "refs/heads/single", main])
         .status
         .success());

@@ -50,6 +50,12 @@ pub fn open_repo() -> Result<Repo> {
     Repo::discover(&d)
 }
 
+/// git's `die`: prints `fatal: <msg>` and gives exit code 128.
+pub fn fatal(msg: &str) -> std::process::ExitCode {
+    eprintln!("fatal: {msg}");
+    std::process::ExitCode::from(128)
+}
+
 /// A usage error of the command `cmd`: `error: <msg>` and the command's usage on stderr,
 /// exit code 129.
 pub fn usage_error(msg: &str, cmd: &str) -> std::process::ExitCode {

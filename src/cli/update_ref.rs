@@ -17,13 +17,13 @@ use super::store::{is_per_worktree, RefStore};
 use crate::format::ObjectId;
 use crate::repo::Repo;
 use crate::stack::Stack;
-use crate::transaction::{Expected, NewValue as TxNew, PreparedTransaction, RefEdit};
+use crate::transaction::{Expected, NewValue, PreparedTransaction, RefEdit};
 use crate::{Error, Result};
 
 use super::common::{self, rev_parse};
 use super::objects::TypeLookup;
 use super::update_ref_parse::{
-    self as parse, reject_duplicates, Edit, Ending, Event, NewValue, OldValue, StreamParser,
+    self as parse, reject_duplicates, Ending, Event, ParseError, StreamParser,
 };
 use super::Args;
 
@@ -33,32 +33,17 @@ struct Flags {
     create_reflog: bool,
 }
 
-/// Converts a parsed edit into the transaction layer's edit.
+/// Applies the command line's options to a parsed edit.
 pub fn to_ref_edit(
-    e: Edit,
+    e: RefEdit,
     message: Option<&[u8]>,
     force_no_deref: bool,
     create_reflog: bool,
 ) -> RefEdit {
     // As git: `symref-update` without `no-deref` on a ref that is a symref writes the
     // new symref on its referent.
-    let deleting = matches!(e.new, NewValue::Delete);
-    let new = match e.new {
-        NewValue::Oid(id) => Some(TxNew::Oid(id)),
-        NewValue::Symref(t) => Some(TxNew::Symref(t)),
-        NewValue::Delete => Some(TxNew::Delete),
-        NewValue::Verify => None,
-    };
-    let expected = match e.old {
-        OldValue::Any => Expected::Any,
-        OldValue::MustNotExist => Expected::MustNotExist,
-        OldValue::Oid(id) => Expected::Oid(id),
-        OldValue::Symref(t) => Expected::Symref(t),
-    };
+    let deleting = matches!(e.new, Some(NewValue::Delete));
     RefEdit {
-        name: e.name,
-        new,
-        expected,
         no_deref: e.no_deref || force_no_deref,
         message: message.map(<[u8]>::to_vec),
         // As git: `--create-reflog` applies to update/create/symref-update/symref-create
@@ -67,7 +52,7 @@ pub fn to_ref_edit(
         // delete here too; git forces its entry, which differs only for a no-deref
         // symref.)
         force_create_reflog: create_reflog && !deleting,
-        ..RefEdit::default()
+        ..e
     }
 }
 
@@ -75,7 +60,7 @@ pub fn to_ref_edit(
 /// of a linked worktree).
 fn target_stack<'s>(
     store: &'s mut RefStore,
-    edits: &[Edit],
+    edits: &[RefEdit],
     flags: &Flags,
 ) -> Result<&'s mut Stack> {
     // In a linked worktree, per-worktree refs live in its own stack; a transaction is
@@ -120,7 +105,7 @@ fn target_stack<'s>(
 fn prepare(
     repo: &Repo,
     store: &mut RefStore,
-    edits: Vec<Edit>,
+    edits: Vec<RefEdit>,
     flags: &Flags,
     objects: &mut TypeLookup,
 ) -> Result<PreparedTransaction> {
@@ -165,7 +150,7 @@ pub fn is_branch(name: &[u8]) -> bool {
 /// object error is the one reported.
 pub fn check_objects(
     store: &RefStore,
-    edits: &[Edit],
+    edits: &[RefEdit],
     force_no_deref: bool,
     objects: &mut TypeLookup,
 ) -> Result<()> {
@@ -173,7 +158,7 @@ pub fn check_objects(
     let mut ids: Vec<ObjectId> = Vec::new();
     let mut queue = std::collections::VecDeque::new();
     for e in edits {
-        if let NewValue::Oid(id) = &e.new {
+        if let Some(NewValue::Oid(id)) = &e.new {
             if !id.is_null() {
                 queue.push_back((e.name.clone(), ids.len(), e.no_deref || force_no_deref, 0));
                 ids.push(*id);
@@ -224,7 +209,7 @@ fn commit_prepared(store: &mut RefStore, prepared: PreparedTransaction) -> Resul
 fn commit(
     repo: &Repo,
     store: &mut RefStore,
-    edits: Vec<Edit>,
+    edits: Vec<RefEdit>,
     flags: &Flags,
     objects: &mut TypeLookup,
 ) -> Result<()> {
@@ -248,24 +233,28 @@ fn run_stdin(repo: &Repo, z: bool, flags: &Flags) -> Result<ExitCode> {
     let stdin = std::io::stdin();
     let mut input = stdin.lock();
     let mut unit = Vec::new();
-    let mut edits: Vec<Edit> = Vec::new();
+    let mut edits: Vec<RefEdit> = Vec::new();
     let mut resolve = resolver(&stack, repo);
     let mut held: Option<PreparedTransaction> = None;
     let mut objects = TypeLookup::new(&repo.common_dir);
     loop {
-        let event = if parse::read_unit(&mut input, z, &mut unit)? {
-            match parser.feed(&unit, &mut resolve)? {
-                Some(e) => e,
-                None => continue,
-            }
+        let parsed = if parse::read_unit(&mut input, z, &mut unit)? {
+            parser.feed(&unit, &mut resolve)
         } else {
-            match parser.finish()? {
-                Some(e) => e,
-                None => break,
+            match parser.finish() {
+                Ok(None) => break,
+                other => other,
             }
         };
+        let event = match parsed {
+            Ok(Some(e)) => e,
+            Ok(None) => continue,
+            // As git's `die`: the input is refused, nothing more is read or written.
+            Err(ParseError::Input(msg)) => return Ok(common::fatal(&msg)),
+            Err(ParseError::Error(e)) => return Err(e),
+        };
         match event {
-            Event::Edit(e) => edits.push(e),
+            Event::Edit(e) => edits.push(*e),
             Event::Start => report("start"),
             Event::Prepare => {
                 // As git: take the stack's lock and check every expectation, name and
@@ -372,68 +361,73 @@ pub fn run(mut args: Args) -> Result<ExitCode> {
         ));
     }
     let mut stack = RefStore::open(&repo)?;
-    let edit = {
-        let mut resolve = resolver(&stack, &repo);
-        let mut value = |s: &str, what: &str| -> Result<ObjectId> {
-            if s.is_empty() {
-                return Ok(repo.hash().null_id());
-            }
-            resolve(s.as_bytes())?
-                .ok_or_else(|| Error::Transaction(format!("{s}: not a valid {what}")))
-        };
-        match (delete, rest.as_slice()) {
-            (true, [name]) => Edit {
-                name: name.clone().into_bytes(),
-                new: NewValue::Delete,
-                old: OldValue::Any,
-                no_deref: false,
-            },
-            (true, [name, old]) => {
-                let old = value(old, "old SHA1")?;
-                Edit {
-                    name: name.clone().into_bytes(),
-                    new: NewValue::Delete,
-                    old: OldValue::Oid(old),
-                    no_deref: false,
-                }
-            }
-            (false, [name, new]) | (false, [name, new, _]) => {
-                let new_id = value(new, "SHA1")?;
-                let old = match rest.get(2) {
-                    None => OldValue::Any,
-                    Some(o) => {
-                        let id = value(o, "old SHA1")?;
-                        if id.is_null() {
-                            OldValue::MustNotExist
-                        } else {
-                            OldValue::Oid(id)
-                        }
-                    }
-                };
-                let new = if new_id.is_null() {
-                    NewValue::Delete
-                } else {
-                    NewValue::Oid(new_id)
-                };
-                Edit {
-                    name: name.clone().into_bytes(),
-                    new,
-                    old,
-                    no_deref: false,
-                }
-            }
-            _ => {
-                return Ok(common::usage_error(
-                    "wrong number of arguments",
-                    "update-ref",
-                ))
-            }
+    let edit = match single_edit(&stack, &repo, delete, &rest) {
+        Ok(Some(e)) => e,
+        Ok(None) => {
+            return Ok(common::usage_error(
+                "wrong number of arguments",
+                "update-ref",
+            ))
         }
+        // As git's `die`: an argument that names no object.
+        Err(ParseError::Input(msg)) => return Ok(common::fatal(&msg)),
+        Err(ParseError::Error(e)) => return Err(e),
     };
-    crate::refname::check_for_update(&edit.name, !matches!(edit.new, NewValue::Delete))?;
+    crate::refname::check_for_update(&edit.name, !matches!(edit.new, Some(NewValue::Delete)))?;
     let name = String::from_utf8_lossy(&edit.name).into_owned();
     let mut objects = TypeLookup::new(&repo.common_dir);
     commit(&repo, &mut stack, vec![edit], &flags, &mut objects)
         .map_err(|e| Error::Transaction(format!("update_ref failed for ref '{name}': {e}")))?;
     Ok(ExitCode::SUCCESS)
+}
+
+/// The edit of the single form, `REF NEW [OLD]` or `-d REF [OLD]` (`None`: wrong number
+/// of arguments). An empty id is the null id.
+fn single_edit(
+    store: &RefStore,
+    repo: &Repo,
+    delete: bool,
+    rest: &[String],
+) -> parse::ParseResult<Option<RefEdit>> {
+    let mut resolve = resolver(store, repo);
+    let mut value = |s: &str, what: &str| -> parse::ParseResult<ObjectId> {
+        if s.is_empty() {
+            return Ok(repo.hash().null_id());
+        }
+        resolve(s.as_bytes())?.ok_or_else(|| ParseError::Input(format!("{s}: not a valid {what}")))
+    };
+    let edit = |name: &String, new: NewValue, expected: Expected| RefEdit {
+        name: name.clone().into_bytes(),
+        new: Some(new),
+        expected,
+        ..RefEdit::default()
+    };
+    Ok(Some(match (delete, rest) {
+        (true, [name]) => edit(name, NewValue::Delete, Expected::Any),
+        (true, [name, old]) => {
+            let old = value(old, "old SHA1")?;
+            edit(name, NewValue::Delete, Expected::Oid(old))
+        }
+        (false, [name, new]) | (false, [name, new, _]) => {
+            let new_id = value(new, "SHA1")?;
+            let old = match rest.get(2) {
+                None => Expected::Any,
+                Some(o) => {
+                    let id = value(o, "old SHA1")?;
+                    if id.is_null() {
+                        Expected::MustNotExist
+                    } else {
+                        Expected::Oid(id)
+                    }
+                }
+            };
+            let new = if new_id.is_null() {
+                NewValue::Delete
+            } else {
+                NewValue::Oid(new_id)
+            };
+            edit(name, new, old)
+        }
+        _ => return Ok(None),
+    }))
 }

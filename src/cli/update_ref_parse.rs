@@ -19,45 +19,41 @@
 //!
 //! Error messages are git's (`main` prefixes them with `fatal: `).
 
+use std::fmt;
+
 use crate::format::{HashKind, ObjectId};
 use crate::refname::{check_refname_format, RefnameFlags};
+use crate::transaction::{Expected, NewValue, RefEdit};
 use crate::{Error, Result};
 
-/// What an edit does to its ref.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum NewValue {
-    /// Point the ref at an object (a null id deletes, as in git).
-    Oid(ObjectId),
-    /// Make the ref a symref to this target.
-    Symref(Vec<u8>),
-    /// Delete the ref.
-    Delete,
-    /// Only check the old value.
-    Verify,
+/// Why parsing stopped: a malformed command (git's message; the command dies with it as
+/// git's `die` does, `fatal: <message>` and exit 128 — it is not a failed transaction),
+/// or an error reading the input or resolving an object name.
+#[derive(Debug)]
+pub enum ParseError {
+    /// The input is not git's command language; git's message.
+    Input(String),
+    /// Reading the input or resolving an object name failed.
+    Error(Error),
 }
 
-/// What the ref must hold before the edit.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum OldValue {
-    /// No check.
-    Any,
-    /// The ref must not exist.
-    MustNotExist,
-    /// The ref must resolve to this id.
-    Oid(ObjectId),
-    /// The ref must be a symref to this target.
-    Symref(Vec<u8>),
+impl From<Error> for ParseError {
+    fn from(e: Error) -> Self {
+        ParseError::Error(e)
+    }
 }
 
-/// One ref edit of a transaction.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Edit {
-    pub name: Vec<u8>,
-    pub new: NewValue,
-    pub old: OldValue,
-    /// `option no-deref` preceded it: edit a symref itself, not its target.
-    pub no_deref: bool,
+impl fmt::Display for ParseError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ParseError::Input(m) => f.write_str(m),
+            ParseError::Error(e) => write!(f, "{e}"),
+        }
+    }
 }
+
+/// The result of parsing.
+pub type ParseResult<T> = std::result::Result<T, ParseError>;
 
 /// How a group of edits ends.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -75,8 +71,9 @@ pub enum Ending {
 /// One event of the input, in order.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Event {
-    /// An edit queued into the current transaction.
-    Edit(Edit),
+    /// An edit queued into the current transaction: its name, new value, expected old
+    /// value and `no_deref` (`option no-deref` preceded it), the rest default.
+    Edit(Box<RefEdit>),
     /// `start: ok`.
     Start,
     /// `prepare`: the transaction is validated (prints `prepare: ok`).
@@ -85,8 +82,8 @@ pub enum Event {
     End(Ending),
 }
 
-fn die(msg: impl Into<String>) -> Error {
-    Error::Transaction(msg.into())
+fn die(msg: impl Into<String>) -> ParseError {
+    ParseError::Input(msg.into())
 }
 
 #[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Debug)]
@@ -176,7 +173,7 @@ impl StreamParser {
         &mut self,
         unit: &[u8],
         resolve: &mut dyn FnMut(&[u8]) -> Result<Option<ObjectId>>,
-    ) -> Result<Option<Event>> {
+    ) -> ParseResult<Option<Event>> {
         let term = if self.z { 0 } else { b'\n' };
         if unit.first() == Some(&term) {
             return Err(die("empty command in input"));
@@ -235,7 +232,7 @@ impl StreamParser {
     }
 
     /// End of input: the implicit transaction ends, or an explicit one was left open.
-    pub fn finish(&self) -> Result<Option<Event>> {
+    pub fn finish(&self) -> ParseResult<Option<Event>> {
         match self.state {
             State::Open => Ok(Some(Event::End(Ending::Eof))),
             State::Closed => Ok(None),
@@ -251,7 +248,7 @@ pub fn parse(
     nul_terminated: bool,
     hash: HashKind,
     resolve: &mut dyn FnMut(&[u8]) -> Result<Option<ObjectId>>,
-) -> Result<Vec<Event>> {
+) -> ParseResult<Vec<Event>> {
     let mut parser = StreamParser::new(nul_terminated, hash);
     let mut reader = std::io::Cursor::new(input);
     let mut unit = Vec::new();
@@ -302,7 +299,7 @@ impl Parser<'_, '_> {
     }
 
     /// Text mode: one argument, possibly C-quoted, up to whitespace.
-    fn text_arg(&mut self) -> Result<Vec<u8>> {
+    fn text_arg(&mut self) -> ParseResult<Vec<u8>> {
         let rest = self.input.get(self.pos..).unwrap_or_default();
         if rest.first() == Some(&b'"') {
             let (value, used) = unquote_c_style(rest)
@@ -333,7 +330,7 @@ impl Parser<'_, '_> {
     }
 
     /// The refname right after `command SP`.
-    fn refname(&mut self) -> Result<Option<Vec<u8>>> {
+    fn refname(&mut self) -> ParseResult<Option<Vec<u8>>> {
         let r = if self.z {
             self.z_field()
         } else {
@@ -360,7 +357,7 @@ impl Parser<'_, '_> {
     }
 
     /// The next argument after a delimiter: `None` if absent (or empty).
-    fn next_arg(&mut self) -> Result<Option<Vec<u8>>> {
+    fn next_arg(&mut self) -> ParseResult<Option<Vec<u8>>> {
         if self.z {
             if self.peek() != Some(0) {
                 return Ok(None);
@@ -380,7 +377,7 @@ impl Parser<'_, '_> {
         }
     }
 
-    fn next_refname(&mut self) -> Result<Option<Vec<u8>>> {
+    fn next_refname(&mut self) -> ParseResult<Option<Vec<u8>>> {
         if self.z {
             if self.peek() != Some(0) {
                 return Ok(None);
@@ -396,7 +393,13 @@ impl Parser<'_, '_> {
         self.refname()
     }
 
-    fn get_oid(&mut self, arg: &[u8], what: &str, cmd: &str, refname: &str) -> Result<ObjectId> {
+    fn get_oid(
+        &mut self,
+        arg: &[u8],
+        what: &str,
+        cmd: &str,
+        refname: &str,
+    ) -> ParseResult<ObjectId> {
         match (self.resolve)(arg)? {
             Some(id) => Ok(id),
             None => Err(die(format!(
@@ -413,7 +416,7 @@ impl Parser<'_, '_> {
         refname: &str,
         old: bool,
         allow_empty: bool,
-    ) -> Result<Option<ObjectId>> {
+    ) -> ParseResult<Option<ObjectId>> {
         let what = if old { "<old-oid>" } else { "<new-oid>" };
         let eof = || {
             die(format!(
@@ -463,7 +466,7 @@ impl Parser<'_, '_> {
     }
 
     /// Checks that the command ends here and consumes its terminator.
-    fn end(&mut self, cmd: &str, refname: Option<&str>) -> Result<()> {
+    fn end(&mut self, cmd: &str, refname: Option<&str>) -> ParseResult<()> {
         let term = self.term();
         match self.peek() {
             Some(b) if b == term => {
@@ -479,17 +482,19 @@ impl Parser<'_, '_> {
         }
     }
 
-    fn edit(&mut self, name: Vec<u8>, new: NewValue, old: OldValue) -> Event {
+    /// An edit: `new` is `None` for a `verify`.
+    fn edit(&mut self, name: Vec<u8>, new: Option<NewValue>, expected: Expected) -> Event {
         let no_deref = std::mem::take(&mut self.no_deref);
-        Event::Edit(Edit {
+        Event::Edit(Box::new(RefEdit {
             name,
             new,
-            old,
+            expected,
             no_deref,
-        })
+            ..RefEdit::default()
+        }))
     }
 
-    fn command(&mut self, cmd: &str) -> Result<Option<Event>> {
+    fn command(&mut self, cmd: &str) -> ParseResult<Option<Event>> {
         match cmd {
             "start" | "prepare" | "commit" | "abort" => {
                 self.end(cmd, None)?;
@@ -515,7 +520,7 @@ impl Parser<'_, '_> {
         }
     }
 
-    fn ref_command(&mut self, cmd: &str) -> Result<Event> {
+    fn ref_command(&mut self, cmd: &str) -> ParseResult<Event> {
         let Some(name) = self.refname()? else {
             return Err(die(format!("{cmd}: missing <ref>")));
         };
@@ -529,14 +534,14 @@ impl Parser<'_, '_> {
                 let old = self.next_oid(cmd, &r, true, false)?;
                 self.end(cmd, Some(&r))?;
                 let old = match old {
-                    None => OldValue::Any,
-                    Some(o) if o == null => OldValue::MustNotExist,
-                    Some(o) => OldValue::Oid(o),
+                    None => Expected::Any,
+                    Some(o) if o == null => Expected::MustNotExist,
+                    Some(o) => Expected::Oid(o),
                 };
                 let new = if new == null {
-                    NewValue::Delete
+                    Some(NewValue::Delete)
                 } else {
-                    NewValue::Oid(new)
+                    Some(NewValue::Oid(new))
                 };
                 self.edit(name, new, old)
             }
@@ -548,32 +553,32 @@ impl Parser<'_, '_> {
                     return Err(die(format!("create {r}: zero <new-oid>")));
                 }
                 self.end(cmd, Some(&r))?;
-                self.edit(name, NewValue::Oid(new), OldValue::MustNotExist)
+                self.edit(name, Some(NewValue::Oid(new)), Expected::MustNotExist)
             }
             "delete" => {
                 let old = match self.next_oid(cmd, &r, true, false)? {
-                    None => OldValue::Any,
+                    None => Expected::Any,
                     Some(o) if o == null => return Err(die(format!("delete {r}: zero <old-oid>"))),
-                    Some(o) => OldValue::Oid(o),
+                    Some(o) => Expected::Oid(o),
                 };
                 self.end(cmd, Some(&r))?;
-                self.edit(name, NewValue::Delete, old)
+                self.edit(name, Some(NewValue::Delete), old)
             }
             "verify" => {
                 let old = match self.next_oid(cmd, &r, true, false)? {
-                    None => OldValue::MustNotExist,
-                    Some(o) if o == null => OldValue::MustNotExist,
-                    Some(o) => OldValue::Oid(o),
+                    None => Expected::MustNotExist,
+                    Some(o) if o == null => Expected::MustNotExist,
+                    Some(o) => Expected::Oid(o),
                 };
                 self.end(cmd, Some(&r))?;
-                self.edit(name, NewValue::Verify, old)
+                self.edit(name, None, old)
             }
             "symref-update" => {
                 let target = self
                     .next_refname()?
                     .ok_or_else(|| die(format!("symref-update {r}: missing <new-target>")))?;
                 let old = match self.next_arg()? {
-                    None => OldValue::Any,
+                    None => Expected::Any,
                     Some(kind) => {
                         let value = self
                             .next_arg()?
@@ -585,9 +590,9 @@ impl Parser<'_, '_> {
                                     die(format!("symref-update {r}: invalid oid: {value_s}"))
                                 })?;
                                 if id == null {
-                                    OldValue::MustNotExist
+                                    Expected::MustNotExist
                                 } else {
-                                    OldValue::Oid(id)
+                                    Expected::Oid(id)
                                 }
                             }
                             b"ref" => {
@@ -600,7 +605,7 @@ impl Parser<'_, '_> {
                                         "symref-update {r}: invalid ref: {value_s}"
                                     )));
                                 }
-                                OldValue::Symref(value)
+                                Expected::Symref(value)
                             }
                             other => {
                                 return Err(die(format!(
@@ -612,14 +617,14 @@ impl Parser<'_, '_> {
                     }
                 };
                 self.end(cmd, Some(&r))?;
-                self.edit(name, NewValue::Symref(target), old)
+                self.edit(name, Some(NewValue::Symref(target)), old)
             }
             "symref-create" => {
                 let target = self
                     .next_refname()?
                     .ok_or_else(|| die(format!("symref-create {r}: missing <new-target>")))?;
                 self.end(cmd, Some(&r))?;
-                self.edit(name, NewValue::Symref(target), OldValue::MustNotExist)
+                self.edit(name, Some(NewValue::Symref(target)), Expected::MustNotExist)
             }
             "symref-delete" | "symref-verify" => {
                 if !self.no_deref {
@@ -628,11 +633,11 @@ impl Parser<'_, '_> {
                 let target = self.next_refname()?;
                 self.end(cmd, Some(&r))?;
                 if cmd == "symref-delete" {
-                    let old = target.map_or(OldValue::Any, OldValue::Symref);
-                    self.edit(name, NewValue::Delete, old)
+                    let old = target.map_or(Expected::Any, Expected::Symref);
+                    self.edit(name, Some(NewValue::Delete), old)
                 } else {
-                    let old = target.map_or(OldValue::MustNotExist, OldValue::Symref);
-                    self.edit(name, NewValue::Verify, old)
+                    let old = target.map_or(Expected::MustNotExist, Expected::Symref);
+                    self.edit(name, None, old)
                 }
             }
             _ => return Err(die(format!("unknown command: {cmd}"))),
@@ -687,13 +692,13 @@ pub fn unquote_c_style(s: &[u8]) -> Option<(Vec<u8>, usize)> {
 
 /// Checks git's rule that a ref appears at most once per transaction:
 /// `multiple updates for ref '<name>' not allowed`.
-pub fn reject_duplicates(edits: &[Edit]) -> Result<()> {
+pub fn reject_duplicates(edits: &[RefEdit]) -> Result<()> {
     let mut names: Vec<&[u8]> = edits.iter().map(|e| e.name.as_slice()).collect();
     names.sort_unstable();
     for pair in names.windows(2) {
         if let [a, b] = pair {
             if a == b {
-                return Err(die(format!(
+                return Err(Error::Transaction(format!(
                     "multiple updates for ref '{}' not allowed",
                     String::from_utf8_lossy(a)
                 )));
@@ -711,7 +716,7 @@ mod tests {
         ObjectId::from_bytes(&[n; 20]).unwrap()
     }
 
-    fn run(input: &str, z: bool) -> Result<Vec<Event>> {
+    fn run(input: &str, z: bool) -> ParseResult<Vec<Event>> {
         let mut resolve = |arg: &[u8]| -> Result<Option<ObjectId>> {
             Ok(match arg {
                 b"main" => Some(id(7)),
@@ -721,13 +726,16 @@ mod tests {
         parse(input.as_bytes(), z, HashKind::Sha1, &mut resolve)
     }
 
-    fn edit(name: &str, new: NewValue, old: OldValue) -> Event {
-        Event::Edit(Edit {
+    /// A `verify`: no new value.
+    const VERIFY: Option<NewValue> = None;
+
+    fn edit(name: &str, new: impl Into<Option<NewValue>>, expected: Expected) -> Event {
+        Event::Edit(Box::new(RefEdit {
             name: name.as_bytes().to_vec(),
-            new,
-            old,
-            no_deref: false,
-        })
+            new: new.into(),
+            expected,
+            ..RefEdit::default()
+        }))
     }
 
     fn hx(n: u8) -> String {
@@ -749,34 +757,34 @@ mod tests {
         assert_eq!(
             ev,
             vec![
-                edit("refs/heads/a", NewValue::Oid(id(1)), OldValue::Any),
-                edit("refs/heads/b", NewValue::Oid(id(1)), OldValue::Oid(id(2))),
-                edit("refs/heads/c", NewValue::Delete, OldValue::Any),
-                edit("refs/heads/d", NewValue::Oid(id(1)), OldValue::MustNotExist),
-                edit("refs/heads/e", NewValue::Oid(id(7)), OldValue::MustNotExist),
-                edit("refs/heads/f", NewValue::Delete, OldValue::Any),
-                edit("refs/heads/g", NewValue::Delete, OldValue::Oid(id(2))),
-                edit("refs/heads/h", NewValue::Verify, OldValue::MustNotExist),
-                edit("refs/heads/i", NewValue::Verify, OldValue::Oid(id(1))),
+                edit("refs/heads/a", NewValue::Oid(id(1)), Expected::Any),
+                edit("refs/heads/b", NewValue::Oid(id(1)), Expected::Oid(id(2))),
+                edit("refs/heads/c", NewValue::Delete, Expected::Any),
+                edit("refs/heads/d", NewValue::Oid(id(1)), Expected::MustNotExist),
+                edit("refs/heads/e", NewValue::Oid(id(7)), Expected::MustNotExist),
+                edit("refs/heads/f", NewValue::Delete, Expected::Any),
+                edit("refs/heads/g", NewValue::Delete, Expected::Oid(id(2))),
+                edit("refs/heads/h", VERIFY, Expected::MustNotExist),
+                edit("refs/heads/i", VERIFY, Expected::Oid(id(1))),
                 edit(
                     "HEAD",
                     NewValue::Symref(b"refs/heads/a".to_vec()),
-                    OldValue::Any
+                    Expected::Any
                 ),
                 edit(
                     "HEAD",
                     NewValue::Symref(b"refs/heads/a".to_vec()),
-                    OldValue::Symref(b"refs/heads/b".to_vec())
+                    Expected::Symref(b"refs/heads/b".to_vec())
                 ),
                 edit(
                     "HEAD",
                     NewValue::Symref(b"refs/heads/a".to_vec()),
-                    OldValue::Oid(id(2))
+                    Expected::Oid(id(2))
                 ),
                 edit(
                     "refs/s",
                     NewValue::Symref(b"refs/heads/a".to_vec()),
-                    OldValue::MustNotExist
+                    Expected::MustNotExist
                 ),
                 Event::End(Ending::Eof),
             ]
@@ -794,16 +802,17 @@ mod tests {
         assert_eq!(ev[0], Event::Start);
         assert_eq!(
             ev[1],
-            Event::Edit(Edit {
+            Event::Edit(Box::new(RefEdit {
                 name: b"HEAD".to_vec(),
-                new: NewValue::Delete,
-                old: OldValue::Symref(b"refs/heads/a".to_vec()),
-                no_deref: true
-            })
+                new: Some(NewValue::Delete),
+                expected: Expected::Symref(b"refs/heads/a".to_vec()),
+                no_deref: true,
+                ..RefEdit::default()
+            }))
         );
         assert_eq!(
             ev[2],
-            edit("refs/heads/qu", NewValue::Oid(id(1)), OldValue::Any),
+            edit("refs/heads/qu", NewValue::Oid(id(1)), Expected::Any),
             "no-deref is per command"
         );
         assert_eq!(
@@ -828,15 +837,15 @@ mod tests {
         assert_eq!(
             ev,
             vec![
-                edit("refs/heads/a", NewValue::Oid(id(1)), OldValue::Any),
-                edit("refs/heads/b", NewValue::Oid(id(1)), OldValue::MustNotExist),
-                edit("refs/heads/c", NewValue::Delete, OldValue::Any),
-                edit("refs/heads/d", NewValue::Verify, OldValue::Oid(id(1))),
-                edit("refs/heads/e", NewValue::Delete, OldValue::Any),
+                edit("refs/heads/a", NewValue::Oid(id(1)), Expected::Any),
+                edit("refs/heads/b", NewValue::Oid(id(1)), Expected::MustNotExist),
+                edit("refs/heads/c", NewValue::Delete, Expected::Any),
+                edit("refs/heads/d", VERIFY, Expected::Oid(id(1))),
+                edit("refs/heads/e", NewValue::Delete, Expected::Any),
                 edit(
                     "HEAD",
                     NewValue::Symref(b"refs/heads/a".to_vec()),
-                    OldValue::Symref(b"refs/heads/b".to_vec())
+                    Expected::Symref(b"refs/heads/b".to_vec())
                 ),
                 Event::End(Ending::Eof),
             ]
@@ -926,10 +935,10 @@ mod tests {
             false,
         )
         .unwrap();
-        let edits: Vec<Edit> = ev
+        let edits: Vec<RefEdit> = ev
             .into_iter()
             .filter_map(|e| match e {
-                Event::Edit(e) => Some(e),
+                Event::Edit(e) => Some(*e),
                 _ => None,
             })
             .collect();

@@ -35,7 +35,7 @@ pub enum Expected {
 }
 
 /// One ref edit of a transaction.
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct RefEdit {
     /// The ref name as given (it may be a symref that gets dereferenced).
     pub name: Vec<u8>,
