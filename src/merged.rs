@@ -12,11 +12,16 @@
 //! Tombstones are returned by default (callers skip them after their own bounds check,
 //! as git does since `146a946321`); [`MergedRefIter::suppress_deletions`] hides them.
 
-// The decode path: no panic on any input, so no `unwrap`/`expect`/`panic!`; tests may.
-// (Slice indexing is still used here, on indices the code bounds itself.)
+// The decode path: no panic on any input, so no `unwrap`/`expect`/`panic!` and no slice
+// indexing (`get` and iterators instead); tests may.
 #![cfg_attr(
     not(test),
-    deny(clippy::unwrap_used, clippy::expect_used, clippy::panic)
+    deny(
+        clippy::unwrap_used,
+        clippy::expect_used,
+        clippy::panic,
+        clippy::indexing_slicing
+    )
 )]
 
 use std::cmp::Ordering;
@@ -85,7 +90,10 @@ impl SlotHeap {
         let mut i = self.items.len() - 1;
         while i > 0 {
             let parent = (i - 1) / 2;
-            if less(self.items[i], self.items[parent]) {
+            let (Some(&child), Some(&up)) = (self.items.get(i), self.items.get(parent)) else {
+                break;
+            };
+            if less(child, up) {
                 self.items.swap(i, parent);
                 i = parent;
             } else {
@@ -100,17 +108,23 @@ impl SlotHeap {
         if self.items.is_empty() {
             return Some(top);
         }
-        self.items[0] = last;
+        if let Some(root) = self.items.first_mut() {
+            *root = last;
+        }
         let len = self.items.len();
         let mut i = 0;
         loop {
             let l = 2 * i + 1;
             let r = l + 1;
             let mut m = i;
-            if l < len && less(self.items[l], self.items[m]) {
+            let lesser = |x: usize, y: usize| match (self.items.get(x), self.items.get(y)) {
+                (Some(&a), Some(&b)) => less(a, b),
+                _ => false,
+            };
+            if l < len && lesser(l, m) {
                 m = l;
             }
-            if r < len && less(self.items[r], self.items[m]) {
+            if r < len && lesser(r, m) {
                 m = r;
             }
             if m == i {
@@ -206,7 +220,10 @@ impl<K: MergeKind> Merger<K> {
 
     /// Heap order: key, then the newer table (higher index) first.
     fn less(slots: &[K::Rec], a: usize, b: usize) -> bool {
-        match K::cmp(&slots[a], &slots[b]) {
+        let (Some(x), Some(y)) = (slots.get(a), slots.get(b)) else {
+            return a > b;
+        };
+        match K::cmp(x, y) {
             Ordering::Less => true,
             Ordering::Greater => false,
             Ordering::Equal => a > b,
@@ -231,7 +248,9 @@ impl<K: MergeKind> Merger<K> {
         self.heap.clear();
         self.advance = None;
         for i in 0..self.subs.len() {
-            seek_sub(&mut self.subs[i])?;
+            if let Some(sub) = self.subs.get_mut(i) {
+                seek_sub(sub)?;
+            }
             self.refill(i)?;
         }
         self.failed = false;
@@ -258,14 +277,18 @@ impl<K: MergeKind> Merger<K> {
                 return Ok(None);
             };
             while let Some(j) = self.heap.peek() {
-                if K::cmp(&self.slots[j], &self.slots[top]) != Ordering::Equal {
+                let same_key = match (self.slots.get(j), self.slots.get(top)) {
+                    (Some(a), Some(b)) => K::cmp(a, b) == Ordering::Equal,
+                    _ => false,
+                };
+                if !same_key {
                     break;
                 }
                 let slots = &self.slots;
                 self.heap.pop(|a, b| Self::less(slots, a, b));
                 self.refill(j)?;
             }
-            if self.suppress_deletions && K::is_deletion(&self.slots[top]) {
+            if self.suppress_deletions && self.slots.get(top).is_some_and(|r| K::is_deletion(r)) {
                 self.refill(top)?;
                 continue;
             }

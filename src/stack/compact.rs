@@ -23,21 +23,26 @@ pub fn suggest_compaction_segment(sizes: &[u64], factor: u8) -> Option<(usize, u
     let mut i = n - 1;
     let mut found = None;
     while i > 0 {
-        if sizes[i - 1] < f.saturating_mul(sizes[i]) {
-            found = Some(i);
-            break;
+        if let (Some(&prev), Some(&cur)) = (sizes.get(i - 1), sizes.get(i)) {
+            if prev < f.saturating_mul(cur) {
+                found = Some(i);
+                break;
+            }
         }
         i -= 1;
     }
     let i = found?;
     let end = i + 1;
-    let mut bytes = sizes[i];
+    let mut bytes = *sizes.get(i)?;
     let mut start = end;
     let mut j = i;
     while j > 0 {
         let cur = bytes;
-        bytes = bytes.saturating_add(sizes[j - 1]);
-        if sizes[j - 1] < f.saturating_mul(cur) {
+        let Some(&prev) = sizes.get(j - 1) else {
+            break;
+        };
+        bytes = bytes.saturating_add(prev);
+        if prev < f.saturating_mul(cur) {
             start = j - 1;
         }
         j -= 1;
@@ -54,6 +59,12 @@ fn drain(w: &mut TableWriter, f: &mut std::fs::File, tmp: &std::path::Path) -> R
     fsio::write_all(f, tmp, w.output()).map_err(|e| Error::io(tmp, e))?;
     w.drain_output(&mut std::io::sink())
         .map_err(|e| Error::io(tmp, e))
+}
+
+/// A table index past the stack's list (the range was checked against it, so this
+/// reports a broken invariant instead of panicking).
+fn out_of_range(i: usize) -> Error {
+    Error::Api(format!("table index {i} outside the stack"))
 }
 
 impl Stack {
@@ -147,7 +158,8 @@ impl Stack {
         // As git 2.47: the list lock is taken even for a range with nothing to merge,
         // so `pack-refs` on a locked stack of one table reports "data is locked".
         let list_lock = self.lock_list()?;
-        if first > last || (expiry.is_none() && first == last) || last >= self.tables.len() {
+        let len = self.tables.len().min(self.names.len());
+        if first > last || (expiry.is_none() && first == last) || last >= len {
             return Ok(false);
         }
         if !self.is_up_to_date()? {
@@ -158,7 +170,8 @@ impl Stack {
         let mut i = last + 1;
         while i > first {
             i -= 1;
-            let lock_path = self.dir.join(format!("{}.lock", self.names[i]));
+            let name = self.names.get(i).ok_or_else(|| out_of_range(i))?;
+            let lock_path = self.dir.join(format!("{name}.lock"));
             match LockFile::marker(lock_path) {
                 Ok(l) => table_locks.push(l),
                 Err(Error::Lock(p)) => {
@@ -173,8 +186,16 @@ impl Stack {
         }
         drop(list_lock);
 
-        let range: Vec<Arc<Table>> = self.tables[first..=last].to_vec();
-        let old_names: Vec<String> = self.names[first..=last].to_vec();
+        let range: Vec<Arc<Table>> = self
+            .tables
+            .get(first..=last)
+            .ok_or_else(|| out_of_range(last))?
+            .to_vec();
+        let old_names: Vec<String> = self
+            .names
+            .get(first..=last)
+            .ok_or_else(|| out_of_range(last))?
+            .to_vec();
         let min = range.first().map_or(0, |t| t.min_update_index());
         let max = range.last().map_or(0, |t| t.max_update_index());
         let drop_tombstones = first == 0;
@@ -252,12 +273,16 @@ impl Stack {
         };
         let pos = current.iter().position(|n| Some(n) == old_names.first());
         let Some(pos) =
-            pos.filter(|&p| current.get(p..p + old_names.len()) == Some(&old_names[..]))
+            pos.filter(|&p| current.get(p..p + old_names.len()) == Some(old_names.as_slice()))
         else {
             cleanup(&new_name);
             return Err(Error::Outdated);
         };
-        let mut names: Vec<String> = current[..pos].to_vec();
+        let (before, after) = (
+            current.get(..pos).unwrap_or_default(),
+            current.get(pos + old_names.len()..).unwrap_or_default(),
+        );
+        let mut names: Vec<String> = before.to_vec();
         let mut final_path = None;
         if let Some(tmp) = &new_name {
             let final_name = table_name(min, max, lockfile::rand_u32());
@@ -269,7 +294,7 @@ impl Stack {
             names.push(final_name);
             final_path = Some(path);
         }
-        names.extend_from_slice(&current[pos + old_names.len()..]);
+        names.extend_from_slice(after);
         if let Err(e) = self.commit_list(list_lock, &names) {
             if e.committed {
                 // The new list names the new table and no longer the old ones, but it is
