@@ -56,7 +56,7 @@ lib-nofuse:
 test: fmt-check clippy doc unit-test examples lib-nofuse generated mount-test
 
 # The man page and the completions come from the binary's own command table
-# (src/cli/commands.rs); each generated file must name every subcommand the binary lists.
+# (src/cli/table.rs); each generated file must name every subcommand the binary lists.
 generated: build
 	@mkdir -p $(GEN)
 	target/debug/reftablefs man > $(GEN)/reftablefs.1

@@ -4,7 +4,7 @@
 
 use crate::harness::{expect_errno, Ctx, Mount, Repo, TestResult, BIN};
 use crate::shells;
-use reftablefs::cli::json::{self, Value};
+use reftablefs::json::{self, Value};
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::Path;
 use std::process::{Command, Output, Stdio};
@@ -100,10 +100,12 @@ pub fn lists_live_mounts(ctx: &Ctx) -> TestResult {
     }
 
     // One mount: details from its status file.
+    let status_file = std::str::from_utf8(reftablefs::fs::status::DIR_NAME)?.to_owned()
+        + "/"
+        + std::str::from_utf8(reftablefs::fs::status::FILE_NAME)?;
     ensure!(
-        rw_mnt.join(reftablefs::cli::status::STATUS_FILE).exists(),
-        "the mount serves no {}",
-        reftablefs::cli::status::STATUS_FILE
+        rw_mnt.join(&status_file).exists(),
+        "the mount serves no {status_file}"
     );
     let out = status(&[&rw_mnt.to_string_lossy()])?;
     ensure!(out.status.success(), "status MNT: {}", text(&out.stderr));

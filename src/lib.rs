@@ -11,14 +11,15 @@
 //! * [`stack`]: `$GIT_DIR/reftable` — `tables.list`, locking, reload, transactions,
 //!   geometric auto-compaction, one cached reseekable merged iterator.
 //! * `fs` (feature `fuse`): the FUSE adapter.
-//! * `cli`: the `reftablefs` binary's subcommands, on top of the public API.
+//! * [`verify`](stack::verify), [`resolve`], [`json`]: checking a stack as `git refs verify`,
+//!   reading names through symrefs, the status file's JSON.
+//!
+//! The `reftablefs` binary (`src/main.rs`, `src/cli/`) is built on this public API only.
 
 // `unsafe` only where it is allowed below, per module, for FFI calls into libc; each
 // block carries a `// SAFETY:` comment (enforced by clippy, see Cargo.toml).
 #![deny(unsafe_code)]
 
-#[allow(unsafe_code)] // isatty
-pub mod cli;
 pub mod error;
 pub mod files;
 pub mod format;
@@ -26,11 +27,13 @@ pub mod format;
 #[allow(unsafe_code)] // mount, signals, eventfd, uid/gid, O_PATH descriptors
 pub mod fs;
 pub mod fsio;
+pub mod json;
 pub mod lockfile;
 pub mod merged;
 pub mod mountinfo;
 pub mod refname;
 pub mod repo;
+pub mod resolve;
 pub mod stack;
 pub mod table;
 pub mod transaction;

@@ -12,9 +12,9 @@ use std::collections::BTreeMap;
 use std::fs;
 use std::path::Path;
 
-use reftablefs::cli::verify::verify_stack;
 use reftablefs::fsio::{self, Op, Step};
 use reftablefs::lockfile;
+use reftablefs::stack::verify::verify_stack;
 use reftablefs::stack::{Stack, StackOptions};
 use reftablefs::transaction::RefEdit;
 use reftablefs::{HashKind, ObjectId, RefValue};

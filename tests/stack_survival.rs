@@ -9,8 +9,8 @@ mod util;
 use std::fs;
 use std::path::Path;
 
-use reftablefs::cli::verify::verify_stack;
 use reftablefs::fsio::{self, Op};
+use reftablefs::stack::verify::verify_stack;
 use reftablefs::stack::{Stack, StackOptions};
 use reftablefs::transaction::RefEdit;
 use reftablefs::{HashKind, ObjectId, RefValue};

@@ -6,7 +6,7 @@
 
 use std::process::ExitCode;
 
-use crate::Result;
+use reftablefs::Result;
 
 use super::common;
 use super::Args;

@@ -6,9 +6,9 @@ use std::io::Write;
 use std::process::ExitCode;
 
 use super::Args;
-use crate::format::ObjectId;
-use crate::table::{AnyRecord, Table};
-use crate::{Error, RefValue};
+use reftablefs::format::ObjectId;
+use reftablefs::table::{AnyRecord, Table};
+use reftablefs::{Error, RefValue};
 
 fn show(b: &[u8]) -> String {
     let mut s = String::new();
@@ -23,7 +23,7 @@ fn hex(id: &ObjectId) -> String {
 }
 
 /// Runs the subcommand.
-pub fn run(mut args: Args) -> crate::Result<ExitCode> {
+pub fn run(mut args: Args) -> reftablefs::Result<ExitCode> {
     let mut verify = false;
     let mut path = None;
     while !args.is_empty() {
@@ -64,7 +64,7 @@ pub fn run(mut args: Args) -> crate::Result<ExitCode> {
 }
 
 /// Prints everything; the outer result is output errors, the inner one table errors.
-fn print(table: &std::sync::Arc<Table>) -> std::io::Result<crate::Result<()>> {
+fn print(table: &std::sync::Arc<Table>) -> std::io::Result<reftablefs::Result<()>> {
     let out = std::io::stdout();
     let mut out = out.lock();
     let h = table.header();

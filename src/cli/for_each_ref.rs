@@ -15,11 +15,12 @@
 
 use std::process::ExitCode;
 
-use crate::format::ObjectId;
-use crate::{Error, Result};
+use reftablefs::format::ObjectId;
+use reftablefs::{Error, Result};
 
-use super::common::{self, for_each_resolved, resolve, Out, Resolved};
+use super::common::{self, for_each_resolved, Out};
 use super::{objects, Args};
+use reftablefs::resolve::{resolve, Resolved};
 
 const DEFAULT_FORMAT: &str = "%(objectname) %(objecttype)\t%(refname)";
 
@@ -277,7 +278,7 @@ pub fn run(mut args: Args) -> Result<ExitCode> {
     let mut shown = 0usize;
     for_each_resolved(&mut list, &mut res, &prefix, &mut |r| {
         let listed =
-            r.name.starts_with(b"refs/") || (root_refs && crate::refname::is_root_ref(r.name));
+            r.name.starts_with(b"refs/") || (root_refs && reftablefs::refname::is_root_ref(r.name));
         if !listed {
             return Ok(true);
         }

@@ -1,15 +1,14 @@
 //! Help, shell completions (bash, zsh, fish) and the man page, all generated from the
-//! command table in [`super::commands`]: `reftablefs help [CMD]`,
+//! command table in [`super::table`]: `reftablefs help [CMD]`,
 //! `reftablefs completions SHELL`, `reftablefs man`.
 
 use std::io::Write;
 use std::process::ExitCode;
 
-use super::commands::{
-    self, exit_codes, find, main_usage, Command, Operands, Opt, COMMANDS, GLOBAL_OPTIONS,
-};
+use super::commands::{self, exit_codes, main_usage};
+use super::table::{find, Command, Operands, Opt, COMMANDS, COMMON_EXIT_CODES, GLOBAL_OPTIONS};
 use super::Args;
-use crate::{Error, Result};
+use reftablefs::{Error, Result};
 
 fn print(text: &str) -> Result<ExitCode> {
     let mut out = std::io::stdout().lock();
@@ -424,7 +423,7 @@ pub fn man() -> String {
         }
     }
     s.push_str(".SH EXIT STATUS\n");
-    for (code, what) in commands::COMMON_EXIT_CODES {
+    for (code, what) in COMMON_EXIT_CODES {
         s.push_str(&format!(".TP\n.B {code}\n{}\n", roff(what)));
     }
     s.push_str(

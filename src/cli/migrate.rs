@@ -19,14 +19,14 @@
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
-use crate::files::{
-    read_files_backend, read_loose_refs, read_reflogs, FilesRefs, LooseOverPacked,
-    PackedRefsParser, ParseError,
+use reftablefs::files::{
+    read_files_backend, read_loose_refs, read_reflogs, LooseOverPacked, PackedRefsParser,
+    ParseError,
 };
-use crate::format::{HashKind, LogRecord, RefRecord, RefValue};
-use crate::repo::Repo;
-use crate::table::{TableWriter, WriteOptions};
-use crate::{Error, Result};
+use reftablefs::format::{HashKind, LogRecord, RefRecord, RefValue};
+use reftablefs::repo::Repo;
+use reftablefs::table::{TableWriter, WriteOptions};
+use reftablefs::{Error, Result};
 
 use super::progress::Progress;
 use super::{common, objects, Args};
@@ -140,8 +140,8 @@ pub fn migrate(repo: &Repo, opts: &MigrateOptions) -> Result<Outcome> {
             );
         }
         let config = git_dir.join("config");
-        crate::repo::config_set(&config, "core", "repositoryformatversion", "1")?;
-        crate::repo::config_set(&config, "extensions", "refstorage", "reftable")?;
+        reftablefs::repo::config_set(&config, "core", "repositoryformatversion", "1")?;
+        reftablefs::repo::config_set(&config, "extensions", "refstorage", "reftable")?;
         Ok(())
     };
     swap().map_err(|e| {
@@ -191,7 +191,7 @@ fn build_store(
         "0x{:012x}-0x{:012x}-{:08x}.ref",
         min,
         max,
-        crate::lockfile::rand_u32()
+        reftablefs::lockfile::rand_u32()
     );
     let path = rt.join(&name);
     let mut writing = Progress::new("Migrating refs", None);
@@ -512,10 +512,6 @@ fn has_linked_worktrees(git_dir: &Path) -> bool {
         .unwrap_or(false)
 }
 
-fn log_count(files: &FilesRefs) -> usize {
-    files.reflogs.iter().map(|(_, l)| l.len()).sum()
-}
-
 fn peel_loose_tags(git_dir: &Path, refs: &mut [RefRecord], repo: &Repo) -> Result<()> {
     // Packed refs come with their peeled values; only Val1 refs can still be tags. With
     // a fully-peeled packed-refs those are loose refs (few); ask git about all of them.
@@ -554,31 +550,6 @@ fn peel_loose_tags(git_dir: &Path, refs: &mut [RefRecord], repo: &Repo) -> Resul
     Ok(())
 }
 
-/// Writes the single table of a migration in memory: every ref at update index 1, then
-/// every reflog entry at `1 + n` (n counting entries over all logs, oldest first).
-/// Returns the table bytes (empty for no refs and no logs) and its max update index.
-/// `progress` gets the number of records written.
-pub fn build_table(
-    files: &FilesRefs,
-    opts: WriteOptions,
-    progress: &mut dyn FnMut(usize),
-) -> Result<(Vec<u8>, u64)> {
-    let logs = log_count(files) as u64;
-    let max = 1 + logs.saturating_sub(1);
-    let mut bytes = Vec::new();
-    let mem = Path::new("(memory)");
-    let mut out = TableOut::new(opts, 1, max, &mut bytes, mem, progress)?;
-    for r in &files.refs {
-        out.add_ref(&r.name, &r.value)?;
-    }
-    out.add_logs(&files.reflogs)?;
-    let written = out.finish()?;
-    if !written {
-        bytes.clear();
-    }
-    Ok((bytes, max))
-}
-
 fn name_error(e: Error, name: &[u8]) -> Error {
     match e {
         Error::Api(m) => Error::Api(format!("{m} (ref '{}')", String::from_utf8_lossy(name))),
@@ -590,14 +561,14 @@ fn make_migration_dir(git_dir: &Path) -> Result<PathBuf> {
     for _ in 0..100 {
         let suffix: String = {
             const CHARS: &[u8] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789";
-            let mut r = crate::lockfile::rand_u32();
+            let mut r = reftablefs::lockfile::rand_u32();
             (0..6)
                 .map(|_| {
                     let c = CHARS
                         .get((r % CHARS.len() as u32) as usize)
                         .copied()
                         .unwrap_or(b'X');
-                    r = crate::lockfile::rand_u32();
+                    r = reftablefs::lockfile::rand_u32();
                     c as char
                 })
                 .collect()
@@ -652,7 +623,7 @@ fn write_new_store(dir: &Path, table: Option<&str>, perm: u32, fsync: bool) -> R
         false,
     )?;
     if fsync {
-        crate::lockfile::sync_dir(&rt)?;
+        reftablefs::lockfile::sync_dir(&rt)?;
     }
     Ok(())
 }
@@ -671,7 +642,7 @@ fn remove_files_backend(git_dir: &Path) -> Result<()> {
     for entry in entries {
         let entry = entry.map_err(|e| Error::io(git_dir, e))?;
         let name = entry.file_name();
-        if crate::refname::is_root_ref(name.as_encoded_bytes()) && entry.path().is_file() {
+        if reftablefs::refname::is_root_ref(name.as_encoded_bytes()) && entry.path().is_file() {
             std::fs::remove_file(entry.path()).map_err(|e| Error::io(entry.path(), e))?;
         }
     }
@@ -708,8 +679,39 @@ fn move_files(from: &Path, to: &Path) -> Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::format::{HashKind, ObjectId, RefRecord};
-    use crate::table::{LogIter, RefIter, Table};
+    use reftablefs::files::FilesRefs;
+
+    fn log_count(files: &FilesRefs) -> usize {
+        files.reflogs.iter().map(|(_, l)| l.len()).sum()
+    }
+
+    /// Writes the single table of a migration in memory: every ref at update index 1, then
+    /// every reflog entry at `1 + n` (n counting entries over all logs, oldest first).
+    /// Returns the table bytes (empty for no refs and no logs) and its max update index.
+    /// `progress` gets the number of records written. (The reference for the streamed
+    /// migration.)
+    fn build_table(
+        files: &FilesRefs,
+        opts: WriteOptions,
+        progress: &mut dyn FnMut(usize),
+    ) -> Result<(Vec<u8>, u64)> {
+        let logs = log_count(files) as u64;
+        let max = 1 + logs.saturating_sub(1);
+        let mut bytes = Vec::new();
+        let mem = Path::new("(memory)");
+        let mut out = TableOut::new(opts, 1, max, &mut bytes, mem, progress)?;
+        for r in &files.refs {
+            out.add_ref(&r.name, &r.value)?;
+        }
+        out.add_logs(&files.reflogs)?;
+        let written = out.finish()?;
+        if !written {
+            bytes.clear();
+        }
+        Ok((bytes, max))
+    }
+    use reftablefs::format::{HashKind, ObjectId, RefRecord};
+    use reftablefs::table::{LogIter, RefIter, Table};
 
     #[test]
     fn table_layout_matches_git_migration_rules() {

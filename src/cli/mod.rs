@@ -1,7 +1,7 @@
 //! The `reftablefs` command line: thin subcommands over the library's public API.
 //!
 //! Each subcommand lives in its own file and exposes `pub fn run(args: Args) -> Result<ExitCode>`;
-//! [`commands::COMMANDS`] is the table of them (names, options, help) that dispatch,
+//! [`table::COMMANDS`] is the table of them (names, options, help) that dispatch,
 //! help, completions and the man page are generated from.
 //! Exit codes: 0 success, 1 "not found"/"verification failed" style answers, 128 fatal
 //! errors (as git uses), 129 usage errors.
@@ -13,7 +13,6 @@ pub mod compact;
 pub mod dump;
 pub mod for_each_ref;
 pub mod gen;
-pub mod json;
 pub mod migrate;
 #[cfg(feature = "fuse")]
 pub mod mount;
@@ -24,6 +23,7 @@ pub mod resolve;
 pub mod show_ref;
 pub mod status;
 pub mod store;
+pub mod table;
 pub mod unlock;
 pub mod update_ref;
 pub mod update_ref_parse;
@@ -57,7 +57,7 @@ pub fn main_with_args(argv: Vec<std::ffi::OsString>) -> ExitCode {
         eprint!("{}", commands::main_usage());
         return ExitCode::from(129);
     };
-    let Some(cmd) = commands::find(&name) else {
+    let (Some(cmd), Some(run)) = (table::find(&name), commands::runner(&name)) else {
         eprint!(
             "reftablefs: '{name}' is not a reftablefs command. See 'reftablefs help'.\n\n{}",
             commands::main_usage()
@@ -69,7 +69,7 @@ pub fn main_with_args(argv: Vec<std::ffi::OsString>) -> ExitCode {
     if args.flag("-h") || args.flag("--help") {
         return commands::print_help(cmd);
     }
-    match (cmd.run)(args) {
+    match run(args) {
         Ok(code) => code,
         Err(e) => {
             eprintln!("fatal: {e}");

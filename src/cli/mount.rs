@@ -13,8 +13,8 @@ use std::process::{Command, ExitCode, Stdio};
 use std::time::{Duration, Instant};
 
 use crate::cli::Args;
-use crate::fs::{self, MountOptions};
-use crate::{Error, Result};
+use reftablefs::fs::{self, MountOptions};
+use reftablefs::{Error, Result};
 
 fn usage(msg: &str) -> Result<ExitCode> {
     Ok(crate::cli::common::usage_error(msg, "mount"))
@@ -83,7 +83,7 @@ pub fn run(mut args: Args) -> Result<ExitCode> {
     }
     let reftable_dir = reftable_dir(gitdir)?;
     fs::check_mountpoint(mountpoint)?;
-    let o = crate::fs::stack_source::open(gitdir, &opts)?;
+    let o = reftablefs::fs::stack_source::open(gitdir, &opts)?;
     fs::mount(o.reader, o.writer, o.log, &reftable_dir, mountpoint, &opts)?;
     Ok(ExitCode::SUCCESS)
 }
@@ -106,7 +106,7 @@ fn run_over(dotgit: &Path, mut opts: MountOptions) -> Result<ExitCode> {
     let gitdir = PathBuf::from(format!("/proc/self/fd/{}", real.as_raw_fd()));
     let reftable_dir = reftable_dir(&gitdir)?;
     opts.auto_unmount = true;
-    let o = crate::fs::stack_source::open(&gitdir, &opts)?;
+    let o = reftablefs::fs::stack_source::open(&gitdir, &opts)?;
     let r = fs::mount(o.reader, o.writer, o.log, &reftable_dir, dotgit, &opts);
     drop(real);
     r?;

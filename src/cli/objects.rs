@@ -8,8 +8,8 @@ use std::io::{BufRead, BufReader, Write};
 use std::path::Path;
 use std::process::{Command, Stdio};
 
-use crate::format::{HashKind, ObjectId};
-use crate::{Error, Result};
+use reftablefs::format::{HashKind, ObjectId};
+use reftablefs::{Error, Result};
 
 /// Runs `git cat-file --batch-check=<format>` on `inputs` (one object name per line)
 /// and returns one output line per input, in order.

@@ -8,11 +8,12 @@
 use std::process::ExitCode;
 
 use super::store::RefStore;
-use crate::format::LogRecord;
-use crate::{Error, Result};
+use reftablefs::format::LogRecord;
+use reftablefs::{Error, Result};
 
-use super::common::{self, resolve, Out, Resolved, DWIM_RULES};
+use super::common::{self, Out, DWIM_RULES};
 use super::Args;
+use reftablefs::resolve::{resolve, Resolved};
 
 /// git's `dwim_log`: the full name whose reflog `short` denotes.
 pub fn dwim_log(stack: &RefStore, short: &[u8]) -> Result<Option<Vec<u8>>> {
@@ -114,7 +115,7 @@ pub fn run(mut args: Args) -> Result<ExitCode> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::format::ObjectId;
+    use reftablefs::format::ObjectId;
 
     #[test]
     fn entry_format() {

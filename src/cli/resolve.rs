@@ -9,7 +9,7 @@
 use std::io::BufRead;
 use std::process::ExitCode;
 
-use crate::{Error, Result};
+use reftablefs::{Error, Result};
 
 use super::common::{self, dwim, rev_parse, Out};
 use super::Args;

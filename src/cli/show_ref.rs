@@ -6,11 +6,12 @@
 
 use std::process::ExitCode;
 
-use crate::format::ObjectId;
-use crate::Result;
+use reftablefs::format::ObjectId;
+use reftablefs::Result;
 
-use super::common::{self, for_each_resolved, resolve, Out, Resolved};
+use super::common::{self, for_each_resolved, Out};
 use super::Args;
+use reftablefs::resolve::{resolve, Resolved};
 
 /// git's tail match: `name` ends with `pattern` at a component boundary.
 pub fn tail_matches(name: &[u8], pattern: &[u8]) -> bool {
@@ -95,19 +96,21 @@ pub fn run(mut args: Args) -> Result<ExitCode> {
     let mut res = store.iter();
     if let Some(name) = exists {
         // git's `show-ref --exists`: the ref itself, symrefs not followed; 2 if missing.
-        return Ok(match super::common::read_raw(&mut res, name.as_bytes())? {
-            super::common::Raw::Missing => {
-                eprintln!("error: reference does not exist");
-                ExitCode::from(2)
-            }
-            _ => ExitCode::SUCCESS,
-        });
+        return Ok(
+            match reftablefs::resolve::read_raw(&mut res, name.as_bytes())? {
+                reftablefs::resolve::Raw::Missing => {
+                    eprintln!("error: reference does not exist");
+                    ExitCode::from(2)
+                }
+                _ => ExitCode::SUCCESS,
+            },
+        );
     }
     let mut out = Out::new();
 
     if verify {
         if patterns.is_empty() {
-            return Err(crate::Error::Transaction(
+            return Err(reftablefs::Error::Transaction(
                 "--verify requires a reference".into(),
             ));
         }
@@ -125,7 +128,7 @@ pub fn run(mut args: Args) -> Result<ExitCode> {
                 if o.quiet {
                     return Ok(ExitCode::from(1));
                 }
-                return Err(crate::Error::Transaction(format!(
+                return Err(reftablefs::Error::Transaction(format!(
                     "'{}' - not a valid ref",
                     String::from_utf8_lossy(p)
                 )));

@@ -14,9 +14,9 @@ use std::path::{Component, Path, PathBuf};
 use std::process::ExitCode;
 use std::time::Duration;
 
-use super::json::{self, Value};
-use super::{commands, common, Args};
-use crate::{Error, Result};
+use super::{common, table, Args};
+use reftablefs::json::{self, Value};
+use reftablefs::{Error, Result};
 
 /// The status file a mount serves, relative to its mount point.
 pub const STATUS_FILE: &str = ".reftablefs/status";
@@ -72,7 +72,7 @@ pub fn parse_mountinfo(text: &[u8]) -> Vec<Mount> {
                 .and_then(|v| std::str::from_utf8(v).ok()?.parse().ok())
         });
         out.push(Mount {
-            mountpoint: PathBuf::from(OsStr::from_bytes(&crate::mountinfo::unescape(mp))),
+            mountpoint: PathBuf::from(OsStr::from_bytes(&reftablefs::mountinfo::unescape(mp))),
             mode: mode.into(),
             user_id,
             pid: None,
@@ -104,7 +104,7 @@ pub fn parse_mount_argv(argv: &[&[u8]]) -> Option<(Vec<PathBuf>, PathBuf, PathBu
     if argv.get(i).copied() != Some(b"mount".as_slice()) {
         return None;
     }
-    let spec = commands::find("mount")?;
+    let spec = table::find("mount")?;
     let mut positional = Vec::new();
     let mut options = Vec::new();
     let mut only_positional = false;
@@ -589,6 +589,13 @@ pub fn run(mut args: Args) -> Result<ExitCode> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[cfg(feature = "fuse")]
+    #[test]
+    fn the_status_file_is_where_the_mount_serves_it() {
+        use reftablefs::fs::status::{DIR_NAME, FILE_NAME};
+        assert_eq!(STATUS_FILE.as_bytes(), [DIR_NAME, b"/", FILE_NAME].concat());
+    }
 
     const MOUNTINFO: &[u8] = b"22 1 0:21 / /proc rw,nosuid,nodev,noexec,relatime shared:12 - proc proc rw\n\
         97 30 0:52 / /tmp/a\\040b rw,nosuid,nodev,relatime shared:50 - fuse.reftable reftablefs rw,user_id=0,group_id=0\n\

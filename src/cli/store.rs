@@ -5,16 +5,16 @@
 //! `$GIT_COMMON_DIR/reftable`). Reads are routed; the `worktrees/<id>/` and
 //! `main-worktree/` prefixes are not supported.
 
-use crate::format::{LogRecord, RefRecord};
-use crate::merged::{copy_ref, MergedRefIter};
-use crate::repo::Repo;
-use crate::stack::Stack;
-use crate::table::RefIter;
-use crate::Result;
+use reftablefs::format::{LogRecord, RefRecord};
+use reftablefs::merged::{copy_ref, MergedRefIter};
+use reftablefs::repo::Repo;
+use reftablefs::stack::Stack;
+use reftablefs::table::RefIter;
+use reftablefs::Result;
 
 /// Whether git keeps `name` per worktree.
 pub fn is_per_worktree(name: &[u8]) -> bool {
-    crate::refname::is_root_ref_syntax(name)
+    reftablefs::refname::is_root_ref_syntax(name)
         || name.starts_with(b"refs/bisect/")
         || name.starts_with(b"refs/worktree/")
         || name.starts_with(b"refs/rewritten/")

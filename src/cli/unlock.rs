@@ -7,7 +7,7 @@
 //!   `--min-age` seconds old (default 10). git and reftablefs keep the lock open while
 //!   they hold it, so a lock nobody holds open is left over. `--force` removes it
 //!   whatever the diagnosis.
-//! * Then, holding the list lock, [`Stack::clean_orphans`](crate::stack::Stack::clean_orphans):
+//! * Then, holding the list lock, [`Stack::clean_orphans`](reftablefs::stack::Stack::clean_orphans):
 //!   locks of tables the list no longer names, stale locks of listed tables (the same
 //!   age rule; `--force` means age 0, never a lock held open), and temporary tables once
 //!   no table is locked.
@@ -19,9 +19,9 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
 
-use crate::lockfile;
-use crate::repo::Repo;
-use crate::Result;
+use reftablefs::lockfile;
+use reftablefs::repo::Repo;
+use reftablefs::Result;
 
 use super::common;
 use super::Args;

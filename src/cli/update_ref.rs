@@ -14,11 +14,11 @@
 use std::process::ExitCode;
 
 use super::store::{is_per_worktree, RefStore};
-use crate::format::ObjectId;
-use crate::repo::Repo;
-use crate::stack::Stack;
-use crate::transaction::{Expected, NewValue, PreparedTransaction, RefEdit};
-use crate::{Error, Result};
+use reftablefs::format::ObjectId;
+use reftablefs::repo::Repo;
+use reftablefs::stack::Stack;
+use reftablefs::transaction::{Expected, NewValue, PreparedTransaction, RefEdit};
+use reftablefs::{Error, Result};
 
 use super::common::{self, rev_parse};
 use super::objects::TypeLookup;
@@ -79,7 +79,7 @@ fn target_stack<'s>(
                 for e in edits.iter().filter(|e| !e.no_deref && !flags.no_deref) {
                     let is_symref = wt
                         .read_ref(&e.name)?
-                        .is_some_and(|r| matches!(r.value, crate::RefValue::Symref(_)));
+                        .is_some_and(|r| matches!(r.value, reftablefs::RefValue::Symref(_)));
                     symref_deref |= is_symref;
                 }
             }
@@ -188,8 +188,10 @@ pub fn check_objects(
                 String::from_utf8_lossy(&name)
             )));
         }
-        if !no_deref && depth < crate::refname::SYMREF_MAXDEPTH {
-            if let common::Raw::Symref(target) = common::read_raw(&mut it, &name)? {
+        if !no_deref && depth < reftablefs::refname::SYMREF_MAXDEPTH {
+            if let reftablefs::resolve::Raw::Symref(target) =
+                reftablefs::resolve::read_raw(&mut it, &name)?
+            {
                 queue.push_back((target, i, false, depth + 1));
             }
         }
@@ -373,7 +375,7 @@ pub fn run(mut args: Args) -> Result<ExitCode> {
         Err(ParseError::Input(msg)) => return Ok(common::fatal(&msg)),
         Err(ParseError::Error(e)) => return Err(e),
     };
-    crate::refname::check_for_update(&edit.name, !matches!(edit.new, Some(NewValue::Delete)))?;
+    reftablefs::refname::check_for_update(&edit.name, !matches!(edit.new, Some(NewValue::Delete)))?;
     let name = String::from_utf8_lossy(&edit.name).into_owned();
     let mut objects = TypeLookup::new(&repo.common_dir);
     commit(&repo, &mut stack, vec![edit], &flags, &mut objects)

@@ -21,10 +21,10 @@
 
 use std::fmt;
 
-use crate::format::{HashKind, ObjectId};
-use crate::refname::{check_refname_format, RefnameFlags};
-use crate::transaction::{Expected, NewValue, RefEdit};
-use crate::{Error, Result};
+use reftablefs::format::{HashKind, ObjectId};
+use reftablefs::refname::{check_refname_format, RefnameFlags};
+use reftablefs::transaction::{Expected, NewValue, RefEdit};
+use reftablefs::{Error, Result};
 
 /// Why parsing stopped: a malformed command (git's message; the command dies with it as
 /// git's `die` does, `fatal: <message>` and exit 128 — it is not a failed transaction),
@@ -241,8 +241,9 @@ impl StreamParser {
     }
 }
 
-/// Parses a whole input (see [`StreamParser`]). `resolve` turns a non-empty object
+/// Parses a whole input (see [`StreamParser`]); the tests' driver. `resolve` turns a non-empty object
 /// name into an id (git's `repo_get_oid`); it returns `Ok(None)` for an unknown name.
+#[cfg(test)]
 pub fn parse(
     input: &[u8],
     nul_terminated: bool,

@@ -17,8 +17,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, OnceLock};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use crate::cli::json::Value;
 use crate::fs::state::Shared;
+use crate::json::Value;
 
 /// The name of the directory at the root of the mount.
 pub const DIR_NAME: &[u8] = b".reftablefs";

@@ -35,6 +35,7 @@ mod clean;
 mod compact;
 mod list;
 mod read;
+pub mod verify;
 mod write;
 
 pub use clean::OrphanReport;

@@ -145,7 +145,7 @@ impl Repo {
     /// walked; `git refs verify` passes corrupt tables) finds no error, and every ref
     /// that holds an object id reads the same through a fresh stack and through git.
     pub fn verify_integrity(&self) {
-        let rep = reftablefs::cli::verify::verify_stack(&self.reftable_dir(), self.hash)
+        let rep = reftablefs::stack::verify::verify_stack(&self.reftable_dir(), self.hash)
             .expect("verify runs");
         assert!(rep.errors.is_empty(), "verify: {:?}", rep.errors);
         let theirs: std::collections::BTreeMap<String, String> = self

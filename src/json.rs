@@ -1,5 +1,5 @@
-//! A small JSON reader and writer for `status` (the mount's status file in, `--json`
-//! out). Bounded: at most [`MAX_DEPTH`] levels of nesting; the caller bounds the input
+//! A small JSON reader and writer: the mount writes its status file with it, and
+//! `reftablefs status` reads that file and prints `--json`. Bounded: at most [`MAX_DEPTH`] levels of nesting; the caller bounds the input
 //! size. Numbers are kept as `f64` (status fields are counts, sizes and times, all far
 //! below 2^53).
 
