@@ -5,9 +5,7 @@ use std::process::Command;
 #[path = "support/git.rs"]
 mod util;
 
-fn git(dir: &std::path::Path, args: &[&str]) {
-    util::git(dir, args);
-}
+use util::git;
 
 #[test]
 fn dump_prints_blocks_and_records_and_verifies() {
