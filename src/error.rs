@@ -46,8 +46,13 @@ pub enum Error {
     /// A transaction precondition failed (D/F conflict, duplicate update, …).
     Transaction(String),
     /// A transaction's expected old value of `refname` does not hold (someone else
-    /// changed the ref); `message` is git's.
-    Conflict { refname: Vec<u8>, message: String },
+    /// changed the ref): what the stack holds under the lock (`None`: no such ref), and
+    /// git's message naming what was expected.
+    Conflict {
+        refname: Vec<u8>,
+        found: Option<Box<crate::format::RefValue>>,
+        message: String,
+    },
     /// Repository discovery or configuration problem (not a repository, bad config
     /// line, unsupported extension); the message says what and where.
     Repo(String),

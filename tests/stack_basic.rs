@@ -492,6 +492,16 @@ fn transaction_errors_match_git() {
             c[0], c[1]
         )
     );
+    // The conflict is typed: the ref, and what the stack holds under the lock.
+    let mut tx = st.transaction();
+    tx.edit(RefEdit::delete("refs/heads/main").expect(Expected::Oid(c[1])));
+    match tx.commit().unwrap_err() {
+        Error::Conflict { refname, found, .. } => {
+            assert_eq!(refname, b"refs/heads/main");
+            assert_eq!(found.as_deref(), Some(&RefValue::Val1(c[0])));
+        }
+        e => panic!("not a typed conflict: {e:?}"),
+    }
     let mut tx = st.transaction();
     tx.edit(RefEdit::create("refs/heads/main", c[1]));
     assert_eq!(
@@ -500,11 +510,12 @@ fn transaction_errors_match_git() {
     );
     let mut tx = st.transaction();
     tx.edit(RefEdit::update("refs/heads/nope", c[1]).expect(Expected::Oid(c[0])));
-    assert!(tx
-        .commit()
-        .unwrap_err()
-        .to_string()
-        .contains("unable to resolve reference"));
+    let e = tx.commit().unwrap_err();
+    assert!(e.to_string().contains("unable to resolve reference"), "{e}");
+    assert!(
+        matches!(&e, Error::Conflict { refname, found: None, .. } if refname == b"refs/heads/nope"),
+        "{e:?}"
+    );
     assert_eq!(
         repo.git(&["rev-parse", "refs/heads/main"]).trim(),
         c[0].to_hex()

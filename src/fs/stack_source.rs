@@ -219,12 +219,6 @@ impl StackSource {
             }
         }
     }
-
-    /// The value `name` has in the stack now (after a reload), for a conflict report.
-    fn found(&mut self, name: &[u8]) -> Option<RefValue> {
-        let _ = self.stack.reload();
-        self.stack.read_ref(name).ok().flatten().map(|r| r.value)
-    }
 }
 
 /// The log edit of a reflog rewrite or deletion.
@@ -377,10 +371,11 @@ impl RefSource for StackSource {
                     outcome.applied += todo.len();
                     return Ok(outcome);
                 }
-                Err(Error::Conflict { refname, .. }) if todo.iter().any(|e| e.name == refname) => {
-                    let found = self.found(&refname);
+                Err(Error::Conflict { refname, found, .. })
+                    if todo.iter().any(|e| e.name == refname) =>
+                {
                     todo.retain(|e| e.name != refname);
-                    outcome.conflicts.push((refname, found));
+                    outcome.conflicts.push((refname, found.map(|v| *v)));
                 }
                 // A restriction of reftable transactions that a files backend does not
                 // have (HEAD and its referent, or `a` and `a/b`, in one transaction):
@@ -398,9 +393,8 @@ impl RefSource for StackSource {
         for (k, e) in todo.iter().enumerate() {
             match self.try_commit_waiting(&[e]) {
                 Ok(()) => outcome.applied += 1,
-                Err(Error::Conflict { .. }) => {
-                    let found = self.found(&e.name);
-                    outcome.conflicts.push((e.name.clone(), found));
+                Err(Error::Conflict { found, .. }) => {
+                    outcome.conflicts.push((e.name.clone(), found.map(|v| *v)));
                 }
                 Err(Error::Transaction(msg)) => outcome.failed.push((e.name.clone(), msg)),
                 Err(err) => {

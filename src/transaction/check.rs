@@ -151,18 +151,21 @@ pub(super) fn check_old_value(
             Some(x) if x != cur_oid && x.is_null() => {
                 return Err(conflict(
                     &edit.name,
+                    Some(cur),
                     "cannot lock ref 'HEAD': reference already exists".into(),
                 ));
             }
             Some(x) if x != cur_oid && cur_oid.is_null() => {
                 return Err(conflict(
                     &edit.name,
+                    Some(cur),
                     format!("cannot lock ref 'HEAD': reference is missing but expected {x}"),
                 ));
             }
             Some(x) if x != cur_oid => {
                 return Err(conflict(
                     &edit.name,
+                    Some(cur),
                     format!("cannot lock ref 'HEAD': is at {cur_oid} but expected {x}"),
                 ));
             }
@@ -177,6 +180,7 @@ pub(super) fn check_old_value(
             Expected::MustNotExist => {
                 return Err(conflict(
                     &edit.name,
+                    Some(cur),
                     format!(
                         "cannot lock ref '{}': reference already exists",
                         lossy(&edit.name)
@@ -186,6 +190,7 @@ pub(super) fn check_old_value(
             Expected::Oid(x) if cur_oid.is_null() && *x != cur_oid => {
                 return Err(conflict(
                     &edit.name,
+                    Some(cur),
                     format!(
                         "cannot lock ref '{}': reference is missing but expected {x}",
                         lossy(&edit.name),
@@ -196,6 +201,7 @@ pub(super) fn check_old_value(
                 if cur_oid != *x {
                     return Err(conflict(
                         &edit.name,
+                        Some(cur),
                         format!(
                             "cannot lock ref '{}': is at {} but expected {}",
                             lossy(&edit.name),
@@ -210,6 +216,7 @@ pub(super) fn check_old_value(
                 RefValue::Symref(actual) => {
                     return Err(conflict(
                         &edit.name,
+                        Some(cur),
                         format!(
                             "verifying symref target: '{}': is at {} but expected {}",
                             lossy(&edit.name),
@@ -219,7 +226,7 @@ pub(super) fn check_old_value(
                     ));
                 }
                 _ => {
-                    return Err(conflict(&edit.name, format!(
+                    return Err(conflict(&edit.name, Some(cur), format!(
                             "cannot lock ref '{}': expected symref with target '{}': but is a regular ref",
                             lossy(&edit.name),
                             lossy(t)

@@ -49,10 +49,12 @@ fn tx_err(msg: String) -> Error {
     Error::Transaction(msg)
 }
 
-/// An expected old value that does not hold: git's message, typed with the ref's name.
-fn conflict(name: &[u8], message: String) -> Error {
+/// An expected old value that does not hold: the ref's name, the value found (`None`:
+/// absent) and git's message.
+fn conflict(name: &[u8], found: Option<&crate::format::RefValue>, message: String) -> Error {
     Error::Conflict {
         refname: name.to_vec(),
+        found: found.map(|v| Box::new(v.clone())),
         message,
     }
 }

@@ -166,6 +166,7 @@ fn prepare_update(
         if expects_existing {
             return Err(conflict(
                 &edit.name,
+                None,
                 format!(
                     "cannot lock ref '{}': unable to resolve reference '{}'",
                     lossy(&edit.name),
