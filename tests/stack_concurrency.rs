@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use reftablefs::stack::{Stack, StackOptions};
 use reftablefs::transaction::{Expected, RefEdit};
-use reftablefs::{HashKind, ObjectId, RefValue};
+use reftablefs::{HashKind, RefValue};
 use util::{ident, Repo, Rng};
 
 const N: usize = 60;
@@ -125,61 +125,33 @@ echo $ok"#
     repo.git(&["fsck", "--no-progress", "--no-dangling"]);
 }
 
-/// The child side of the crash test: writes transactions until killed, printing the
-/// index of each one after its commit returned. Not a test of its own: ignored in every
-/// run, and started (with `--ignored` and its environment) only by the test below.
-#[test]
-#[ignore = "child process of sigkill_at_random_points_leaves_a_consistent_stack"]
-fn crash_child() {
-    let Ok(dir) = std::env::var("STACK_CRASH_CHILD") else {
-        return;
-    };
-    let start: usize = std::env::var("STACK_CRASH_START").unwrap().parse().unwrap();
-    let id = ObjectId::from_hex(
-        std::env::var("STACK_CRASH_ID").unwrap().as_bytes(),
-        HashKind::Sha1,
-    )
-    .unwrap();
-    let mut st = Stack::open(
-        dir,
-        StackOptions {
-            fsync: true,
-            lock_timeout: Some(Duration::from_secs(10)),
-            ..StackOptions::default()
-        },
-    )
-    .unwrap();
-    for i in start.. {
-        let mut tx = st.transaction();
-        tx.identity(ident());
-        tx.edit(RefEdit::create(format!("refs/heads/c{i:05}"), id).message("crash test"));
-        tx.commit().unwrap();
-        println!("done {i}");
-    }
-}
-
 #[test]
 fn sigkill_at_random_points_leaves_a_consistent_stack() {
     let repo = Repo::new(HashKind::Sha1);
     let id = repo.commits(1)[0];
     let mut rng = Rng(util::seed(0xc4a5_0001));
-    let exe = std::env::current_exe().unwrap();
+    // The writer to kill is `examples/stack_crash_writer.rs` (`cargo test` builds the
+    // examples first, next to the test binaries' directory).
+    let exe = std::env::current_exe()
+        .unwrap()
+        .parent()
+        .and_then(|deps| deps.parent())
+        .map(|dir| dir.join("examples").join("stack_crash_writer"))
+        .unwrap();
+    assert!(
+        exe.is_file(),
+        "{} is missing: run `cargo build --example stack_crash_writer` (plain `cargo test` builds it)",
+        exe.display()
+    );
     let mut done: Vec<usize> = Vec::new();
     let mut next = 0usize;
     let mut allowed: Vec<usize> = Vec::new();
     let iterations = 40;
     for _ in 0..iterations {
         let mut child = Command::new(&exe)
-            .args([
-                "--ignored",
-                "--exact",
-                "crash_child",
-                "--nocapture",
-                "--test-threads=1",
-            ])
-            .env("STACK_CRASH_CHILD", repo.reftable_dir())
-            .env("STACK_CRASH_START", next.to_string())
-            .env("STACK_CRASH_ID", id.to_hex())
+            .arg(repo.reftable_dir())
+            .arg(next.to_string())
+            .arg(id.to_hex())
             .stdout(Stdio::piped())
             .stderr(Stdio::null())
             .spawn()
@@ -188,7 +160,6 @@ fn sigkill_at_random_points_leaves_a_consistent_stack() {
         let reader = std::thread::spawn(move || {
             let mut v = Vec::new();
             for line in BufReader::new(stdout).lines().map_while(Result::ok) {
-                // The harness may print "test crash_child ... " before the first line.
                 if let Some(i) = line.split("done ").nth(1) {
                     v.push(i.parse::<usize>().unwrap());
                 }
