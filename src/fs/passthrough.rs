@@ -427,13 +427,11 @@ impl Passthrough {
     /// linked worktree's directory).
     fn check_creatable(&self, parent: u64, name: &[u8]) -> Result<(), i32> {
         if is_reserved_at_root(name) && self.lock().is_ref_root(parent) {
-            return Err(crate::fs::state::refuse(
+            return Err(crate::fs::state::refuse_for(
                 "create",
                 name,
-                crate::fs::write::Refusal::new(
-                    libc::EPERM,
-                    "the reftable stack's directory is not writable through the mount",
-                ),
+                libc::EPERM,
+                "the reftable stack's directory is not writable through the mount",
             ));
         }
         Ok(())
@@ -507,13 +505,11 @@ impl Passthrough {
         let fd = self.root.as_raw_fd();
         if let Some(size) = size {
             if is_config {
-                return Err(crate::fs::state::refuse(
+                return Err(crate::fs::state::refuse_for(
                     "truncate",
                     &path,
-                    crate::fs::write::Refusal::new(
-                        libc::EPERM,
-                        "config is written through config.lock and rename only",
-                    ),
+                    libc::EPERM,
+                    "config is written through config.lock and rename only",
                 ));
             }
             let f = match file {
@@ -634,13 +630,11 @@ impl Passthrough {
         };
         if is_config {
             if flags & libc::O_ACCMODE != libc::O_RDONLY {
-                return Err(crate::fs::state::refuse(
+                return Err(crate::fs::state::refuse_for(
                     "open for writing",
                     &path,
-                    crate::fs::write::Refusal::new(
-                        libc::EPERM,
-                        "config is written through config.lock and rename only",
-                    ),
+                    libc::EPERM,
+                    "config is written through config.lock and rename only",
                 ));
             }
             let data = Arc::new(self.served_config()?);
@@ -669,13 +663,11 @@ impl Passthrough {
             } else {
                 libc::EPERM
             };
-            return Err(crate::fs::state::refuse(
+            return Err(crate::fs::state::refuse_for(
                 "create",
                 name,
-                crate::fs::write::Refusal::new(
-                    errno,
-                    "config is written through config.lock and rename only",
-                ),
+                errno,
+                "config is written through config.lock and rename only",
             ));
         }
         let path = self.child_path(parent, name)?;
@@ -813,13 +805,11 @@ impl Passthrough {
 
     fn remove(&self, parent: u64, name: &[u8], dir: bool) -> Result<(), i32> {
         if parent == ROOT && name == CONFIG {
-            return Err(crate::fs::state::refuse(
+            return Err(crate::fs::state::refuse_for(
                 "unlink",
                 name,
-                crate::fs::write::Refusal::new(
-                    libc::EPERM,
-                    "the repository's config cannot be removed through the mount",
-                ),
+                libc::EPERM,
+                "the repository's config cannot be removed through the mount",
             ));
         }
         let path = self.child_path(parent, name)?;
@@ -856,13 +846,11 @@ impl Passthrough {
     ) -> Result<(), i32> {
         self.check_creatable(newparent, newname)?;
         if parent == ROOT && name == CONFIG {
-            return Err(crate::fs::state::refuse(
+            return Err(crate::fs::state::refuse_for(
                 "rename",
                 name,
-                crate::fs::write::Refusal::new(
-                    libc::EPERM,
-                    "the repository's config cannot be moved away through the mount",
-                ),
+                libc::EPERM,
+                "the repository's config cannot be moved away through the mount",
             ));
         }
         let from = self.child_path(parent, name)?;

@@ -42,6 +42,15 @@ pub struct BatchEdit {
     pub handles: Vec<u64>,
 }
 
+impl BatchEdit {
+    /// Whether the edit writes git's existence marker when the stack has no reflog for
+    /// the name: the reflog was created through the mount and nothing else was written
+    /// to it (an appended line, a rewrite or a deletion says it all).
+    pub fn creates_empty_log(&self) -> bool {
+        self.create_log && self.logs.is_empty() && !self.replace_logs && !self.delete_log
+    }
+}
+
 /// What a commit of a batch did.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct CommitOutcome {
@@ -316,11 +325,13 @@ impl RefSource for MemSource {
             }
             // git's existence marker: the reflog exists, empty (a rewrite to nothing, or
             // a reflog file created where the stack has none).
-            let created = e.create_log
-                && !e.replace_logs
-                && !e.delete_log
-                && !self.logs.keys().any(|(n, _)| *n == e.name);
-            if e.logs.is_empty() && (e.replace_logs || created) {
+            let has_log = self
+                .logs
+                .range((e.name.clone(), 0)..)
+                .next()
+                .is_some_and(|((n, _), _)| *n == e.name);
+            let created = e.creates_empty_log() && !has_log;
+            if (e.replace_logs && e.logs.is_empty()) || created {
                 self.logs.insert(
                     (e.name.clone(), !ui),
                     LogRecord {

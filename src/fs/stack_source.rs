@@ -174,7 +174,7 @@ impl StackSource {
                     }
                 }
             }
-            if e.create_log && e.logs.is_empty() && !e.replace_logs && !e.delete_log {
+            if e.creates_empty_log() {
                 tx.log_edit(LogEdit::Create {
                     refname: e.name.clone(),
                 });

@@ -159,21 +159,24 @@ pub(crate) fn refuse(op: &str, path: &[u8], r: Refusal) -> i32 {
     r.errno
 }
 
+/// [`refuse`] with the errno and the reason given apart.
+pub(crate) fn refuse_for(op: &str, path: &[u8], errno: i32, reason: impl Into<String>) -> i32 {
+    refuse(op, path, Refusal::new(errno, reason))
+}
+
 /// An `EFBIG` from [`splice`] or [`resize_bounded`] as a recorded refusal (other errnos
 /// pass through).
 fn too_big(op: &str, path: &[u8], errno: i32, limit: usize) -> i32 {
     if errno != libc::EFBIG {
         return errno;
     }
-    refuse(
+    refuse_for(
         op,
         path,
-        Refusal::new(
-            errno,
-            format!(
-                "a file here holds at most {limit} bytes, and all lock and scratch files \
+        errno,
+        format!(
+            "a file here holds at most {limit} bytes, and all lock and scratch files \
                  together {SCRATCH_TOTAL_MAX}"
-            ),
         ),
     )
 }
@@ -559,13 +562,11 @@ impl Shared {
                 }
             }
             view::Area::PackedRefs => {
-                return Err(refuse(
+                return Err(refuse_for(
                     "create",
                     &path,
-                    Refusal::new(
-                        libc::EPERM,
-                        "packed-refs is replaced by renaming packed-refs.lock onto it, as git does",
-                    ),
+                    libc::EPERM,
+                    "packed-refs is replaced by renaming packed-refs.lock onto it, as git does",
                 ))
             }
             _ => Target::Scratch,
@@ -792,13 +793,11 @@ impl Shared {
                     g.after_staging(self.batch.max);
                 }
                 Target::Log { .. } => {
-                    return Err(refuse(
+                    return Err(refuse_for(
                         "truncate",
                         path,
-                        Refusal::new(
-                            libc::EINVAL,
-                            "a reflog is emptied (truncated to 0) or appended to, never cut",
-                        ),
+                        libc::EINVAL,
+                        "a reflog is emptied (truncated to 0) or appended to, never cut",
                     ))
                 }
             }
@@ -816,13 +815,11 @@ impl Shared {
                 Ok(())
             }
             Kind::Dir => Err(libc::EISDIR),
-            _ => Err(refuse(
+            _ => Err(refuse_for(
                 "truncate",
                 &path,
-                Refusal::new(
-                    libc::EPERM,
-                    "truncating a ref file without writing it would leave an invalid ref",
-                ),
+                libc::EPERM,
+                "truncating a ref file without writing it would leave an invalid ref",
             )),
         }
     }
@@ -978,29 +975,28 @@ impl Shared {
         let Inner { w, src, .. } = &mut *g;
         w.actor = actor;
         w.actor_handles.clear();
-        let r =
-            match kind {
-                Kind::Scratch => {
-                    w.files.remove(&path);
-                    w.locks.remove(&path);
-                    Ok(())
-                }
-                Kind::Ref => w.unlink_ref(src.as_mut(), &path),
-                Kind::Log => {
-                    let n = path.get(5..).unwrap_or_default().to_vec();
-                    w.delete_log(&n);
-                    Ok(())
-                }
-                Kind::Dir => return Err(libc::EISDIR),
-                Kind::PackedRefs => return Err(refuse(
+        let r = match kind {
+            Kind::Scratch => {
+                w.files.remove(&path);
+                w.locks.remove(&path);
+                Ok(())
+            }
+            Kind::Ref => w.unlink_ref(src.as_mut(), &path),
+            Kind::Log => {
+                let n = path.get(5..).unwrap_or_default().to_vec();
+                w.delete_log(&n);
+                Ok(())
+            }
+            Kind::Dir => return Err(libc::EISDIR),
+            Kind::PackedRefs => {
+                return Err(refuse_for(
                     "unlink",
                     &path,
-                    Refusal::new(
-                        libc::EPERM,
-                        "removing packed-refs would delete every packed ref; the mount keeps it",
-                    ),
-                )),
-            };
+                    libc::EPERM,
+                    "removing packed-refs would delete every packed ref; the mount keeps it",
+                ))
+            }
+        };
         r.map_err(|r| refuse("unlink", &path, r))?;
         g.after_staging(self.batch.max);
         Ok(())
@@ -1541,14 +1537,7 @@ impl Inner {
                 name: path.get(5..).unwrap_or_default().to_vec(),
             },
             Kind::PackedRefs => {
-                return Err(refuse(
-                    "open for writing",
-                    path,
-                    Refusal::new(
-                        libc::EPERM,
-                        "packed-refs is replaced through packed-refs.lock and a rename, not written in place",
-                    ),
-                ))
+                return Err(refuse_for("open for writing", path, libc::EPERM, "packed-refs is replaced through packed-refs.lock and a rename, not written in place"))
             }
             Kind::Dir => return Err(libc::EISDIR),
         };

@@ -268,10 +268,11 @@ impl Worktrees {
                            (its HEAD would need a stack of its own): run `git worktree add` \
                            with git >= 2.45 on the real git directory, then use the worktree \
                            through the mount";
-                return Err(crate::fs::state::refuse(
+                return Err(crate::fs::state::refuse_for(
                     "create",
                     &path,
-                    crate::fs::write::Refusal::new(libc::EPERM, why),
+                    libc::EPERM,
+                    why,
                 ));
             }
             return Err(libc::ENOENT);

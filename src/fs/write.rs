@@ -276,16 +276,8 @@ impl WriteState {
     /// The creation is an edit of the open batch (git's existence marker when written), so
     /// that the empty reflog outlives the batch: it is not only a note in the overlay.
     pub fn note_new_log(&mut self, name: &[u8]) {
-        if let Some(&i) = self.open.index.get(name) {
-            if self
-                .open
-                .edits
-                .get(i)
-                .is_some_and(|e| e.delete_log || e.replace_logs)
-            {
-                self.seal();
-            }
-        }
+        // Joins the open edit of `name` unless that one rewrites or deletes the reflog
+        // (then `edit_slot` seals first).
         let i = self.edit_for(name, false, false);
         let seq = self.open.seq;
         if let Some(e) = self.open.edits.get_mut(i) {
