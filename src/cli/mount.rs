@@ -1,4 +1,4 @@
-//! `reftablefs mount [--read-only] [--refs-only] [--no-kernel-passthrough] [--daemon] [--batch-window MS] [--batch-max N] [--no-fsync]
+//! `reftablefs mount [--read-only] [--refs-only] [--no-kernel-passthrough] [--daemon] [--batch-window MS] [--batch-max N] [--inode-cap N] [--no-fsync]
 //! (GITDIR MOUNTPOINT | --over WORKTREE)` and `reftablefs unmount MOUNTPOINT`.
 //!
 //! Foreground by default, one log line per error on stderr; exits 0 after a clean unmount.
@@ -55,6 +55,20 @@ pub fn run(mut args: Args) -> Result<ExitCode> {
             {
                 Some(n) => opts.batch_max = n,
                 None => return usage("--batch-max takes a positive number"),
+            }
+        } else if let Some(v) = args.value("--inode-cap") {
+            match v
+                .to_str()
+                .and_then(|s| s.parse::<usize>().ok())
+                .filter(|&n| n >= reftablefs::fs::inode::MIN_CAP)
+            {
+                Some(n) => opts.inode_cap = n,
+                None => {
+                    return usage(&format!(
+                        "--inode-cap takes a number of at least {}",
+                        reftablefs::fs::inode::MIN_CAP
+                    ))
+                }
             }
         } else if args.peek_is_option() {
             return Ok(crate::cli::common::unknown_option(&args, "mount"));

@@ -24,29 +24,113 @@ pub enum OpenMode {
 /// The root directory's inode number (FUSE's fixed `1`).
 pub const ROOT: u64 = 1;
 
-/// A node the kernel knows about.
+/// A node the kernel knows about: 64 bytes, its name inline when it is short (the last
+/// component of most ref names is), so a table of `cap` nodes costs about
+/// `cap * 64 / 0.875` bytes of map plus 16 bytes of eviction queue per node
+/// (`tests::a_node_is_64_bytes`).
 #[derive(Debug)]
 struct Node {
     parent: u64,
-    name: Box<[u8]>,
-    kind: Kind,
     nlookup: u64,
-    /// A ref file's inode has one size for its whole life (its number is a hash of path,
-    /// kind and size): the kernel's cached size can never be stale, so its content may go
-    /// through the page cache. `None`: size not fixed (not a ref file, a file renamed or
-    /// written through the kernel): attributes TTL 0, reads direct-IO.
-    size: Option<u64>,
-    /// Fingerprint of the content the kernel's pages of this inode may hold.
-    pages: Option<u64>,
     /// Its place in the eviction queue: the queue entry carrying this number is the
     /// node's own (older entries of a forgotten and re-learnt number are skipped).
     seq: u64,
+    /// Fingerprint of the content the kernel's pages of this inode may hold (valid when
+    /// `has_pages`).
+    pages: u64,
+    /// A ref file's inode has one size for its whole life (its number is a hash of path,
+    /// kind and size): the kernel's cached size can never be stale, so its content may go
+    /// through the page cache. [`NO_SIZE`]: size not fixed (not a ref file, a file
+    /// renamed or written through the kernel): attributes TTL 0, reads direct-IO.
+    size: u32,
+    kind: Kind,
+    has_pages: bool,
+    name: Name,
 }
 
+/// `Node::size` of a node whose size is not fixed.
+const NO_SIZE: u32 = u32::MAX;
+
+/// A fixed size as stored in a node (a size that does not fit is not fixed: such a node
+/// is served direct-IO, the safe side; ref files of fixed size are at most a page).
+fn stored_size(size: Option<u64>) -> u32 {
+    size.and_then(|s| u32::try_from(s).ok())
+        .filter(|&s| s != NO_SIZE)
+        .unwrap_or(NO_SIZE)
+}
+
+impl Node {
+    fn size(&self) -> Option<u64> {
+        (self.size != NO_SIZE).then_some(u64::from(self.size))
+    }
+    fn pages(&self) -> Option<u64> {
+        self.has_pages.then_some(self.pages)
+    }
+    fn set_pages(&mut self, fp: Option<u64>) {
+        self.has_pages = fp.is_some();
+        self.pages = fp.unwrap_or(0);
+    }
+}
+
+/// Bytes of a name kept inside the node.
+const SHORT_NAME: usize = 22;
+
+/// A path component: inline up to [`SHORT_NAME`] bytes, on the heap beyond (24 bytes
+/// either way, where a `Box<[u8]>` costs 16 plus an allocation of at least 32).
+#[derive(Debug, Clone)]
+enum Name {
+    Short { len: u8, bytes: [u8; SHORT_NAME] },
+    Long(Box<[u8]>),
+}
+
+impl Name {
+    fn new(name: &[u8]) -> Name {
+        match u8::try_from(name.len()) {
+            Ok(len) if name.len() <= SHORT_NAME => {
+                let mut bytes = [0u8; SHORT_NAME];
+                bytes.iter_mut().zip(name).for_each(|(slot, &b)| *slot = b);
+                Name::Short { len, bytes }
+            }
+            _ => Name::Long(name.into()),
+        }
+    }
+}
+
+impl std::ops::Deref for Name {
+    type Target = [u8];
+    fn deref(&self) -> &[u8] {
+        match self {
+            Name::Short { len, bytes } => bytes.get(..usize::from(*len)).unwrap_or_default(),
+            Name::Long(b) => b,
+        }
+    }
+}
+
+/// Hashes inode numbers (themselves hashes of a path) with one multiplication, which
+/// also fills the top bits the map's probing looks at (a 48-bit number leaves them 0).
+#[derive(Default, Clone, Copy)]
+struct InoHasher(u64);
+
+impl std::hash::Hasher for InoHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.0 = (self.0.rotate_left(8) ^ u64::from(b)).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+        }
+    }
+    fn write_u64(&mut self, n: u64) {
+        self.0 = (self.0 ^ n).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+    }
+}
+
+type InoMap<V> = HashMap<u64, V, std::hash::BuildHasherDefault<InoHasher>>;
+
 /// The inode table.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct Inodes {
-    nodes: HashMap<u64, Node>,
+    nodes: InoMap<Node>,
     /// Nodes living under a name they got by a rename (their number is the hash of an
     /// older path): (parent, name) -> inode. Small: only renamed, still known nodes.
     renamed: HashMap<(u64, Box<[u8]>), u64>,
@@ -58,14 +142,42 @@ pub struct Inodes {
     /// Known nodes taken off the queue (the kernel was asked to drop them) that it has
     /// not forgotten yet.
     asked: usize,
+    /// Above this many known nodes the oldest are dropped ([`Inodes::evictable`]).
+    cap: usize,
 }
 
-/// Above this many known nodes the watcher asks the kernel to drop its oldest entries
-/// (`inval_entry`), so that it forgets them: the table, ~150 bytes per node, stays
-/// bounded however many files a walk stats (the kernel itself keeps dentries until
-/// memory pressure). A dropped name costs one lookup when it is used again; its inode
-/// number is the same (a hash of the path).
-pub const INODE_CAP: usize = 32_768;
+impl Default for Inodes {
+    fn default() -> Self {
+        Inodes {
+            nodes: map_for(INODE_CAP),
+            renamed: HashMap::new(),
+            order: VecDeque::new(),
+            next_seq: 0,
+            asked: 0,
+            cap: INODE_CAP,
+        }
+    }
+}
+
+/// The default cap (`mount --inode-cap`): above this many known nodes the watcher asks
+/// the kernel to drop its oldest entries (`inval_entry`), so that it forgets them: the
+/// table, about 140 bytes per node (map and queue), stays bounded however many files a walk
+/// stats (the kernel itself keeps dentries until memory pressure). A dropped name costs
+/// one lookup when it is used again; its inode number is the same (a hash of the path).
+///
+/// 98,304 is 3/4 of 2^17: with the names still on their way out after the kernel was
+/// asked to drop them (up to 1/6 more), the map's 2^17 buckets (sized once, [`map_for`])
+/// are never outgrown, so the table never doubles (and never holds the old and the new
+/// buckets at once): about 9.5 MB of map and 4 MB of queue at the cap.
+pub const INODE_CAP: usize = 98_304;
+
+/// A node map sized for a table of `cap` known nodes plus the names on their way out.
+fn map_for(cap: usize) -> InoMap<Node> {
+    InoMap::with_capacity_and_hasher(cap.saturating_add(cap / 6), Default::default())
+}
+
+/// The smallest cap [`Inodes::set_cap`] takes.
+pub const MIN_CAP: usize = 1024;
 
 /// `Node::seq` of a node taken off the eviction queue (re-queued by its next lookup).
 const UNQUEUED: u64 = u64::MAX;
@@ -130,12 +242,13 @@ impl Inodes {
                         ino,
                         Node {
                             parent,
-                            name: name.into(),
-                            kind,
                             nlookup: 1,
-                            size,
-                            pages: None,
                             seq,
+                            pages: 0,
+                            size: stored_size(size),
+                            kind,
+                            has_pages: false,
+                            name: Name::new(name),
                         },
                     );
                     self.order.push_back((ino, seq));
@@ -151,7 +264,7 @@ impl Inodes {
                     if n.parent == parent
                         && *n.name == *name
                         && n.kind == kind
-                        && n.size == size =>
+                        && n.size == stored_size(size) =>
                 {
                     n.nlookup += 1;
                     if n.seq == UNQUEUED {
@@ -211,11 +324,11 @@ impl Inodes {
         self.renamed.remove(&(parent, Box::from(name)));
         if let Some(n) = self.nodes.get_mut(&ino) {
             n.parent = newparent;
-            n.name = newname.into();
+            n.name = Name::new(newname);
             n.kind = new_kind;
             // The kernel's size for it came from writes, not from us.
-            n.size = None;
-            n.pages = None;
+            n.size = NO_SIZE;
+            n.set_pages(None);
             self.renamed.insert((newparent, Box::from(newname)), ino);
         }
     }
@@ -236,7 +349,7 @@ impl Inodes {
 
     /// The fixed size of `ino` (a ref file looked up with its size), if any.
     pub fn fixed_size(&self, ino: u64) -> Option<u64> {
-        self.nodes.get(&ino).and_then(|n| n.size)
+        self.nodes.get(&ino).and_then(Node::size)
     }
 
     /// An open for reading will serve content of `len` bytes with fingerprint `fp`:
@@ -247,13 +360,13 @@ impl Inodes {
         let Some(n) = self.nodes.get_mut(&ino) else {
             return OpenMode::Direct;
         };
-        if n.size != Some(len) {
+        if n.size() != Some(len) {
             return OpenMode::Direct;
         }
-        if n.pages == Some(fp) {
+        if n.pages() == Some(fp) {
             OpenMode::Cached
         } else {
-            n.pages = Some(fp);
+            n.set_pages(Some(fp));
             OpenMode::Refill
         }
     }
@@ -264,28 +377,28 @@ impl Inodes {
     /// drops them again.
     pub fn pages_filled(&mut self, ino: u64, fp: u64) {
         if let Some(n) = self.nodes.get_mut(&ino) {
-            n.pages = Some(fp);
+            n.set_pages(Some(fp));
         }
     }
 
     /// What the kernel may hold for `ino`: (fixed size, fingerprint of its pages).
     pub fn kernel_view(&self, ino: u64) -> Option<(Option<u64>, Option<u64>)> {
-        self.nodes.get(&ino).map(|n| (n.size, n.pages))
+        self.nodes.get(&ino).map(|n| (n.size(), n.pages()))
     }
 
     /// The kernel's size of `ino` no longer comes from us alone (writes or a truncate
     /// through the kernel): attributes TTL 0 and direct-IO from now on.
     pub fn suspect(&mut self, ino: u64) {
         if let Some(n) = self.nodes.get_mut(&ino) {
-            n.size = None;
-            n.pages = None;
+            n.size = NO_SIZE;
+            n.set_pages(None);
         }
     }
 
     /// The kernel was told to drop the pages of `ino` (`inval_inode`).
     pub fn invalidated(&mut self, ino: u64) {
         if let Some(n) = self.nodes.get_mut(&ino) {
-            n.pages = None;
+            n.set_pages(None);
         }
     }
 
@@ -298,8 +411,9 @@ impl Inodes {
                     if n.seq == UNQUEUED {
                         self.asked -= 1;
                     }
-                    if self.renamed.get(&(n.parent, n.name.clone())) == Some(&ino) {
-                        self.renamed.remove(&(n.parent, n.name));
+                    let key = (n.parent, Box::<[u8]>::from(&*n.name));
+                    if self.renamed.get(&key) == Some(&ino) {
+                        self.renamed.remove(&key);
                     }
                 }
             }
@@ -345,6 +459,31 @@ impl Inodes {
         self.nodes.iter().map(|(&ino, n)| (ino, n.kind))
     }
 
+    /// Sets the cap (at least 1024 nodes: fewer would make the kernel forget the
+    /// directories of a path walk while it is on them).
+    pub fn set_cap(&mut self, cap: usize) {
+        self.cap = cap.max(MIN_CAP);
+        if self.nodes.is_empty() {
+            self.nodes = map_for(self.cap);
+        }
+    }
+
+    /// The cap.
+    pub fn cap(&self) -> usize {
+        self.cap
+    }
+
+    /// Whether the table is above its cap.
+    pub fn over_cap(&self) -> bool {
+        self.over(self.cap)
+    }
+
+    /// The oldest names to drop while the table is above its cap (see
+    /// [`Inodes::evictable`]).
+    pub fn evictable_over_cap(&mut self, max: usize) -> Vec<(u64, Box<[u8]>)> {
+        self.evictable(self.cap, max)
+    }
+
     /// Whether the table is above `cap` nodes.
     pub fn over(&self, cap: usize) -> bool {
         self.nodes.len() - self.asked > cap
@@ -371,7 +510,7 @@ impl Inodes {
                 Some(n) if n.seq == seq => {
                     n.seq = UNQUEUED;
                     self.asked += 1;
-                    out.push((n.parent, n.name.clone()));
+                    out.push((n.parent, Box::from(&*n.name)));
                 }
                 _ => {}
             }
@@ -393,6 +532,44 @@ impl Inodes {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_node_is_64_bytes() {
+        assert_eq!(std::mem::size_of::<Node>(), 64);
+        assert_eq!(std::mem::size_of::<Name>(), 24);
+        // Short and long names read back as given.
+        for name in [
+            &b""[..],
+            b"r0000123",
+            &[b'x'; SHORT_NAME],
+            &[b'y'; SHORT_NAME + 1],
+            &[0xff; 300],
+        ] {
+            assert_eq!(&*Name::new(name), name);
+        }
+        assert!(matches!(Name::new(&[b'x'; SHORT_NAME]), Name::Short { .. }));
+        assert!(matches!(Name::new(&[b'x'; SHORT_NAME + 1]), Name::Long(_)));
+    }
+
+    #[test]
+    fn the_cap_is_set_per_table_and_bounded_below() {
+        let mut t = Inodes::new();
+        assert_eq!(t.cap(), INODE_CAP);
+        t.set_cap(3);
+        assert_eq!(t.cap(), MIN_CAP);
+        let dir = t.remember(ROOT, b"d", b"d", Kind::Dir, None);
+        for i in 0..MIN_CAP + 10 {
+            let name = format!("r{i}");
+            let path = format!("d/{name}");
+            t.remember(dir, name.as_bytes(), path.as_bytes(), Kind::Ref, Some(41));
+        }
+        assert!(t.over_cap());
+        let out = t.evictable_over_cap(usize::MAX);
+        // Down to 3/4 of the cap, oldest (the directory) first.
+        assert_eq!(out.len(), MIN_CAP + 11 - (MIN_CAP - MIN_CAP / 4));
+        assert_eq!(out[0], (ROOT, Box::from(&b"d"[..])));
+        assert!(!t.over_cap());
+    }
 
     #[test]
     fn stable_numbers_paths_and_forget() {

@@ -77,6 +77,9 @@ pub struct MountOptions {
     pub fsync: bool,
     /// Number of FUSE event-loop threads (at least 2).
     pub threads: usize,
+    /// How many names the kernel may hold before the mount has it drop the oldest
+    /// (`inode::INODE_CAP` by default; `--inode-cap`).
+    pub inode_cap: usize,
     /// Serve only the ref view (`HEAD`, `refs/`, `logs/`, `packed-refs`); by default
     /// everything else of the git directory is passed through (`passthrough.rs`).
     pub refs_only: bool,
@@ -97,6 +100,7 @@ impl Default for MountOptions {
             batch_max: 10_000,
             fsync: true,
             threads: 4,
+            inode_cap: inode::INODE_CAP,
             refs_only: false,
             kernel_passthrough: true,
             auto_unmount: false,
@@ -207,6 +211,7 @@ pub fn mount(
             max: opts.batch_max.max(1),
         },
     );
+    shared.set_inode_cap(opts.inode_cap);
     // The real git directory, opened before mounting: passthrough never goes through
     // the mount.
     let pass = match (opts.refs_only, reftable_dir.parent()) {

@@ -412,7 +412,7 @@ impl Shared {
         // A ref file small enough for one page gets an inode of its own size.
         let fixed = (kind == Kind::Ref && size <= PAGE_CACHED_MAX as u64).then_some(size);
         let ino = g.inodes.remember(parent, name, &path, kind, fixed);
-        if g.inodes.over(crate::fs::inode::INODE_CAP) {
+        if g.inodes.over_cap() {
             // The watcher asks the kernel to drop the oldest names (see `inode.rs`).
             self.wake_watcher();
         }
@@ -430,9 +430,12 @@ impl Shared {
     /// Up to `max` of the oldest known names for `inval_entry` while the inode table is
     /// above its cap (see [`crate::fs::inode::INODE_CAP`]).
     pub fn evictable(&self, max: usize) -> Vec<(u64, Box<[u8]>)> {
-        self.lock()
-            .inodes
-            .evictable(crate::fs::inode::INODE_CAP, max)
+        self.lock().inodes.evictable_over_cap(max)
+    }
+
+    /// Sets the inode table's cap (`mount --inode-cap`).
+    pub fn set_inode_cap(&self, cap: usize) {
+        self.lock().inodes.set_cap(cap);
     }
 
     /// Attributes of `ino`, and whether they may be cached with a positive TTL.

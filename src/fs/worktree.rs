@@ -317,6 +317,7 @@ impl Worktrees {
                 max: self.opts.batch_max.max(1),
             },
         );
+        shared.set_inode_cap(self.opts.inode_cap);
         let dir = Arc::new(AtomicU64::new(dir));
         let mut threads = Vec::new();
         if let Some(n) = self.notifier.get() {
