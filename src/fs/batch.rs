@@ -377,19 +377,19 @@ fn run(shared: &Shared, writer: &mut Writer) {
         let mut lost: Vec<&BatchEdit> = Vec::new();
         match &result {
             Ok(out) => {
-                for (name, found) in &out.conflicts {
-                    let Some(mine) = batch.edits.iter().find(|e| &e.name == name) else {
+                for c in &out.conflicts {
+                    let Some(mine) = batch.edits.iter().find(|e| e.name == c.name) else {
                         continue;
                     };
                     let why = format!(
                         "conflict with a concurrent writer: expected {}, found {}; \
                          the concurrent value stays, this update ({}) was not written",
-                        show(mine.expected_old.as_ref()),
-                        show(found.as_ref()),
+                        show_expected(&c.expected),
+                        show(c.found.as_ref()),
                         show(mine.new.as_ref())
                     );
-                    log_error("commit", name, &why);
-                    status::recorder().conflict(name, &why);
+                    log_error("commit", &c.name, &why);
+                    status::recorder().conflict(&c.name, &why);
                     lost.push(mine);
                 }
                 for (name, why) in &out.failed {
@@ -436,6 +436,18 @@ fn run(shared: &Shared, writer: &mut Writer) {
 }
 
 /// A ref value for a log line.
+/// What a commit expected, as [`show`] prints the value the mount believed the ref had.
+fn show_expected(e: &crate::transaction::Expected) -> String {
+    use crate::transaction::Expected;
+    match e {
+        Expected::MustNotExist => "absent".into(),
+        Expected::Oid(id) => id.to_string(),
+        Expected::Symref(t) => format!("ref: {}", String::from_utf8_lossy(t)),
+        Expected::MustExist => "present".into(),
+        Expected::Any => "any value".into(),
+    }
+}
+
 fn show(v: Option<&crate::format::RefValue>) -> String {
     use crate::format::RefValue;
     match v {

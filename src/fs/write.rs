@@ -1022,7 +1022,8 @@ impl WriteState {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::fs::source::MemSource;
+    use crate::fs::source::{Conflict, MemSource};
+    use crate::transaction::Expected;
 
     fn id(n: u8) -> ObjectId {
         ObjectId::from_bytes(&[n; 20]).unwrap()
@@ -1049,7 +1050,7 @@ mod tests {
         let mut n = 0;
         while let Some(b) = w.queue().pop() {
             let out = m.commit(&b.edits).unwrap();
-            let names: Vec<_> = out.conflicts.iter().map(|(n, _)| n.clone()).collect();
+            let names: Vec<_> = out.conflicts.iter().map(|c| c.name.clone()).collect();
             w.batch_done(b.seq, &names);
             n += 1;
         }
@@ -1338,7 +1339,11 @@ mod tests {
         let out = m.commit(&b.edits).unwrap();
         assert_eq!(
             out.conflicts,
-            vec![(b"refs/heads/topic".to_vec(), Some(RefValue::Val1(id(6))))]
+            vec![Conflict {
+                name: b"refs/heads/topic".to_vec(),
+                expected: Expected::Oid(id(2)),
+                found: Some(RefValue::Val1(id(6)))
+            }]
         );
         w.batch_done(b.seq, &[b"refs/heads/topic".to_vec()]);
         assert_eq!(
