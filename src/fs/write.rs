@@ -23,7 +23,9 @@ use crate::transaction::LogAllRefUpdates;
 /// How long a reflog line waits in the open batch for the rename that commits its update.
 pub const LINE_WAITS_FOR_RENAME: std::time::Duration = std::time::Duration::from_millis(100);
 
-/// A refusal: the errno for the caller and the reason for the log line.
+/// A refusal: the errno for the caller and the reason for the log line. Not recorded yet:
+/// `state::refuse` logs and records it with its operation and path, making it an
+/// [`FsError::Refused`](crate::fs::error::FsError::Refused).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Refusal {
     pub errno: i32,
