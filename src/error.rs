@@ -46,10 +46,11 @@ pub enum Error {
     /// A transaction precondition failed (D/F conflict, duplicate update, …).
     Transaction(String),
     /// A transaction's expected old value of `refname` does not hold (someone else
-    /// changed the ref): what the stack holds under the lock (`None`: no such ref), and
-    /// git's message naming what was expected.
+    /// changed the ref): what the edit expected (as its caller gave it), what the stack
+    /// holds under the lock (`None`: no such ref), and git's message naming both.
     Conflict {
         refname: Vec<u8>,
+        expected: Box<crate::transaction::Expected>,
         found: Option<Box<crate::format::RefValue>>,
         message: String,
     },

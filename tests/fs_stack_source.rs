@@ -8,6 +8,7 @@ use reftablefs::fs::source::BatchEdit;
 use reftablefs::fs::stack_source;
 use reftablefs::fs::view::{self, Kind, Scratch};
 use reftablefs::fs::MountOptions;
+use reftablefs::transaction::Expected;
 
 #[path = "support/git.rs"]
 mod util;
@@ -123,7 +124,11 @@ fn view_and_batches_over_a_git_made_stack() {
     ];
     let outcome = writer.commit(&edits).unwrap();
     assert_eq!(outcome.conflicts.len(), 1, "{outcome:?}");
-    assert_eq!(outcome.conflicts[0].0, b"ORIG_HEAD");
+    assert_eq!(outcome.conflicts[0].name, b"ORIG_HEAD");
+    assert_eq!(
+        outcome.conflicts[0].expected,
+        Expected::Symref(b"refs/heads/zzz".to_vec())
+    );
     let after = std::fs::read_to_string(gitdir.join("reftable/tables.list"))
         .unwrap()
         .lines()

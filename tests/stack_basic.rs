@@ -492,28 +492,53 @@ fn transaction_errors_match_git() {
             c[0], c[1]
         )
     );
-    // The conflict is typed: the ref, and what the stack holds under the lock.
+    // The conflict is typed: the ref, what the edit expected, and what the stack holds
+    // under the lock.
     let mut tx = st.transaction();
     tx.edit(RefEdit::delete("refs/heads/main").expect(Expected::Oid(c[1])));
     match tx.commit().unwrap_err() {
-        Error::Conflict { refname, found, .. } => {
+        Error::Conflict {
+            refname,
+            expected,
+            found,
+            ..
+        } => {
             assert_eq!(refname, b"refs/heads/main");
+            assert_eq!(*expected, Expected::Oid(c[1]));
             assert_eq!(found.as_deref(), Some(&RefValue::Val1(c[0])));
         }
         e => panic!("not a typed conflict: {e:?}"),
     }
     let mut tx = st.transaction();
     tx.edit(RefEdit::create("refs/heads/main", c[1]));
+    let e = tx.commit().unwrap_err();
     assert_eq!(
-        tx.commit().unwrap_err().to_string(),
+        e.to_string(),
         "cannot lock ref 'refs/heads/main': reference already exists"
     );
+    match e {
+        Error::Conflict {
+            refname,
+            expected,
+            found,
+            ..
+        } => {
+            assert_eq!(refname, b"refs/heads/main");
+            assert_eq!(*expected, Expected::MustNotExist);
+            assert_eq!(found.as_deref(), Some(&RefValue::Val1(c[0])));
+        }
+        e => panic!("not a typed conflict: {e:?}"),
+    }
     let mut tx = st.transaction();
     tx.edit(RefEdit::update("refs/heads/nope", c[1]).expect(Expected::Oid(c[0])));
     let e = tx.commit().unwrap_err();
     assert!(e.to_string().contains("unable to resolve reference"), "{e}");
     assert!(
-        matches!(&e, Error::Conflict { refname, found: None, .. } if refname == b"refs/heads/nope"),
+        matches!(
+            &e,
+            Error::Conflict { refname, expected, found: None, .. }
+                if refname == b"refs/heads/nope" && **expected == Expected::Oid(c[0])
+        ),
         "{e:?}"
     );
     assert_eq!(

@@ -17,6 +17,7 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
+use crate::fs::error::FsError;
 use crate::fs::source::{BatchEdit, CommitOutcome, RefSource};
 use crate::fs::state::{log_error, proc_start_time, Shared};
 use crate::fs::status;
@@ -164,7 +165,7 @@ impl BatchQueue {
 
     /// Waits until every batch up to `seq` is written (group commit: every waiter shares
     /// the next batch). EIO if the batcher is gone with batches unwritten.
-    pub fn wait_written(&self, seq: u64) -> Result<(), i32> {
+    pub fn wait_written(&self, seq: u64) -> Result<(), FsError> {
         let mut q = self.lock();
         while q.durable_seq < seq && !q.batcher_gone {
             q = self
@@ -174,7 +175,7 @@ impl BatchQueue {
                 .unwrap_or_else(|p| p.into_inner().0);
         }
         if q.durable_seq < seq {
-            return Err(libc::EIO);
+            return Err(FsError::EIO);
         }
         Ok(())
     }
@@ -377,19 +378,19 @@ fn run(shared: &Shared, writer: &mut Writer) {
         let mut lost: Vec<&BatchEdit> = Vec::new();
         match &result {
             Ok(out) => {
-                for (name, found) in &out.conflicts {
-                    let Some(mine) = batch.edits.iter().find(|e| &e.name == name) else {
+                for c in &out.conflicts {
+                    let Some(mine) = batch.edits.iter().find(|e| e.name == c.name) else {
                         continue;
                     };
                     let why = format!(
                         "conflict with a concurrent writer: expected {}, found {}; \
                          the concurrent value stays, this update ({}) was not written",
-                        show(mine.expected_old.as_ref()),
-                        show(found.as_ref()),
+                        show_expected(&c.expected),
+                        show(c.found.as_ref()),
                         show(mine.new.as_ref())
                     );
-                    log_error("commit", name, &why);
-                    status::recorder().conflict(name, &why);
+                    log_error("commit", &c.name, &why);
+                    status::recorder().conflict(&c.name, &why);
                     lost.push(mine);
                 }
                 for (name, why) in &out.failed {
@@ -436,6 +437,18 @@ fn run(shared: &Shared, writer: &mut Writer) {
 }
 
 /// A ref value for a log line.
+/// What a commit expected, as [`show`] prints the value the mount believed the ref had.
+fn show_expected(e: &crate::transaction::Expected) -> String {
+    use crate::transaction::Expected;
+    match e {
+        Expected::MustNotExist => "absent".into(),
+        Expected::Oid(id) => id.to_string(),
+        Expected::Symref(t) => format!("ref: {}", String::from_utf8_lossy(t)),
+        Expected::MustExist => "present".into(),
+        Expected::Any => "any value".into(),
+    }
+}
+
 fn show(v: Option<&crate::format::RefValue>) -> String {
     use crate::format::RefValue;
     match v {
@@ -470,7 +483,7 @@ mod tests {
     }
 
     /// `wait_written` on another thread, its result sent back.
-    fn waiter(q: &Arc<BatchQueue>, seq: u64) -> mpsc::Receiver<Result<(), i32>> {
+    fn waiter(q: &Arc<BatchQueue>, seq: u64) -> mpsc::Receiver<Result<(), FsError>> {
         let (tx, rx) = mpsc::channel();
         let q = q.clone();
         std::thread::spawn(move || {
@@ -500,7 +513,7 @@ mod tests {
         let q = Arc::new(BatchQueue::default());
         let rx = waiter(&q, 1);
         q.set_batcher_gone();
-        assert_eq!(rx.recv_timeout(BOUND), Ok(Err(libc::EIO)));
+        assert_eq!(rx.recv_timeout(BOUND), Ok(Err(FsError::EIO)));
         assert_eq!(q.wait_written(0), Ok(()), "nothing to wait for");
     }
 
@@ -785,7 +798,7 @@ mod tests {
         }
 
         /// `fsync` of the mount root by this process (`fsyncdir`).
-        fn fsync_root(&self) -> Result<(), i32> {
+        fn fsync_root(&self) -> Result<(), FsError> {
             self.shared.sync_for(self.shared.tgid(self.pid))
         }
     }
@@ -822,7 +835,7 @@ mod tests {
         let fh = m.update("main", 2);
         // Another writer changes the ref on the stack before the batch is written.
         m.mem.m().set("refs/heads/main", RefValue::Val1(id(3)));
-        assert_eq!(m.shared.fsync(fh, m.pid), Err(libc::EIO));
+        assert_eq!(m.shared.fsync(fh, m.pid), Err(FsError::EIO));
         assert_eq!(
             m.mem.get("refs/heads/main"),
             Some(RefValue::Val1(id(3))),
@@ -831,12 +844,12 @@ mod tests {
         assert_eq!(m.fsync_root(), Ok(()), "the failure is reported once");
         assert_eq!(
             m.shared.flush(fh, m.pid),
-            Err(libc::EIO),
+            Err(FsError::EIO),
             "close of the handle"
         );
         assert_eq!(
             m.shared.flush(fh, m.pid),
-            Err(libc::EIO),
+            Err(FsError::EIO),
             "every close of it"
         );
         m.shared.release(fh);
@@ -916,7 +929,7 @@ mod tests {
         let fh = m.update("main", 2);
         m.shared.release(fh);
         m.mem.m().set("refs/heads/main", RefValue::Val1(id(3)));
-        assert_eq!(m.shared.flush_all(), Err(libc::EIO));
+        assert_eq!(m.shared.flush_all(), Err(FsError::EIO));
         // Written since: nothing failed.
         let fh = m.update("a", 4);
         m.shared.release(fh);
@@ -935,12 +948,12 @@ mod tests {
             .expect("batcher ended");
         let fh = m.update("main", 2);
         m.shared.release(fh);
-        assert_eq!(m.fsync_root(), Err(libc::EIO));
+        assert_eq!(m.fsync_root(), Err(FsError::EIO));
         assert_eq!(m.mem.get("refs/heads/main"), Some(RefValue::Val1(id(1))));
     }
 
     /// The content of `refs/heads/NAME` as a client reads it (lookup, open, read).
-    fn read_ref(shared: &Shared, heads: u64, name: &str) -> Result<Vec<u8>, i32> {
+    fn read_ref(shared: &Shared, heads: u64, name: &str) -> Result<Vec<u8>, FsError> {
         let ino = shared.lookup(heads, name.as_bytes())?.0.ino.0;
         let (fh, _) = shared.open(ino, libc::O_RDONLY)?;
         let data = shared.read_file(ino, fh, 0, 4096);

@@ -13,6 +13,7 @@ use fuser::{
     WriteFlags,
 };
 
+use crate::fs::error::FsError;
 use crate::fs::inode::{OpenMode, ROOT};
 use crate::fs::passthrough::{self, is_pass_ino, Opened, Passthrough, PASS_TTL};
 use crate::fs::state::{Handle, Shared, REF_ATTR_TTL};
@@ -56,7 +57,7 @@ enum ViewRef<'a> {
 
 impl ViewRef<'_> {
     /// A linked worktree's view takes only its own names (`Worktree::check_creatable`).
-    fn check_creatable(&self, parent: u64, name: &[u8]) -> Result<(), i32> {
+    fn check_creatable(&self, parent: u64, name: &[u8]) -> Result<(), FsError> {
         match self {
             ViewRef::Main(_) => Ok(()),
             ViewRef::Wt(w) => w.check_creatable(parent, name),
@@ -167,15 +168,16 @@ fn view_entries(sh: &Shared, m: Map, fh: u64) -> Option<Vec<passthrough::DirEntr
     })
 }
 
-fn pass_reply_entry(r: Result<FileAttr, i32>, reply: ReplyEntry) {
+fn pass_reply_entry(r: Result<FileAttr, FsError>, reply: ReplyEntry) {
     match r {
         Ok(a) => reply.entry_with_ttls(&PASS_TTL, &PASS_TTL, &a, Generation(0)),
         Err(e) => reply.error(errno(e)),
     }
 }
 
-fn errno(e: i32) -> Errno {
-    Errno::from_i32(e)
+/// The reply's errno: [`FsError::errno`].
+fn errno(e: FsError) -> Errno {
+    Errno::from_i32(e.errno())
 }
 
 pub(crate) fn attr(
@@ -240,7 +242,7 @@ fn flags_of(f: OpenFlags) -> i32 {
     f.0
 }
 
-fn reply_empty(r: Result<(), i32>, reply: ReplyEmpty) {
+fn reply_empty(r: Result<(), FsError>, reply: ReplyEmpty) {
     match r {
         Ok(()) => reply.ok(),
         Err(e) => reply.error(errno(e)),

@@ -8,6 +8,17 @@
 //! queue, behind its own mutex, and the batcher thread that writes it), `fuse` (the
 //! request handlers), `watch` (inotify → reload → kernel invalidation), [`worktree`] (one
 //! more ref view per linked worktree, from its own stack).
+//!
+//! # Errors
+//!
+//! The layer's functions (`state`, [`passthrough`], `batch`, [`worktree`], `fuse`) fail
+//! with one type, [`error::FsError`]: a plain errno (`FsError::ENOENT`, …), a refusal
+//! (errno and reason, logged and recorded for `reftablefs status` by `state::refuse`, the
+//! only place that makes one), a storage error ([`crate::Error`]) or an I/O error of the
+//! real git directory. [`error::FsError::errno`] is the one mapping to the errno the
+//! kernel gets; `fuse.rs` replies with it. The write state's own checks (`write.rs`)
+//! return a [`write::Refusal`] (errno and reason, not yet recorded), which `state` turns
+//! into a recorded refusal with the operation and path it concerns.
 
 //! # Locks and their order
 //!
@@ -38,6 +49,7 @@
 //! Order: worktrees → state; state → queue; state → own tables; never queue → state.
 
 pub mod config_view;
+pub mod error;
 pub mod inode;
 pub mod passthrough;
 pub mod ref_times;

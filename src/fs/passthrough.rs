@@ -28,6 +28,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use fuser::{BackingId, FileAttr, FileType, INodeNo};
 
 use crate::fs::config_view;
+use crate::fs::error::FsError;
 use crate::fs::inode::ROOT;
 
 /// The top bit: set in every passed-through inode number, clear in every ref inode.
@@ -134,18 +135,8 @@ pub struct Passthrough {
     gid: u32,
 }
 
-fn last_errno() -> i32 {
-    io::Error::last_os_error()
-        .raw_os_error()
-        .unwrap_or(libc::EIO)
-}
-
-fn io_errno(e: &io::Error) -> i32 {
-    e.raw_os_error().unwrap_or(libc::EIO)
-}
-
-fn cstr(path: &[u8]) -> Result<CString, i32> {
-    CString::new(path).map_err(|_| libc::EINVAL)
+fn cstr(path: &[u8]) -> Result<CString, FsError> {
+    CString::new(path).map_err(|_| FsError::EINVAL)
 }
 
 fn file_type(mode: u32) -> FileType {
@@ -181,17 +172,17 @@ fn join(dir: &[u8], name: &[u8]) -> Vec<u8> {
 }
 
 impl Inner {
-    fn path_of(&self, ino: u64) -> Result<Vec<u8>, i32> {
+    fn path_of(&self, ino: u64) -> Result<Vec<u8>, FsError> {
         if ino == ROOT {
             return Ok(b".".to_vec());
         }
         let mut parts: Vec<&[u8]> = Vec::new();
         let mut cur = ino;
         while cur != ROOT {
-            let n = self.nodes.get(&cur).ok_or(libc::ESTALE)?;
+            let n = self.nodes.get(&cur).ok_or(FsError::ESTALE)?;
             parts.push(&n.name);
             if parts.len() > 4096 {
-                return Err(libc::ELOOP);
+                return Err(FsError::ELOOP);
             }
             cur = n.parent;
         }
@@ -313,7 +304,7 @@ impl Passthrough {
         self.kernel.load(Ordering::SeqCst)
     }
 
-    fn lstat(&self, path: &[u8]) -> Result<libc::stat, i32> {
+    fn lstat(&self, path: &[u8]) -> Result<libc::stat, FsError> {
         let c = cstr(path)?;
         // SAFETY: zeroed plain-data struct filled by the kernel.
         let mut st: libc::stat = unsafe { std::mem::zeroed() };
@@ -327,22 +318,22 @@ impl Passthrough {
             )
         };
         if r != 0 {
-            return Err(last_errno());
+            return Err(FsError::last_os_error());
         }
         Ok(st)
     }
 
-    fn fstat(file: &File) -> Result<libc::stat, i32> {
+    fn fstat(file: &File) -> Result<libc::stat, FsError> {
         // SAFETY: as in `lstat`.
         let mut st: libc::stat = unsafe { std::mem::zeroed() };
         // SAFETY: an open descriptor and a valid out pointer.
         if unsafe { libc::fstat(file.as_raw_fd(), &mut st) } != 0 {
-            return Err(last_errno());
+            return Err(FsError::last_os_error());
         }
         Ok(st)
     }
 
-    fn openat(&self, path: &[u8], flags: i32, mode: u32) -> Result<File, i32> {
+    fn openat(&self, path: &[u8], flags: i32, mode: u32) -> Result<File, FsError> {
         let c = cstr(path)?;
         // SAFETY: valid descriptor and NUL-terminated path.
         let fd = unsafe {
@@ -354,7 +345,7 @@ impl Passthrough {
             )
         };
         if fd < 0 {
-            return Err(last_errno());
+            return Err(FsError::last_os_error());
         }
         // SAFETY: a descriptor we just opened and own.
         Ok(unsafe { File::from_raw_fd(fd) })
@@ -384,12 +375,12 @@ impl Passthrough {
     }
 
     /// The real config as served (without the extension).
-    fn served_config(&self) -> Result<Vec<u8>, i32> {
+    fn served_config(&self) -> Result<Vec<u8>, FsError> {
         let raw = self.read_real(CONFIG)?;
         Ok(config_view::served(&raw))
     }
 
-    fn read_real(&self, path: &[u8]) -> Result<Vec<u8>, i32> {
+    fn read_real(&self, path: &[u8]) -> Result<Vec<u8>, FsError> {
         use std::io::Read;
         let mut f = self.openat(path, libc::O_RDONLY | libc::O_NOFOLLOW, 0)?;
         let mut out = Vec::new();
@@ -397,12 +388,12 @@ impl Passthrough {
         (&mut f)
             .take(64 << 20)
             .read_to_end(&mut out)
-            .map_err(|e| io_errno(&e))?;
+            .map_err(FsError::Io)?;
         Ok(out)
     }
 
     /// Attributes of a node whose real file has `st`; `config` gets its served size.
-    fn attr_for(&self, ino: u64, is_config: bool, st: &libc::stat) -> Result<FileAttr, i32> {
+    fn attr_for(&self, ino: u64, is_config: bool, st: &libc::stat) -> Result<FileAttr, FsError> {
         let size = if is_config && st.st_mode & libc::S_IFMT == libc::S_IFREG {
             Some(self.served_config()?.len() as u64)
         } else {
@@ -411,13 +402,13 @@ impl Passthrough {
         Ok(self.attr(ino, st, size))
     }
 
-    fn child_path(&self, parent: u64, name: &[u8]) -> Result<Vec<u8>, i32> {
+    fn child_path(&self, parent: u64, name: &[u8]) -> Result<Vec<u8>, FsError> {
         if !crate::fs::view::is_component(name) {
-            return Err(libc::ENOENT);
+            return Err(FsError::ENOENT);
         }
         let g = self.lock();
         if g.is_ref_root(parent) && is_reserved_at_root(name) {
-            return Err(libc::ENOENT);
+            return Err(FsError::ENOENT);
         }
         let dir = g.path_of(parent)?;
         Ok(join(&dir, name))
@@ -425,7 +416,7 @@ impl Passthrough {
 
     /// Refuses to create or replace a reserved name at the root (or at the top of a
     /// linked worktree's directory).
-    fn check_creatable(&self, parent: u64, name: &[u8]) -> Result<(), i32> {
+    fn check_creatable(&self, parent: u64, name: &[u8]) -> Result<(), FsError> {
         if is_reserved_at_root(name) && self.lock().is_ref_root(parent) {
             return Err(crate::fs::state::refuse_for(
                 "create",
@@ -437,7 +428,7 @@ impl Passthrough {
         Ok(())
     }
 
-    pub fn lookup(&self, parent: u64, name: &[u8]) -> Result<FileAttr, i32> {
+    pub fn lookup(&self, parent: u64, name: &[u8]) -> Result<FileAttr, FsError> {
         let path = self.child_path(parent, name)?;
         let st = self.lstat(&path)?;
         let ino = self.lock().remember(parent, name, &st);
@@ -463,7 +454,7 @@ impl Passthrough {
         self.lock().nodes.get(&ino).map_or(ROOT, |n| n.parent)
     }
 
-    pub fn getattr(&self, ino: u64, fh: Option<u64>) -> Result<FileAttr, i32> {
+    pub fn getattr(&self, ino: u64, fh: Option<u64>) -> Result<FileAttr, FsError> {
         let (path, is_config, file) = {
             let g = self.lock();
             let file = fh.and_then(|fh| match g.handles.get(&fh) {
@@ -492,7 +483,7 @@ impl Passthrough {
         atime: Option<fuser::TimeOrNow>,
         mtime: Option<fuser::TimeOrNow>,
         fh: Option<u64>,
-    ) -> Result<FileAttr, i32> {
+    ) -> Result<FileAttr, FsError> {
         let (path, is_config, file) = {
             let g = self.lock();
             let file = fh.and_then(|fh| match g.handles.get(&fh) {
@@ -516,12 +507,12 @@ impl Passthrough {
                 Some(f) => f,
                 None => Arc::new(self.openat(&path, libc::O_WRONLY | libc::O_NOFOLLOW, 0)?),
             };
-            f.set_len(size).map_err(|e| io_errno(&e))?;
+            f.set_len(size).map_err(FsError::Io)?;
         }
         if let Some(mode) = mode {
             // SAFETY: valid descriptor and path.
             if unsafe { libc::fchmodat(fd, c.as_ptr(), mode & 0o7777, 0) } != 0 {
-                return Err(last_errno());
+                return Err(FsError::last_os_error());
             }
         }
         if uid.is_some() || gid.is_some() {
@@ -529,7 +520,7 @@ impl Passthrough {
             let g = gid.unwrap_or(u32::MAX);
             // SAFETY: valid descriptor and path; -1 leaves an id unchanged.
             if unsafe { libc::fchownat(fd, c.as_ptr(), u, g, libc::AT_SYMLINK_NOFOLLOW) } != 0 {
-                return Err(last_errno());
+                return Err(FsError::last_os_error());
             }
         }
         if atime.is_some() || mtime.is_some() {
@@ -555,7 +546,7 @@ impl Passthrough {
             if unsafe { libc::utimensat(fd, c.as_ptr(), times.as_ptr(), libc::AT_SYMLINK_NOFOLLOW) }
                 != 0
             {
-                return Err(last_errno());
+                return Err(FsError::last_os_error());
             }
         }
         self.getattr(ino, fh)
@@ -599,7 +590,7 @@ impl Passthrough {
         ino: u64,
         file: File,
         open_backing: impl FnOnce(&File) -> io::Result<BackingId>,
-    ) -> Result<Opened, i32> {
+    ) -> Result<Opened, FsError> {
         let regular = Self::fstat(&file)?.st_mode & libc::S_IFMT == libc::S_IFREG;
         let backing = if regular {
             self.backing_for(ino, &file, open_backing)
@@ -623,7 +614,7 @@ impl Passthrough {
         ino: u64,
         flags: i32,
         open_backing: impl FnOnce(&File) -> io::Result<BackingId>,
-    ) -> Result<Opened, i32> {
+    ) -> Result<Opened, FsError> {
         let (path, is_config) = {
             let g = self.lock();
             (g.path_of(ino)?, g.is_config(ino))
@@ -655,7 +646,7 @@ impl Passthrough {
         umask: u32,
         flags: i32,
         open_backing: impl FnOnce(&File) -> io::Result<BackingId>,
-    ) -> Result<(FileAttr, Opened), i32> {
+    ) -> Result<(FileAttr, Opened), FsError> {
         self.check_creatable(parent, name)?;
         if parent == ROOT && name == CONFIG {
             let errno = if flags & libc::O_EXCL != 0 {
@@ -682,7 +673,7 @@ impl Passthrough {
         Ok((attr, self.opened(ino, file, open_backing)?))
     }
 
-    pub fn read(&self, fh: u64, offset: u64, size: u32) -> Result<Vec<u8>, i32> {
+    pub fn read(&self, fh: u64, offset: u64, size: u32) -> Result<Vec<u8>, FsError> {
         let h = {
             let g = self.lock();
             match g.handles.get(&fh) {
@@ -700,7 +691,7 @@ impl Passthrough {
                         Ok(0) => break,
                         Ok(n) => done += n,
                         Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                        Err(e) => return Err(io_errno(&e)),
+                        Err(e) => return Err(FsError::Io(e)),
                     }
                 }
                 buf.truncate(done);
@@ -713,32 +704,32 @@ impl Passthrough {
                 let end = start.saturating_add(size as usize).min(data.len());
                 Ok(data.get(start..end).unwrap_or_default().to_vec())
             }
-            Err(None) => Err(libc::EBADF),
+            Err(None) => Err(FsError::EBADF),
         }
     }
 
-    pub fn write(&self, fh: u64, offset: u64, data: &[u8]) -> Result<u32, i32> {
+    pub fn write(&self, fh: u64, offset: u64, data: &[u8]) -> Result<u32, FsError> {
         let file = match self.lock().handles.get(&fh) {
             Some(PHandle::File { file, .. }) => file.clone(),
-            _ => return Err(libc::EBADF),
+            _ => return Err(FsError::EBADF),
         };
         // With O_APPEND, pwrite appends whatever the offset (as a write through the kernel).
-        file.write_all_at(data, offset).map_err(|e| io_errno(&e))?;
-        u32::try_from(data.len()).map_err(|_| libc::EINVAL)
+        file.write_all_at(data, offset).map_err(FsError::Io)?;
+        u32::try_from(data.len()).map_err(|_| FsError::EINVAL)
     }
 
-    pub fn fsync(&self, fh: u64, datasync: bool) -> Result<(), i32> {
+    pub fn fsync(&self, fh: u64, datasync: bool) -> Result<(), FsError> {
         let file = match self.lock().handles.get(&fh) {
             Some(PHandle::File { file, .. }) => file.clone(),
             Some(_) => return Ok(()),
-            None => return Err(libc::EBADF),
+            None => return Err(FsError::EBADF),
         };
         let r = if datasync {
             file.sync_data()
         } else {
             file.sync_all()
         };
-        r.map_err(|e| io_errno(&e))
+        r.map_err(FsError::Io)
     }
 
     pub fn release(&self, fh: u64) {
@@ -756,34 +747,40 @@ impl Passthrough {
         }
     }
 
-    pub fn mkdir(&self, parent: u64, name: &[u8], mode: u32, umask: u32) -> Result<FileAttr, i32> {
+    pub fn mkdir(
+        &self,
+        parent: u64,
+        name: &[u8],
+        mode: u32,
+        umask: u32,
+    ) -> Result<FileAttr, FsError> {
         self.check_creatable(parent, name)?;
         let path = self.child_path(parent, name)?;
         let c = cstr(&path)?;
         // SAFETY: valid descriptor and path.
         if unsafe { libc::mkdirat(self.root.as_raw_fd(), c.as_ptr(), mode & !umask & 0o7777) } != 0
         {
-            return Err(last_errno());
+            return Err(FsError::last_os_error());
         }
         let st = self.lstat(&path)?;
         let ino = self.lock().remember(parent, name, &st);
         Ok(self.attr(ino, &st, None))
     }
 
-    pub fn symlink(&self, parent: u64, name: &[u8], target: &[u8]) -> Result<FileAttr, i32> {
+    pub fn symlink(&self, parent: u64, name: &[u8], target: &[u8]) -> Result<FileAttr, FsError> {
         self.check_creatable(parent, name)?;
         let path = self.child_path(parent, name)?;
         let (c, t) = (cstr(&path)?, cstr(target)?);
         // SAFETY: valid descriptor and paths.
         if unsafe { libc::symlinkat(t.as_ptr(), self.root.as_raw_fd(), c.as_ptr()) } != 0 {
-            return Err(last_errno());
+            return Err(FsError::last_os_error());
         }
         let st = self.lstat(&path)?;
         let ino = self.lock().remember(parent, name, &st);
         Ok(self.attr(ino, &st, None))
     }
 
-    pub fn readlink(&self, ino: u64) -> Result<Vec<u8>, i32> {
+    pub fn readlink(&self, ino: u64) -> Result<Vec<u8>, FsError> {
         let path = self.lock().path_of(ino)?;
         let c = cstr(&path)?;
         let mut buf = vec![0u8; libc::PATH_MAX as usize];
@@ -797,13 +794,13 @@ impl Passthrough {
             )
         };
         if n < 0 {
-            return Err(last_errno());
+            return Err(FsError::last_os_error());
         }
         buf.truncate(n as usize);
         Ok(buf)
     }
 
-    fn remove(&self, parent: u64, name: &[u8], dir: bool) -> Result<(), i32> {
+    fn remove(&self, parent: u64, name: &[u8], dir: bool) -> Result<(), FsError> {
         if parent == ROOT && name == CONFIG {
             return Err(crate::fs::state::refuse_for(
                 "unlink",
@@ -818,7 +815,7 @@ impl Passthrough {
         let flag = if dir { libc::AT_REMOVEDIR } else { 0 };
         // SAFETY: valid descriptor and path.
         if unsafe { libc::unlinkat(self.root.as_raw_fd(), c.as_ptr(), flag) } != 0 {
-            return Err(last_errno());
+            return Err(FsError::last_os_error());
         }
         if let Some(st) = st {
             if dir || st.st_nlink <= 1 {
@@ -828,11 +825,11 @@ impl Passthrough {
         Ok(())
     }
 
-    pub fn unlink(&self, parent: u64, name: &[u8]) -> Result<(), i32> {
+    pub fn unlink(&self, parent: u64, name: &[u8]) -> Result<(), FsError> {
         self.remove(parent, name, false)
     }
 
-    pub fn rmdir(&self, parent: u64, name: &[u8]) -> Result<(), i32> {
+    pub fn rmdir(&self, parent: u64, name: &[u8]) -> Result<(), FsError> {
         self.remove(parent, name, true)
     }
 
@@ -843,7 +840,7 @@ impl Passthrough {
         newparent: u64,
         newname: &[u8],
         flags: u32,
-    ) -> Result<(), i32> {
+    ) -> Result<(), FsError> {
         self.check_creatable(newparent, newname)?;
         if parent == ROOT && name == CONFIG {
             return Err(crate::fs::state::refuse_for(
@@ -858,7 +855,7 @@ impl Passthrough {
         let src = self.lstat(&from)?;
         if newparent == ROOT && newname == CONFIG {
             if flags != 0 {
-                return Err(libc::EINVAL);
+                return Err(FsError::EINVAL);
             }
             return self.install_config(&from, &src);
         }
@@ -877,7 +874,7 @@ impl Passthrough {
             )
         };
         if r != 0 {
-            return Err(last_errno());
+            return Err(FsError::last_os_error());
         }
         let mut g = self.lock();
         if let Some(t) = old_target {
@@ -899,9 +896,9 @@ impl Passthrough {
     /// `rename(X → config)`: X's content with the real config's `extensions.refStorage`
     /// and `core.repositoryformatversion` put back, written to a temporary file in the
     /// git directory, fsynced and renamed over `config`; then X is removed.
-    fn install_config(&self, from: &[u8], src: &libc::stat) -> Result<(), i32> {
+    fn install_config(&self, from: &[u8], src: &libc::stat) -> Result<(), FsError> {
         if src.st_mode & libc::S_IFMT != libc::S_IFREG {
-            return Err(libc::EINVAL);
+            return Err(FsError::EINVAL);
         }
         let written = self.read_real(from)?;
         let original = self.read_real(CONFIG)?;
@@ -920,19 +917,19 @@ impl Passthrough {
             self.tmp_seq.fetch_add(1, Ordering::Relaxed)
         );
         let tmp = tmp.as_bytes();
-        let write = || -> Result<(), i32> {
+        let write = || -> Result<(), FsError> {
             let f = self.openat(
                 tmp,
                 libc::O_WRONLY | libc::O_CREAT | libc::O_EXCL | libc::O_NOFOLLOW,
                 src.st_mode & 0o7777,
             )?;
-            f.write_all_at(&content, 0).map_err(|e| io_errno(&e))?;
-            f.sync_all().map_err(|e| io_errno(&e))?;
+            f.write_all_at(&content, 0).map_err(FsError::Io)?;
+            f.sync_all().map_err(FsError::Io)?;
             let (a, b) = (cstr(tmp)?, cstr(CONFIG)?);
             let fd = self.root.as_raw_fd();
             // SAFETY: valid descriptors and paths.
             if unsafe { libc::renameat(fd, a.as_ptr(), fd, b.as_ptr()) } != 0 {
-                return Err(last_errno());
+                return Err(FsError::last_os_error());
             }
             Ok(())
         };
@@ -948,7 +945,7 @@ impl Passthrough {
         let c = cstr(from)?;
         // SAFETY: valid descriptor and path.
         if unsafe { libc::unlinkat(self.root.as_raw_fd(), c.as_ptr(), 0) } != 0 {
-            return Err(last_errno());
+            return Err(FsError::last_os_error());
         }
         // The kernel now knows the renamed node as `config`: it resolves to the real one.
         let mut g = self.lock();
@@ -964,20 +961,20 @@ impl Passthrough {
 
     /// Lists a directory of the real tree (`.` and `..` excluded; at the root, the ref
     /// view's names and the reserved ones excluded).
-    fn list(&self, path: &[u8], at_root: bool) -> Result<Vec<DirEntry>, i32> {
+    fn list(&self, path: &[u8], at_root: bool) -> Result<Vec<DirEntry>, FsError> {
         let dir = self.openat(path, libc::O_RDONLY | libc::O_DIRECTORY, 0)?;
         let fd = dir.as_raw_fd();
         // SAFETY: fdopendir takes ownership of a dup of our descriptor.
         let dup = unsafe { libc::dup(fd) };
         if dup < 0 {
-            return Err(last_errno());
+            return Err(FsError::last_os_error());
         }
         // SAFETY: a valid descriptor; on success the stream owns it.
         let stream = unsafe { libc::fdopendir(dup) };
         if stream.is_null() {
             // SAFETY: still ours on failure.
             unsafe { libc::close(dup) };
-            return Err(last_errno());
+            return Err(FsError::last_os_error());
         }
         let mut out = Vec::new();
         loop {
@@ -1018,7 +1015,7 @@ impl Passthrough {
         Ok(out)
     }
 
-    pub fn opendir(&self, ino: u64) -> Result<u64, i32> {
+    pub fn opendir(&self, ino: u64) -> Result<u64, FsError> {
         let (path, at_root) = {
             let g = self.lock();
             (g.path_of(ino)?, g.is_ref_root(ino))
@@ -1049,7 +1046,7 @@ impl Passthrough {
     }
 
     /// Lists the root's passed-through names for the ref view's directory handle `fh`.
-    pub fn open_root(&self, fh: u64) -> Result<(), i32> {
+    pub fn open_root(&self, fh: u64) -> Result<(), FsError> {
         let entries = Arc::new(self.list(b".", true)?);
         self.lock().root_lists.insert(fh, entries);
         Ok(())
@@ -1068,19 +1065,19 @@ impl Passthrough {
     }
 
     /// `fsync` of a directory: of the real one.
-    pub fn fsyncdir(&self, ino: u64) -> Result<(), i32> {
+    pub fn fsyncdir(&self, ino: u64) -> Result<(), FsError> {
         let path = self.lock().path_of(ino)?;
         let d = self.openat(&path, libc::O_RDONLY | libc::O_DIRECTORY, 0)?;
-        d.sync_all().map_err(|e| io_errno(&e))
+        d.sync_all().map_err(FsError::Io)
     }
 
     /// `statvfs` of the real directory.
-    pub fn statfs(&self) -> Result<libc::statvfs, i32> {
+    pub fn statfs(&self) -> Result<libc::statvfs, FsError> {
         // SAFETY: zeroed plain data filled by the kernel.
         let mut s: libc::statvfs = unsafe { std::mem::zeroed() };
         // SAFETY: an open descriptor and a valid out pointer.
         if unsafe { libc::fstatvfs(self.root.as_raw_fd(), &mut s) } != 0 {
-            return Err(last_errno());
+            return Err(FsError::last_os_error());
         }
         Ok(s)
     }
@@ -1159,8 +1156,11 @@ mod tests {
             .collect();
         assert_eq!(names, ["gitdir"]);
         p.releasedir(fh);
-        assert_eq!(p.lookup(w, b"reftable").unwrap_err(), libc::ENOENT);
-        assert_eq!(p.mkdir(w, b"reftable", 0o755, 0).unwrap_err(), libc::EPERM);
+        assert_eq!(p.lookup(w, b"reftable").unwrap_err().errno(), libc::ENOENT);
+        assert_eq!(
+            p.mkdir(w, b"reftable", 0o755, 0).unwrap_err().errno(),
+            libc::EPERM
+        );
         // Elsewhere `reftable` is an ordinary name.
         assert!(p.mkdir(ow, b"reftable", 0o755, 0).is_ok());
     }
@@ -1188,9 +1188,12 @@ mod tests {
             .collect();
         names.sort();
         assert_eq!(names, ["config", "objects"]);
-        assert_eq!(p.lookup(ROOT, b"reftable").unwrap_err(), libc::ENOENT);
         assert_eq!(
-            p.mkdir(ROOT, b"reftable", 0o755, 0).unwrap_err(),
+            p.lookup(ROOT, b"reftable").unwrap_err().errno(),
+            libc::ENOENT
+        );
+        assert_eq!(
+            p.mkdir(ROOT, b"reftable", 0o755, 0).unwrap_err().errno(),
             libc::EPERM
         );
         // config is served without the extension, with its served size.
@@ -1203,7 +1206,9 @@ mod tests {
         assert_eq!(p.read(fh, 0, 4096).unwrap(), served.to_vec());
         p.release(fh);
         assert_eq!(
-            p.open(a.ino.0, libc::O_WRONLY, none).err(),
+            p.open(a.ino.0, libc::O_WRONLY, none)
+                .err()
+                .map(|e| e.errno()),
             Some(libc::EPERM)
         );
         // A config.lock renamed over config keeps the extension in the real file.

@@ -8,6 +8,7 @@
 use std::collections::BTreeMap;
 
 use crate::format::{HashKind, LogRecord, RefRecord, RefValue};
+use crate::transaction::Expected;
 use crate::{Error, Result};
 
 /// One ref change of a batch, with the log records that go with it.
@@ -49,6 +50,28 @@ impl BatchEdit {
     pub fn creates_empty_log(&self) -> bool {
         self.create_log && self.logs.is_empty() && !self.replace_logs && !self.delete_log
     }
+
+    /// [`expected_old`](Self::expected_old) as the transaction checks it: an absent ref
+    /// must not exist, an id must match, a symref must have that target.
+    pub fn expected(&self) -> Expected {
+        match &self.expected_old {
+            None | Some(RefValue::Deletion) => Expected::MustNotExist,
+            Some(RefValue::Val1(id)) | Some(RefValue::Val2 { value: id, .. }) => Expected::Oid(*id),
+            Some(RefValue::Symref(t)) => Expected::Symref(t.clone()),
+        }
+    }
+}
+
+/// An edit of a batch whose expected old value did not hold at commit (a concurrent
+/// writer won): the transaction's typed conflict.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Conflict {
+    /// The ref.
+    pub name: Vec<u8>,
+    /// What the commit expected ([`BatchEdit::expected`]).
+    pub expected: Expected,
+    /// What the stack held under the lock (`None`: absent).
+    pub found: Option<RefValue>,
 }
 
 /// What a commit of a batch did.
@@ -56,9 +79,9 @@ impl BatchEdit {
 pub struct CommitOutcome {
     /// Edits written to the stack.
     pub applied: usize,
-    /// Edits whose expected old value no longer matched (a concurrent writer won): their
-    /// names, with the value found. These were *not* written.
-    pub conflicts: Vec<(Vec<u8>, Option<RefValue>)>,
+    /// Edits whose expected old value no longer matched (a concurrent writer won). These
+    /// were *not* written.
+    pub conflicts: Vec<Conflict>,
     /// Edits that could not be written for another reason (a D/F conflict with a ref
     /// another writer made, an I/O error after part of a split batch was written): their
     /// names and why. These were *not* written.
@@ -308,7 +331,11 @@ impl RefSource for MemSource {
             if let Some(new) = &e.new {
                 let current = self.refs.get(&e.name).cloned();
                 if current != e.expected_old {
-                    outcome.conflicts.push((e.name.clone(), current));
+                    outcome.conflicts.push(Conflict {
+                        name: e.name.clone(),
+                        expected: e.expected(),
+                        found: current,
+                    });
                     continue;
                 }
                 match new {

@@ -10,14 +10,14 @@ use std::time::{Duration, Instant};
 
 use crate::format::{HashKind, LogRecord, RefRecord, RefValue};
 use crate::fs::ref_times::RefTimes;
-use crate::fs::source::{BatchEdit, CommitOutcome, RefSource, Step};
+use crate::fs::source::{BatchEdit, CommitOutcome, Conflict, RefSource, Step};
 use crate::fs::write::LogSettings;
 use crate::fs::MountOptions;
 use crate::merged::MergedLogIter;
 use crate::repo::Repo;
 use crate::stack::{Stack, StackOptions};
 use crate::table::{LogIter, RefIter, WriteOptions};
-use crate::transaction::{Committed, Expected, Identity, LogEdit, NewValue, RefEdit};
+use crate::transaction::{Committed, Identity, LogEdit, NewValue, RefEdit};
 use crate::{Error, Result};
 
 /// What the mount needs from a repository: a reader and a writer over its stack, and how
@@ -149,7 +149,7 @@ impl StackSource {
                     let mut re = RefEdit {
                         name: e.name.clone(),
                         new: Some(new_value(new)),
-                        expected: expected(e.expected_old.as_ref()),
+                        expected: e.expected(),
                         no_deref: true,
                         files_reflog: true,
                         ..RefEdit::default()
@@ -244,14 +244,6 @@ fn new_value(v: &RefValue) -> NewValue {
             peeled: *peeled,
         },
         RefValue::Symref(t) => NewValue::Symref(t.clone()),
-    }
-}
-
-fn expected(v: Option<&RefValue>) -> Expected {
-    match v {
-        None | Some(RefValue::Deletion) => Expected::MustNotExist,
-        Some(RefValue::Val1(id)) | Some(RefValue::Val2 { value: id, .. }) => Expected::Oid(*id),
-        Some(RefValue::Symref(t)) => Expected::Symref(t.clone()),
     }
 }
 
@@ -371,11 +363,18 @@ impl RefSource for StackSource {
                     outcome.applied += todo.len();
                     return Ok(outcome);
                 }
-                Err(Error::Conflict { refname, found, .. })
-                    if todo.iter().any(|e| e.name == refname) =>
-                {
+                Err(Error::Conflict {
+                    refname,
+                    expected,
+                    found,
+                    ..
+                }) if todo.iter().any(|e| e.name == refname) => {
                     todo.retain(|e| e.name != refname);
-                    outcome.conflicts.push((refname, found.map(|v| *v)));
+                    outcome.conflicts.push(Conflict {
+                        name: refname,
+                        expected: *expected,
+                        found: found.map(|v| *v),
+                    });
                 }
                 // A restriction of reftable transactions that a files backend does not
                 // have (HEAD and its referent, or `a` and `a/b`, in one transaction):
@@ -393,8 +392,14 @@ impl RefSource for StackSource {
         for (k, e) in todo.iter().enumerate() {
             match self.try_commit_waiting(&[e]) {
                 Ok(()) => outcome.applied += 1,
-                Err(Error::Conflict { found, .. }) => {
-                    outcome.conflicts.push((e.name.clone(), found.map(|v| *v)));
+                Err(Error::Conflict {
+                    expected, found, ..
+                }) => {
+                    outcome.conflicts.push(Conflict {
+                        name: e.name.clone(),
+                        expected: *expected,
+                        found: found.map(|v| *v),
+                    });
                 }
                 Err(Error::Transaction(msg)) => outcome.failed.push((e.name.clone(), msg)),
                 Err(err) => {

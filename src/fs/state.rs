@@ -15,6 +15,7 @@ use lru::LruCache;
 
 use crate::format::{HashKind, RefValue};
 use crate::fs::batch::BatchQueue;
+use crate::fs::error::FsError;
 use crate::fs::fuse::attr;
 use crate::fs::inode::{Inodes, OpenMode, ROOT};
 use crate::fs::source::RefSource;
@@ -151,29 +152,33 @@ pub fn log_error(op: &str, path: &[u8], err: &dyn std::fmt::Display) {
     eprintln!("reftablefs: {op} {}: {err}", String::from_utf8_lossy(path));
 }
 
-/// A refused request: logged, recorded for `reftablefs status`, its errno returned. Every
-/// refusal with a reason goes through here.
-pub(crate) fn refuse(op: &str, path: &[u8], r: Refusal) -> i32 {
+/// A refused request: logged, recorded for `reftablefs status`, and returned as
+/// [`FsError::Refused`] (so it is recorded once, here). Every refusal with a reason goes
+/// through here.
+pub(crate) fn refuse(op: &str, path: &[u8], r: Refusal) -> FsError {
     log_error(op, path, &r.reason);
     crate::fs::status::recorder().refused(op, path, r.errno, &r.reason);
-    r.errno
+    FsError::Refused {
+        errno: r.errno,
+        reason: r.reason,
+    }
 }
 
 /// [`refuse`] with the errno and the reason given apart.
-pub(crate) fn refuse_for(op: &str, path: &[u8], errno: i32, reason: impl Into<String>) -> i32 {
+pub(crate) fn refuse_for(op: &str, path: &[u8], errno: i32, reason: impl Into<String>) -> FsError {
     refuse(op, path, Refusal::new(errno, reason))
 }
 
 /// An `EFBIG` from [`splice`] or [`resize_bounded`] as a recorded refusal (other errnos
 /// pass through).
-fn too_big(op: &str, path: &[u8], errno: i32, limit: usize) -> i32 {
-    if errno != libc::EFBIG {
-        return errno;
+fn too_big(op: &str, path: &[u8], e: FsError, limit: usize) -> FsError {
+    if e.errno() != libc::EFBIG {
+        return e;
     }
     refuse_for(
         op,
         path,
-        errno,
+        libc::EFBIG,
         format!(
             "a file here holds at most {limit} bytes, and all lock and scratch files \
                  together {SCRATCH_TOTAL_MAX}"
@@ -278,7 +283,7 @@ impl Shared {
     }
 
     /// Reloads the source if the stack changed; drops caches when it did.
-    pub fn refresh(&self) -> Result<Option<u64>, i32> {
+    pub fn refresh(&self) -> Result<Option<u64>, FsError> {
         self.lock().refresh()
     }
 
@@ -400,14 +405,22 @@ impl Shared {
 
     /// Looks up `parent/name`: its attributes, kind and whether they may be cached with a
     /// positive TTL (see [`Inner::cacheable`]).
-    pub(crate) fn lookup(&self, parent: u64, name: &[u8]) -> Result<(FileAttr, Kind, bool), i32> {
+    pub(crate) fn lookup(
+        &self,
+        parent: u64,
+        name: &[u8],
+    ) -> Result<(FileAttr, Kind, bool), FsError> {
         let mut g = self.lock();
         g.fresh()?;
         // A name that can be no path component simply does not exist (ENOENT, not EINVAL).
-        let path =
-            g.child_path(parent, name)
-                .map_err(|e| if e == libc::EINVAL { libc::ENOENT } else { e })?;
-        let kind = g.classify(&path)?.ok_or(libc::ENOENT)?;
+        let path = g.child_path(parent, name).map_err(|e| {
+            if e.errno() == libc::EINVAL {
+                FsError::ENOENT
+            } else {
+                e
+            }
+        })?;
+        let kind = g.classify(&path)?.ok_or(FsError::ENOENT)?;
         let size = g.size_of(&path, kind)?;
         // A ref file small enough for one page gets an inode of its own size.
         let fixed = (kind == Kind::Ref && size <= PAGE_CACHED_MAX as u64).then_some(size);
@@ -439,7 +452,7 @@ impl Shared {
     }
 
     /// Attributes of `ino`, and whether they may be cached with a positive TTL.
-    pub(crate) fn getattr(&self, ino: u64) -> Result<(FileAttr, bool), i32> {
+    pub(crate) fn getattr(&self, ino: u64) -> Result<(FileAttr, bool), FsError> {
         let mut g = self.lock();
         g.fresh()?;
         let (path, kind) = g.path_of(ino)?;
@@ -469,16 +482,16 @@ impl Shared {
     /// files of a stable size through the page cache (kept while their content is what
     /// the kernel's pages hold), `packed-refs` through the page cache refilled at every
     /// open (git may mmap it), everything else direct-IO.
-    pub(crate) fn open(&self, ino: u64, flags: i32) -> Result<(u64, OpenMode), i32> {
+    pub(crate) fn open(&self, ino: u64, flags: i32) -> Result<(u64, OpenMode), FsError> {
         let writing = flags & libc::O_ACCMODE != libc::O_RDONLY;
         if writing && self.read_only() {
-            return Err(libc::EROFS);
+            return Err(FsError::EROFS);
         }
         let mut g = self.lock();
         g.fresh()?;
         let (path, kind) = g.path_of(ino)?;
         if kind == Kind::Dir {
-            return Err(libc::EISDIR);
+            return Err(FsError::EISDIR);
         }
         if !writing {
             let mut data = Vec::new();
@@ -513,19 +526,19 @@ impl Shared {
         parent: u64,
         name: &[u8],
         flags: i32,
-    ) -> Result<(FileAttr, u64), i32> {
+    ) -> Result<(FileAttr, u64), FsError> {
         if self.read_only() {
-            return Err(libc::EROFS);
+            return Err(FsError::EROFS);
         }
         let mut g = self.lock();
         g.fresh()?;
         let path = g.child_path(parent, name)?;
         if let Some(kind) = g.classify(&path)? {
             if flags & libc::O_EXCL != 0 {
-                return Err(libc::EEXIST);
+                return Err(FsError::EEXIST);
             }
             if kind == Kind::Dir {
-                return Err(libc::EISDIR);
+                return Err(FsError::EISDIR);
             }
             let fh = g.open_for_write(&path, kind, flags)?;
             let size = g.size_of(&path, kind)?;
@@ -616,7 +629,7 @@ impl Shared {
         data: &[u8],
         flags: i32,
         pid: u32,
-    ) -> Result<u32, i32> {
+    ) -> Result<u32, FsError> {
         let actor = self.tgid(pid);
         let mut g = self.lock();
         let g = &mut *g;
@@ -629,9 +642,9 @@ impl Shared {
             ..
         }) = g.handles.get_mut(&fh)
         else {
-            return Err(libc::EBADF);
+            return Err(FsError::EBADF);
         };
-        let n = u32::try_from(data.len()).map_err(|_| libc::EFBIG)?;
+        let n = u32::try_from(data.len()).map_err(|_| FsError::EFBIG)?;
         let append = flags & libc::O_APPEND != 0;
         match target {
             Target::Log { name } => {
@@ -647,7 +660,7 @@ impl Shared {
             Target::Scratch => {
                 let hash = g.w.hash;
                 let Some(content) = g.w.files.get_mut(path.as_slice()) else {
-                    return Err(libc::ENOENT);
+                    return Err(FsError::ENOENT);
                 };
                 let limit = scratch_limit(path);
                 let old_len = content.len();
@@ -698,13 +711,13 @@ impl Shared {
 
     /// `flush` (every close): a ref written in place is committed here, so that close()
     /// reports a refusal; EIO if an edit staged through this file could not be written.
-    pub(crate) fn flush(&self, fh: u64, pid: u32) -> Result<(), i32> {
+    pub(crate) fn flush(&self, fh: u64, pid: u32) -> Result<(), FsError> {
         let actor = self.tgid(pid);
         let mut g = self.lock();
         // Every close of the handle reports it (a forked child's close of an inherited
         // descriptor sends a flush too).
         if let Some(Handle::Write { failed: true, .. }) = g.handles.get(&fh) {
-            return Err(libc::EIO);
+            return Err(FsError::EIO);
         }
         g.w.actor = actor;
         g.w.actor_handles = vec![fh];
@@ -714,7 +727,7 @@ impl Shared {
     /// `fsync` of a file: commits a ref written in place, then waits until everything
     /// staged so far is written. EIO if an edit the calling process staged could not be
     /// written (reported once), or if this file's handle saw such a failure.
-    pub(crate) fn fsync(&self, fh: u64, pid: u32) -> Result<(), i32> {
+    pub(crate) fn fsync(&self, fh: u64, pid: u32) -> Result<(), FsError> {
         let actor = self.tgid(pid);
         let handle_failed = {
             let mut g = self.lock();
@@ -725,14 +738,14 @@ impl Shared {
         };
         let own = self.sync_for(actor);
         if handle_failed {
-            return Err(libc::EIO);
+            return Err(FsError::EIO);
         }
         own
     }
 
     /// Waits until everything staged so far is written (group commit), then reports the
     /// failures of process `actor`'s edits (EIO, once).
-    pub(crate) fn sync_for(&self, actor: u32) -> Result<(), i32> {
+    pub(crate) fn sync_for(&self, actor: u32) -> Result<(), FsError> {
         self.wait_written()?;
         match self.queue.take_failures(actor) {
             Some(f) if f.start == proc_start_time(actor) => {
@@ -742,7 +755,7 @@ impl Shared {
                      written (logged above)",
                     names.join(", ")
                 );
-                Err(libc::EIO)
+                Err(FsError::EIO)
             }
             _ => Ok(()),
         }
@@ -754,9 +767,9 @@ impl Shared {
         fh: Option<u64>,
         size: u64,
         pid: u32,
-    ) -> Result<(), i32> {
+    ) -> Result<(), FsError> {
         if self.read_only() {
-            return Err(libc::EROFS);
+            return Err(FsError::EROFS);
         }
         let actor = self.tgid(pid);
         let mut g = self.lock();
@@ -817,7 +830,7 @@ impl Shared {
                 }
                 Ok(())
             }
-            Kind::Dir => Err(libc::EISDIR),
+            Kind::Dir => Err(FsError::EISDIR),
             _ => Err(refuse_for(
                 "truncate",
                 &path,
@@ -827,12 +840,12 @@ impl Shared {
         }
     }
 
-    pub(crate) fn opendir(&self, ino: u64) -> Result<u64, i32> {
+    pub(crate) fn opendir(&self, ino: u64) -> Result<u64, FsError> {
         let mut g = self.lock();
         g.fresh()?;
         let (path, kind) = g.path_of(ino)?;
         if kind != Kind::Dir {
-            return Err(libc::ENOTDIR);
+            return Err(FsError::ENOTDIR);
         }
         let entries = g.listing(&path)?;
         Ok(g.add_handle(Handle::Dir { path, entries }))
@@ -882,7 +895,7 @@ impl Shared {
         fh: u64,
         offset: u64,
         size: u32,
-    ) -> Result<Vec<u8>, i32> {
+    ) -> Result<Vec<u8>, FsError> {
         let mut g = self.lock();
         let slice = |data: &[u8]| -> Vec<u8> {
             let start = usize::try_from(offset)
@@ -932,7 +945,7 @@ impl Shared {
                 g.render(&path, kind, &mut buf)?;
                 Ok(slice(&buf))
             }
-            _ => Err(libc::EBADF),
+            _ => Err(FsError::EBADF),
         }
     }
 
@@ -956,15 +969,15 @@ impl Shared {
         }
     }
 
-    pub(crate) fn unlink(&self, parent: u64, name: &[u8], pid: u32) -> Result<(), i32> {
+    pub(crate) fn unlink(&self, parent: u64, name: &[u8], pid: u32) -> Result<(), FsError> {
         if self.read_only() {
-            return Err(libc::EROFS);
+            return Err(FsError::EROFS);
         }
         let actor = self.tgid(pid);
         let mut g = self.lock();
         g.fresh()?;
         let path = g.child_path(parent, name)?;
-        let kind = g.classify(&path)?.ok_or(libc::ENOENT)?;
+        let kind = g.classify(&path)?.ok_or(FsError::ENOENT)?;
         if path == b"HEAD" && kind == Kind::Ref {
             return Err(refuse(
                 "unlink",
@@ -990,7 +1003,7 @@ impl Shared {
                 w.delete_log(&n);
                 Ok(())
             }
-            Kind::Dir => return Err(libc::EISDIR),
+            Kind::Dir => return Err(FsError::EISDIR),
             Kind::PackedRefs => {
                 return Err(refuse_for(
                     "unlink",
@@ -1005,15 +1018,15 @@ impl Shared {
         Ok(())
     }
 
-    pub(crate) fn mkdir(&self, parent: u64, name: &[u8]) -> Result<FileAttr, i32> {
+    pub(crate) fn mkdir(&self, parent: u64, name: &[u8]) -> Result<FileAttr, FsError> {
         if self.read_only() {
-            return Err(libc::EROFS);
+            return Err(FsError::EROFS);
         }
         let mut g = self.lock();
         g.fresh()?;
         let path = g.child_path(parent, name)?;
         if g.classify(&path)?.is_some() {
-            return Err(libc::EEXIST);
+            return Err(FsError::EEXIST);
         }
         if path.starts_with(b"refs/") {
             crate::refname::check_refname_format(
@@ -1039,24 +1052,24 @@ impl Shared {
         Ok(self.attr_of(&g, ino, Kind::Dir, 4096))
     }
 
-    pub(crate) fn rmdir(&self, parent: u64, name: &[u8]) -> Result<(), i32> {
+    pub(crate) fn rmdir(&self, parent: u64, name: &[u8]) -> Result<(), FsError> {
         if self.read_only() {
-            return Err(libc::EROFS);
+            return Err(FsError::EROFS);
         }
         let mut g = self.lock();
         g.fresh()?;
         let path = g.child_path(parent, name)?;
         match g.classify(&path)? {
-            None => return Err(libc::ENOENT),
+            None => return Err(FsError::ENOENT),
             Some(Kind::Dir) => {}
-            Some(_) => return Err(libc::ENOTDIR),
+            Some(_) => return Err(FsError::ENOTDIR),
         }
         if path == b"refs" || path == b"logs" {
-            return Err(libc::EBUSY);
+            return Err(FsError::EBUSY);
         }
         let listing = g.listing(&path)?;
         if !listing.is_empty() {
-            return Err(libc::ENOTEMPTY);
+            return Err(FsError::ENOTEMPTY);
         }
         g.w.vdirs.remove(&path);
         Ok(())
@@ -1071,9 +1084,9 @@ impl Shared {
         newparent: u64,
         newname: &[u8],
         pid: u32,
-    ) -> Result<(), i32> {
+    ) -> Result<(), FsError> {
         if self.read_only() {
-            return Err(libc::EROFS);
+            return Err(FsError::EROFS);
         }
         let actor = self.tgid(pid);
         let mut g = self.lock();
@@ -1090,10 +1103,10 @@ impl Shared {
             .map(|(fh, _)| *fh)
             .collect();
         g.w.actor_handles = open_on_from;
-        let kind = g.classify(&from)?.ok_or(libc::ENOENT)?;
+        let kind = g.classify(&from)?.ok_or(FsError::ENOENT)?;
         let to_kind = g.classify(&to)?;
         if to_kind == Some(Kind::Dir) && kind != Kind::Dir {
-            return Err(libc::EISDIR);
+            return Err(FsError::EISDIR);
         }
         let r = g.do_rename(&from, kind, &to, to_kind);
         if let Err(e) = r {
@@ -1110,7 +1123,7 @@ impl Shared {
     /// Seals the open batch and waits until everything staged so far is written
     /// (group commit: every waiter shares the next batch), on the queue's lock, not the
     /// state lock. EIO if the batcher is gone with batches unwritten.
-    fn wait_written(&self) -> Result<(), i32> {
+    fn wait_written(&self) -> Result<(), FsError> {
         let target = {
             let mut g = self.lock();
             let target = g.w.seal_all();
@@ -1122,11 +1135,11 @@ impl Shared {
 
     /// Writes everything staged (unmount): EIO if a batch written meanwhile failed in
     /// part or whole (each failure was logged).
-    pub fn flush_all(&self) -> Result<(), i32> {
+    pub fn flush_all(&self) -> Result<(), FsError> {
         let first_unwritten = self.queue.durable_seq() + 1;
         self.wait_written()?;
         if self.queue.failed_since(first_unwritten) {
-            Err(libc::EIO)
+            Err(FsError::EIO)
         } else {
             Ok(())
         }
@@ -1273,15 +1286,15 @@ fn splice(
     append: bool,
     limit: usize,
     others: usize,
-) -> Result<(), i32> {
+) -> Result<(), FsError> {
     let at = if append {
         buf.len()
     } else {
-        usize::try_from(offset).map_err(|_| libc::EFBIG)?
+        usize::try_from(offset).map_err(|_| FsError::EFBIG)?
     };
-    let end = at.checked_add(data.len()).ok_or(libc::EFBIG)?;
+    let end = at.checked_add(data.len()).ok_or(FsError::EFBIG)?;
     if end > limit || others.saturating_add(end) > SCRATCH_TOTAL_MAX {
-        return Err(libc::EFBIG);
+        return Err(FsError::EFBIG);
     }
     if buf.len() < end {
         buf.resize(end, 0);
@@ -1293,10 +1306,15 @@ fn splice(
 }
 
 /// `truncate`/`ftruncate` of a scratch file or in-place ref write, bounded as [`splice`].
-fn resize_bounded(buf: &mut Vec<u8>, size: u64, limit: usize, others: usize) -> Result<(), i32> {
-    let size = usize::try_from(size).map_err(|_| libc::EFBIG)?;
+fn resize_bounded(
+    buf: &mut Vec<u8>,
+    size: u64,
+    limit: usize,
+    others: usize,
+) -> Result<(), FsError> {
+    let size = usize::try_from(size).map_err(|_| FsError::EFBIG)?;
     if size > limit || others.saturating_add(size) > SCRATCH_TOTAL_MAX {
-        return Err(libc::EFBIG);
+        return Err(FsError::EFBIG);
     }
     buf.resize(size, 0);
     buf.shrink_to(size.max(64));
@@ -1315,14 +1333,14 @@ impl Inner {
         }
     }
 
-    pub(crate) fn refresh(&mut self) -> Result<Option<u64>, i32> {
+    pub(crate) fn refresh(&mut self) -> Result<Option<u64>, FsError> {
         if let Err(e) = self.src.reload() {
             let msg = e.to_string();
             if self.broken.as_deref() != Some(msg.as_str()) {
                 log_error("reload", b"tables.list", &msg);
                 self.broken = Some(msg);
             }
-            return Err(libc::EIO);
+            return Err(FsError::EIO);
         }
         if self.broken.take().is_some() {
             eprintln!("reftablefs: reload tables.list: the stack is readable again");
@@ -1384,7 +1402,7 @@ impl Inner {
 
     /// Reloads before serving a request: EIO while the stack cannot be read (the reason
     /// was logged once), so nothing stale or half-read is served.
-    fn fresh(&mut self) -> Result<(), i32> {
+    fn fresh(&mut self) -> Result<(), FsError> {
         self.refresh().map(|_| ())
     }
 
@@ -1405,25 +1423,25 @@ impl Inner {
         fh
     }
 
-    fn path_of(&self, ino: u64) -> Result<(Vec<u8>, Kind), i32> {
+    fn path_of(&self, ino: u64) -> Result<(Vec<u8>, Kind), FsError> {
         let mut path = Vec::new();
-        let kind = self.inodes.path(ino, &mut path).ok_or(libc::ENOENT)?;
+        let kind = self.inodes.path(ino, &mut path).ok_or(FsError::ENOENT)?;
         Ok((path, kind))
     }
 
-    fn child_path(&self, parent: u64, name: &[u8]) -> Result<Vec<u8>, i32> {
+    fn child_path(&self, parent: u64, name: &[u8]) -> Result<Vec<u8>, FsError> {
         let mut dir = Vec::new();
-        if self.inodes.path(parent, &mut dir).ok_or(libc::ENOENT)? != Kind::Dir {
-            return Err(libc::ENOTDIR);
+        if self.inodes.path(parent, &mut dir).ok_or(FsError::ENOENT)? != Kind::Dir {
+            return Err(FsError::ENOTDIR);
         }
         if !view::is_component(name) {
-            return Err(libc::EINVAL);
+            return Err(FsError::EINVAL);
         }
         Ok(view::join(&dir, name))
     }
 
     /// Classifies `path` through the overlay, logging source errors (EIO).
-    fn classify(&mut self, path: &[u8]) -> Result<Option<Kind>, i32> {
+    fn classify(&mut self, path: &[u8]) -> Result<Option<Kind>, FsError> {
         let Inner {
             w, src, scratch, ..
         } = self;
@@ -1432,14 +1450,14 @@ impl Inner {
     }
 
     /// Checks that `path` is still what the kernel thinks it is.
-    fn still(&mut self, path: &[u8], kind: Kind) -> Result<(), i32> {
+    fn still(&mut self, path: &[u8], kind: Kind) -> Result<(), FsError> {
         match self.classify(path)? {
             Some(k) if k == kind => Ok(()),
-            _ => Err(libc::ENOENT),
+            _ => Err(FsError::ENOENT),
         }
     }
 
-    fn size_of(&mut self, path: &[u8], kind: Kind) -> Result<u64, i32> {
+    fn size_of(&mut self, path: &[u8], kind: Kind) -> Result<u64, FsError> {
         if kind == Kind::Dir {
             return Ok(4096);
         }
@@ -1451,24 +1469,24 @@ impl Inner {
     }
 
     /// Renders a file's content.
-    fn render(&mut self, path: &[u8], kind: Kind, out: &mut Vec<u8>) -> Result<(), i32> {
+    fn render(&mut self, path: &[u8], kind: Kind, out: &mut Vec<u8>) -> Result<(), FsError> {
         out.clear();
         let Inner { w, src, .. } = self;
         match kind {
-            Kind::Dir => Err(libc::EISDIR),
+            Kind::Dir => Err(FsError::EISDIR),
             Kind::PackedRefs => {
                 w.render_packed(out);
                 Ok(())
             }
             Kind::Scratch => {
-                out.extend_from_slice(w.files.get(path).ok_or(libc::ENOENT)?);
+                out.extend_from_slice(w.files.get(path).ok_or(FsError::ENOENT)?);
                 Ok(())
             }
             Kind::Ref => {
                 let v = w
                     .effective(src.as_mut(), path)
                     .map_err(|r| refuse("read", path, r))?;
-                view::render_ref(&v.ok_or(libc::ENOENT)?, out);
+                view::render_ref(&v.ok_or(FsError::ENOENT)?, out);
                 Ok(())
             }
             Kind::Log => {
@@ -1481,7 +1499,7 @@ impl Inner {
 
     /// The listing of a directory: the stack part from the cache (or built now, by
     /// reseeking, and cached), then the write overlay.
-    fn listing(&mut self, path: &[u8]) -> Result<Arc<Listing>, i32> {
+    fn listing(&mut self, path: &[u8]) -> Result<Arc<Listing>, FsError> {
         self.still(path, Kind::Dir)?;
         let stack = match self.dirs.get(path) {
             Some(e) => e.clone(),
@@ -1490,7 +1508,7 @@ impl Inner {
                 view::list_dir(self.src.as_mut(), &mut self.scratch, path, &mut out).map_err(
                     |e| {
                         log_error("readdir", path, &e);
-                        e.errno()
+                        FsError::Storage(e)
                     },
                 )?;
                 let arc = Arc::new(Listing::from_entries(&out));
@@ -1521,7 +1539,7 @@ impl Inner {
         Ok(Arc::new(Listing::from_entries(&out)))
     }
 
-    fn open_for_write(&mut self, path: &[u8], kind: Kind, flags: i32) -> Result<u64, i32> {
+    fn open_for_write(&mut self, path: &[u8], kind: Kind, flags: i32) -> Result<u64, FsError> {
         let trunc = flags & libc::O_TRUNC != 0;
         let target = match kind {
             Kind::Scratch => {
@@ -1542,7 +1560,7 @@ impl Inner {
             Kind::PackedRefs => {
                 return Err(refuse_for("open for writing", path, libc::EPERM, "packed-refs is replaced through packed-refs.lock and a rename, not written in place"))
             }
-            Kind::Dir => return Err(libc::EISDIR),
+            Kind::Dir => return Err(FsError::EISDIR),
         };
         let mut data = Vec::new();
         if let (Target::Ref { .. }, false) = (&target, trunc) {
@@ -1558,7 +1576,7 @@ impl Inner {
     }
 
     /// Commits a ref written in place (on flush or fsync), if its handle is dirty.
-    fn commit_direct(&mut self, fh: u64, max: usize) -> Result<(), i32> {
+    fn commit_direct(&mut self, fh: u64, max: usize) -> Result<(), FsError> {
         let Some(Handle::Write {
             path,
             target: Target::Ref { name, placeholder },

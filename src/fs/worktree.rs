@@ -25,6 +25,7 @@ use std::thread::JoinHandle;
 
 use fuser::Notifier;
 
+use crate::fs::error::FsError;
 use crate::fs::inode::{REF_INO_MAX, ROOT};
 use crate::fs::state::{log_error, BatchSettings, Shared};
 use crate::fs::{batch, stack_source, watch, MountOptions};
@@ -105,10 +106,10 @@ impl Worktree {
     /// `ORIG_HEAD`, …, `refs`, `logs`), a per-worktree ref (`refs/bisect/…`,
     /// `refs/worktree/…`, `refs/rewritten/…`) or its reflog. A shared ref written here
     /// would land in the worktree's stack, where git ignores it.
-    pub fn check_creatable(&self, parent: u64, name: &[u8]) -> Result<(), i32> {
+    pub fn check_creatable(&self, parent: u64, name: &[u8]) -> Result<(), FsError> {
         let mut path = Vec::new();
         if parent != ROOT && self.shared.lock().inodes.path(parent, &mut path).is_none() {
-            return Err(libc::ESTALE);
+            return Err(FsError::ESTALE);
         }
         let path = crate::fs::view::join(&path, name);
         if is_worktree_path(&path) {
@@ -123,7 +124,7 @@ impl Worktree {
                    are written in the common directory";
         log_error("create", &shown, &why);
         crate::fs::status::recorder().refused("create", &shown, libc::EPERM, why);
-        Err(libc::EPERM)
+        Err(FsError::EPERM)
     }
 
     /// The map of this view, with its directory's current inode.
@@ -223,21 +224,21 @@ impl Worktrees {
     /// if it is not served yet. `create`: the request writes a ref name, so a worktree
     /// without a stack (being created by a files-backend git) gets one as git 2.47 makes
     /// it. Without a stack and without `create`: ENOENT.
-    pub fn serve(&self, id: &[u8], dir: u64, create: bool) -> Result<Arc<Worktree>, i32> {
+    pub fn serve(&self, id: &[u8], dir: u64, create: bool) -> Result<Arc<Worktree>, FsError> {
         if !valid_id(id) {
-            return Err(libc::ENOENT);
+            return Err(FsError::ENOENT);
         }
         let stack = self.stack_dir(id);
         let real = identity(&stack);
         let mut g = self.lock();
         if let Some(&k) = g.by_id.get(id) {
-            let w = g.slots.get(k).cloned().ok_or(libc::EIO)?;
+            let w = g.slots.get(k).cloned().ok_or(FsError::EIO)?;
             match real {
                 Some(r) if r == w.real => {
                     w.dir.store(dir, Ordering::SeqCst);
                     return Ok(w);
                 }
-                None => return Err(libc::ENOENT),
+                None => return Err(FsError::ENOENT),
                 Some(_) => {
                     // The worktree was removed and another one made under its id (by git
                     // 2.47 on the real directory): the old view retires, a new one starts.
@@ -275,7 +276,7 @@ impl Worktrees {
                     why,
                 ));
             }
-            return Err(libc::ENOENT);
+            return Err(FsError::ENOENT);
         }
         if g.slots.len() >= SLOTS_MAX {
             log_error(
@@ -283,7 +284,7 @@ impl Worktrees {
                 id,
                 &format!("this mount already serves {SLOTS_MAX} worktrees; remount"),
             );
-            return Err(libc::ENOSPC);
+            return Err(FsError::ENOSPC);
         }
         let k = g.slots.len();
         let w = self.start(id, dir, k as u64, &stack, real.unwrap_or_default())?;
@@ -300,10 +301,10 @@ impl Worktrees {
         slot: u64,
         stack: &Path,
         real: (u64, u64),
-    ) -> Result<Arc<Worktree>, i32> {
+    ) -> Result<Arc<Worktree>, FsError> {
         let fail = |what: &str, e: &dyn std::fmt::Display| {
             log_error(what, stack.as_os_str().as_encoded_bytes(), e);
-            libc::EIO
+            FsError::EIO
         };
         let o = stack_source::open_dir(&self.repo, stack, &self.opts)
             .map_err(|e| fail("open worktree stack", &e))?;
@@ -358,7 +359,7 @@ impl Worktrees {
     }
 
     /// Writes every pending batch of every worktree (fsync of the root, unmount).
-    pub fn flush_all(&self) -> Result<(), i32> {
+    pub fn flush_all(&self) -> Result<(), FsError> {
         let mut r = Ok(());
         for w in self.all() {
             if let Err(e) = w.shared.flush_all() {
@@ -369,7 +370,7 @@ impl Worktrees {
     }
 
     /// Unmounted: writes what is pending and stops every worktree's threads.
-    pub fn stop_all(&self) -> Result<(), i32> {
+    pub fn stop_all(&self) -> Result<(), FsError> {
         let r = self.flush_all();
         for w in self.all() {
             w.shared.shutdown();

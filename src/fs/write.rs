@@ -23,7 +23,9 @@ use crate::transaction::LogAllRefUpdates;
 /// How long a reflog line waits in the open batch for the rename that commits its update.
 pub const LINE_WAITS_FOR_RENAME: std::time::Duration = std::time::Duration::from_millis(100);
 
-/// A refusal: the errno for the caller and the reason for the log line.
+/// A refusal: the errno for the caller and the reason for the log line. Not recorded yet:
+/// `state::refuse` logs and records it with its operation and path, making it an
+/// [`FsError::Refused`](crate::fs::error::FsError::Refused).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Refusal {
     pub errno: i32,
@@ -1022,7 +1024,8 @@ impl WriteState {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::fs::source::MemSource;
+    use crate::fs::source::{Conflict, MemSource};
+    use crate::transaction::Expected;
 
     fn id(n: u8) -> ObjectId {
         ObjectId::from_bytes(&[n; 20]).unwrap()
@@ -1049,7 +1052,7 @@ mod tests {
         let mut n = 0;
         while let Some(b) = w.queue().pop() {
             let out = m.commit(&b.edits).unwrap();
-            let names: Vec<_> = out.conflicts.iter().map(|(n, _)| n.clone()).collect();
+            let names: Vec<_> = out.conflicts.iter().map(|c| c.name.clone()).collect();
             w.batch_done(b.seq, &names);
             n += 1;
         }
@@ -1338,7 +1341,11 @@ mod tests {
         let out = m.commit(&b.edits).unwrap();
         assert_eq!(
             out.conflicts,
-            vec![(b"refs/heads/topic".to_vec(), Some(RefValue::Val1(id(6))))]
+            vec![Conflict {
+                name: b"refs/heads/topic".to_vec(),
+                expected: Expected::Oid(id(2)),
+                found: Some(RefValue::Val1(id(6)))
+            }]
         );
         w.batch_done(b.seq, &[b"refs/heads/topic".to_vec()]);
         assert_eq!(

@@ -150,21 +150,21 @@ pub(super) fn check_old_value(
         match expected {
             Some(x) if x != cur_oid && x.is_null() => {
                 return Err(conflict(
-                    &edit.name,
+                    edit,
                     Some(cur),
                     "cannot lock ref 'HEAD': reference already exists".into(),
                 ));
             }
             Some(x) if x != cur_oid && cur_oid.is_null() => {
                 return Err(conflict(
-                    &edit.name,
+                    edit,
                     Some(cur),
                     format!("cannot lock ref 'HEAD': reference is missing but expected {x}"),
                 ));
             }
             Some(x) if x != cur_oid => {
                 return Err(conflict(
-                    &edit.name,
+                    edit,
                     Some(cur),
                     format!("cannot lock ref 'HEAD': is at {cur_oid} but expected {x}"),
                 ));
@@ -179,7 +179,7 @@ pub(super) fn check_old_value(
             Expected::MustNotExist if cur_oid.is_null() => {}
             Expected::MustNotExist => {
                 return Err(conflict(
-                    &edit.name,
+                    edit,
                     Some(cur),
                     format!(
                         "cannot lock ref '{}': reference already exists",
@@ -189,7 +189,7 @@ pub(super) fn check_old_value(
             }
             Expected::Oid(x) if cur_oid.is_null() && *x != cur_oid => {
                 return Err(conflict(
-                    &edit.name,
+                    edit,
                     Some(cur),
                     format!(
                         "cannot lock ref '{}': reference is missing but expected {x}",
@@ -200,7 +200,7 @@ pub(super) fn check_old_value(
             Expected::Oid(x) => {
                 if cur_oid != *x {
                     return Err(conflict(
-                        &edit.name,
+                        edit,
                         Some(cur),
                         format!(
                             "cannot lock ref '{}': is at {} but expected {}",
@@ -215,7 +215,7 @@ pub(super) fn check_old_value(
                 RefValue::Symref(actual) if actual == t => {}
                 RefValue::Symref(actual) => {
                     return Err(conflict(
-                        &edit.name,
+                        edit,
                         Some(cur),
                         format!(
                             "verifying symref target: '{}': is at {} but expected {}",
@@ -226,7 +226,7 @@ pub(super) fn check_old_value(
                     ));
                 }
                 _ => {
-                    return Err(conflict(&edit.name, Some(cur), format!(
+                    return Err(conflict(edit, Some(cur), format!(
                             "cannot lock ref '{}': expected symref with target '{}': but is a regular ref",
                             lossy(&edit.name),
                             lossy(t)

@@ -49,11 +49,12 @@ fn tx_err(msg: String) -> Error {
     Error::Transaction(msg)
 }
 
-/// An expected old value that does not hold: the ref's name, the value found (`None`:
-/// absent) and git's message.
-fn conflict(name: &[u8], found: Option<&crate::format::RefValue>, message: String) -> Error {
+/// An expected old value that does not hold: the edit's ref name and expected value,
+/// the value found (`None`: absent) and git's message.
+fn conflict(edit: &RefEdit, found: Option<&crate::format::RefValue>, message: String) -> Error {
     Error::Conflict {
-        refname: name.to_vec(),
+        refname: edit.name.clone(),
+        expected: Box::new(edit.expected.clone()),
         found: found.map(|v| Box::new(v.clone())),
         message,
     }

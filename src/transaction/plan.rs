@@ -165,7 +165,7 @@ fn prepare_update(
             );
         if expects_existing {
             return Err(conflict(
-                &edit.name,
+                edit,
                 None,
                 format!(
                     "cannot lock ref '{}': unable to resolve reference '{}'",
