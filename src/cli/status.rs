@@ -248,6 +248,10 @@ pub struct Report {
     pub now: Option<u64>,
     pub pending_edits: u64,
     pub open_batch_age_ms: Option<u64>,
+    /// Names the kernel holds (the mount's inode table), of them being dropped, its cap.
+    pub known_names: Option<u64>,
+    pub known_names_dropping: Option<u64>,
+    pub inode_cap: Option<u64>,
     pub commits: Option<u64>,
     pub last_commit: Option<LastCommit>,
     pub conflicts_total: u64,
@@ -302,6 +306,9 @@ impl Report {
             now: u("now"),
             pending_edits: u("pending_edits").ok_or("no \"pending_edits\"")?,
             open_batch_age_ms: u("open_batch_age_ms"),
+            known_names: u("known_names"),
+            known_names_dropping: u("known_names_dropping"),
+            inode_cap: u("inode_cap"),
             commits: u("commits"),
             last_commit: v.get("last_commit").and_then(|c| {
                 Some(LastCommit {
@@ -396,8 +403,10 @@ fn details_of(mountpoint: &Path) -> Details {
 
 fn ago(now: Option<u64>, t: Option<u64>) -> String {
     match (now, t) {
-        (Some(n), Some(t)) if n >= t => format!("{t} ({} s ago)", n - t),
-        (_, Some(t)) => t.to_string(),
+        (Some(n), Some(t)) if n >= t => {
+            format!("{} ({} s ago)", reftablefs::repo::utc_timestamp(t), n - t)
+        }
+        (_, Some(t)) => reftablefs::repo::utc_timestamp(t),
         _ => "-".into(),
     }
 }
@@ -435,6 +444,15 @@ pub fn render_text(m: &Mount, d: &Details) -> String {
             ));
             if let Some(t) = r.mounted_at {
                 s.push_str(&format!("    mounted at:      {}\n", ago(now, Some(t))));
+            }
+            if let Some(n) = r.known_names {
+                let cap = r.inode_cap.map_or(String::new(), |c| format!(" (cap {c}"));
+                let dropping = match r.known_names_dropping {
+                    Some(d) if d > 0 && !cap.is_empty() => format!(", {d} being dropped)"),
+                    _ if !cap.is_empty() => ")".into(),
+                    _ => String::new(),
+                };
+                s.push_str(&format!("    known names:     {n}{cap}{dropping}\n"));
             }
             if let Some(n) = r.commits {
                 s.push_str(&format!("    commits:         {n}\n"));
@@ -651,6 +669,9 @@ mod tests {
       "now": 1764500100,
       "pending_edits": 3,
       "open_batch_age_ms": 12,
+      "known_names": 1234,
+      "known_names_dropping": 56,
+      "inode_cap": 196608,
       "commits": 17,
       "last_commit": {"update_index": 42, "table": "0x00000000002a-0x00000000002a-0a1b2c3d.ref", "time": 1764500090},
       "conflicts_total": 1,
@@ -691,7 +712,9 @@ mod tests {
         let text = render_text(&m, &Details::Report(Box::new(r), v.clone()));
         for want in [
             "pending edits:   3 (open batch 12 ms old)",
-            "last commit:     update index 42, table 0x00000000002a-0x00000000002a-0a1b2c3d.ref, at 1764500090 (10 s ago)",
+            "last commit:     update index 42, table 0x00000000002a-0x00000000002a-0a1b2c3d.ref, at 2025-11-30 10:54:50 UTC (10 s ago)",
+            "mounted at:      2025-11-30 10:53:20 UTC (100 s ago)",
+            "known names:     1234 (cap 196608, 56 being dropped)",
             "conflicts:       1\n",
             "refs/heads/topic: changed on the stack",
             "refused writes:  5 (last 1 shown)",

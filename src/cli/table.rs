@@ -291,7 +291,7 @@ pub const COMMANDS: &[Command] = &[
             Opt { spelling: "--log=<file>", help: "with --daemon, where log lines go (default $TMPDIR/reftablefs-mount.<pid>.log)" },
             Opt { spelling: "--batch-window=<ms>", help: "how long writes are gathered into one table (default 5)" },
             Opt { spelling: "--batch-max=<n>", help: "commit a batch once it holds <n> edits (default 10000)" },
-            Opt { spelling: "--inode-cap=<n>", help: "names the mount keeps known to the kernel before it has the oldest dropped (default 98304, about 140 bytes each; at least 1024)" },
+            Opt { spelling: "--inode-cap=<n>", help: "names the mount keeps known to the kernel before it has the oldest dropped (default 131072, about 175 bytes each; at least 1024)" },
             Opt { spelling: "--no-fsync", help: "do not fsync tables and tables.list (faster, not crash safe)" },
             Opt { spelling: "--over", help: "with one operand <worktree>: mount on <worktree>/.git itself (the real directory stays reachable underneath; unmount gives it back)" },
         ],

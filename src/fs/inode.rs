@@ -25,9 +25,7 @@ pub enum OpenMode {
 pub const ROOT: u64 = 1;
 
 /// A node the kernel knows about: 64 bytes, its name inline when it is short (the last
-/// component of most ref names is), so a table of `cap` nodes costs about
-/// `cap * 64 / 0.875` bytes of map plus 16 bytes of eviction queue per node
-/// (`tests::a_node_is_64_bytes`).
+/// component of most ref names is; `tests::a_node_is_64_bytes`).
 #[derive(Debug)]
 struct Node {
     parent: u64,
@@ -127,16 +125,85 @@ impl std::hash::Hasher for InoHasher {
 
 type InoMap<V> = HashMap<u64, V, std::hash::BuildHasherDefault<InoHasher>>;
 
+/// The known nodes: inode number -> slot in a slab of nodes, so that the map's entries
+/// are 16 bytes. The map is sized once for twice the nodes it may hold: a hash map whose
+/// inserts and removes leave tombstones rehashes in place only while at most half its
+/// capacity is live, and doubles otherwise (a map of whole 64-byte nodes doubled from
+/// 19 to 38 MB in the middle of a 1M-name walk that way, with its live nodes under the
+/// cap all along).
+#[derive(Debug)]
+struct NodeTable {
+    slots: InoMap<usize>,
+    nodes: Vec<Option<Node>>,
+    free: Vec<usize>,
+}
+
+impl NodeTable {
+    /// A table for `cap` known nodes plus the names on their way out (up to 1/6 more).
+    fn for_cap(cap: usize) -> NodeTable {
+        let most = cap.saturating_add(cap / 6);
+        NodeTable {
+            slots: InoMap::with_capacity_and_hasher(most.saturating_mul(2), Default::default()),
+            // Reserved once too (untouched pages cost nothing): no copy when it grows.
+            nodes: Vec::with_capacity(most),
+            free: Vec::new(),
+        }
+    }
+    fn get(&self, ino: &u64) -> Option<&Node> {
+        self.nodes.get(*self.slots.get(ino)?)?.as_ref()
+    }
+    fn get_mut(&mut self, ino: &u64) -> Option<&mut Node> {
+        self.nodes.get_mut(*self.slots.get(ino)?)?.as_mut()
+    }
+    fn insert(&mut self, ino: u64, node: Node) {
+        if let Some(slot) = self.slots.get(&ino).and_then(|&s| self.nodes.get_mut(s)) {
+            *slot = Some(node);
+            return;
+        }
+        let slot = match self.free.pop() {
+            Some(s) => {
+                if let Some(place) = self.nodes.get_mut(s) {
+                    *place = Some(node);
+                }
+                s
+            }
+            None => {
+                self.nodes.push(Some(node));
+                self.nodes.len() - 1
+            }
+        };
+        self.slots.insert(ino, slot);
+    }
+    fn remove(&mut self, ino: &u64) -> Option<Node> {
+        let slot = self.slots.remove(ino)?;
+        let node = self.nodes.get_mut(slot)?.take();
+        self.free.push(slot);
+        node
+    }
+    fn len(&self) -> usize {
+        self.slots.len()
+    }
+    fn is_empty(&self) -> bool {
+        self.slots.is_empty()
+    }
+    fn iter(&self) -> impl Iterator<Item = (&u64, &Node)> + '_ {
+        self.slots
+            .iter()
+            .filter_map(|(ino, &s)| Some((ino, self.nodes.get(s)?.as_ref()?)))
+    }
+}
+
 /// The inode table.
 #[derive(Debug)]
 pub struct Inodes {
-    nodes: InoMap<Node>,
+    nodes: NodeTable,
     /// Nodes living under a name they got by a rename (their number is the hash of an
     /// older path): (parent, name) -> inode. Small: only renamed, still known nodes.
     renamed: HashMap<(u64, Box<[u8]>), u64>,
     /// Known nodes in the order the kernel learnt them, oldest first: (inode, seq). The
     /// first ones are those the watcher asks the kernel to drop when the table is above
-    /// its cap ([`Inodes::evictable`]). Kept at most about twice the table's size.
+    /// its cap ([`Inodes::evictable`]). Kept at most [`queue_bound`] long (the entries of
+    /// forgotten nodes are dropped then: amortised, four insertions pay for one pass).
     order: VecDeque<(u64, u64)>,
     next_seq: u64,
     /// Known nodes taken off the queue (the kernel was asked to drop them) that it has
@@ -149,7 +216,7 @@ pub struct Inodes {
 impl Default for Inodes {
     fn default() -> Self {
         Inodes {
-            nodes: map_for(INODE_CAP),
+            nodes: NodeTable::for_cap(INODE_CAP),
             renamed: HashMap::new(),
             order: VecDeque::new(),
             next_seq: 0,
@@ -165,15 +232,15 @@ impl Default for Inodes {
 /// stats (the kernel itself keeps dentries until memory pressure). A dropped name costs
 /// one lookup when it is used again; its inode number is the same (a hash of the path).
 ///
-/// 98,304 is 3/4 of 2^17: with the names still on their way out after the kernel was
-/// asked to drop them (up to 1/6 more), the map's 2^17 buckets (sized once, [`map_for`])
-/// are never outgrown, so the table never doubles (and never holds the old and the new
-/// buckets at once): about 9.5 MB of map and 4 MB of queue at the cap.
-pub const INODE_CAP: usize = 98_304;
+/// At 131,072 (a walk of 100k loose refs with their directories stays within it) the
+/// table costs about 9 MB of map (2^19 buckets of 16 bytes, sized once: `NodeTable`),
+/// 10 MB of nodes and 4 MB of eviction queue: ~175 bytes a name at the cap.
+pub const INODE_CAP: usize = 131_072;
 
-/// A node map sized for a table of `cap` known nodes plus the names on their way out.
-fn map_for(cap: usize) -> InoMap<Node> {
-    InoMap::with_capacity_and_hasher(cap.saturating_add(cap / 6), Default::default())
+/// How long the eviction queue may grow for `nodes` known nodes before the entries of
+/// forgotten ones are dropped.
+fn queue_bound(nodes: usize) -> usize {
+    nodes + nodes / 4 + 1024
 }
 
 /// The smallest cap [`Inodes::set_cap`] takes.
@@ -252,7 +319,7 @@ impl Inodes {
                         },
                     );
                     self.order.push_back((ino, seq));
-                    if self.order.len() > 2 * self.nodes.len() + 1024 {
+                    if self.order.len() > queue_bound(self.nodes.len()) {
                         // Drop the entries of forgotten nodes (each live node has one).
                         let nodes = &self.nodes;
                         self.order
@@ -464,7 +531,7 @@ impl Inodes {
     pub fn set_cap(&mut self, cap: usize) {
         self.cap = cap.max(MIN_CAP);
         if self.nodes.is_empty() {
-            self.nodes = map_for(self.cap);
+            self.nodes = NodeTable::for_cap(self.cap);
         }
     }
 
@@ -516,6 +583,11 @@ impl Inodes {
             }
         }
         out
+    }
+
+    /// Known nodes the kernel was asked to drop and has not forgotten yet.
+    pub fn dropping(&self) -> usize {
+        self.asked
     }
 
     /// Number of known inodes.
@@ -735,6 +807,6 @@ mod tests {
         let names: Vec<_> = t.evictable(16, 1000);
         let r0s = names.iter().filter(|(_, n)| &**n == b"r0").count();
         assert!(r0s <= 1, "{names:?}");
-        assert!(t.order.len() <= 2 * t.len() + 1024);
+        assert!(t.order.len() <= queue_bound(t.len()));
     }
 }

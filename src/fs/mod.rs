@@ -189,6 +189,13 @@ fn block_signals() -> libc::sigset_t {
     }
 }
 
+/// The mount's block cache budget (the library's default is
+/// [`crate::table::DEFAULT_BLOCK_CACHE_BYTES`]). A request pays a FUSE round trip of tens
+/// of microseconds; a block missing from the cache costs one `pread` from the kernel's
+/// page cache (a few), so the mount keeps less: the 1M-ref stat walk's peak RSS is what
+/// this bounds most (docs/benchmarks.md, "Issue 11").
+pub const MOUNT_BLOCK_CACHE_BYTES: usize = 16 << 20;
+
 /// Mounts `src` (whose tables live in `reftable_dir`) on `mountpoint` and serves until
 /// unmounted (by `reftablefs unmount`, `fusermount3 -u`, SIGINT or SIGTERM). Pending
 /// writes are flushed before it returns.
@@ -204,6 +211,7 @@ pub fn mount(
     opts: &MountOptions,
 ) -> Result<()> {
     check_mountpoint(mountpoint)?;
+    crate::table::set_block_cache_bytes(MOUNT_BLOCK_CACHE_BYTES);
     let sigset = block_signals();
     let writer = if opts.read_only { None } else { writer };
     status::recorder().mounted(

@@ -24,9 +24,11 @@ use crate::fs::write::{ref_name_of, LogSettings, Refusal, WriteState};
 
 /// How many directory listings are cached at most (each sorted once, dropped on reload).
 const DIR_CACHE_DIRS: usize = 4096;
-/// The cache holds at most this many entries in all (about 14 bytes each); the least
-/// recently used listings go first. Open handles keep their own listing.
-const DIR_CACHE_MAX_ENTRIES: usize = 1 << 20;
+/// The cache holds at most this many entries in all (about 14 bytes each, 3.5 MB); the
+/// least recently used listings go first. Open handles keep their own listing. A listing
+/// is rebuilt by one pass over the directory's refs (a reseek past every subtree), so a
+/// walk that lists each directory once gains nothing from more.
+const DIR_CACHE_MAX_ENTRIES: usize = 1 << 18;
 
 /// What an open-for-writing handle writes to.
 #[derive(Debug, Clone)]
@@ -444,6 +446,12 @@ impl Shared {
     /// above its cap (see [`crate::fs::inode::INODE_CAP`]).
     pub fn evictable(&self, max: usize) -> Vec<(u64, Box<[u8]>)> {
         self.lock().inodes.evictable_over_cap(max)
+    }
+
+    /// The inode table for `reftablefs status`: (known names, of them being dropped, cap).
+    pub(crate) fn inode_status(&self) -> (usize, usize, usize) {
+        let g = self.lock();
+        (g.inodes.len(), g.inodes.dropping(), g.inodes.cap())
     }
 
     /// Sets the inode table's cap (`mount --inode-cap`).

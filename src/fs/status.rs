@@ -201,6 +201,7 @@ impl Recorder {
     /// The status document, newline-terminated.
     pub(crate) fn document(&self, shared: &Shared) -> Vec<u8> {
         let (pending, batch_age) = shared.pending_status();
+        let (known, dropping, cap) = shared.inode_status();
         let num = |n: u64| Value::Num(n as f64);
         let events = |ev: &Events, key: &str| {
             Value::Arr(
@@ -243,6 +244,9 @@ impl Recorder {
             ("mounted_at".into(), num(r.mounted_at)),
             ("now".into(), num(unix_now())),
             ("pending_edits".into(), num(pending)),
+            ("known_names".into(), num(known as u64)),
+            ("known_names_dropping".into(), num(dropping as u64)),
+            ("inode_cap".into(), num(cap as u64)),
             (
                 "open_batch_age_ms".into(),
                 batch_age.map_or(Value::Null, |d| {

@@ -401,3 +401,17 @@ fn discovery_of_linked_worktree_uses_commondir() {
     );
     assert!(r.is_reftable(), "config comes from the common dir");
 }
+
+#[test]
+fn utc_timestamps_round_trip_git_dates() {
+    assert_eq!(utc_timestamp(0), "1970-01-01 00:00:00 UTC");
+    assert_eq!(utc_timestamp(951_782_400), "2000-02-29 00:00:00 UTC");
+    assert_eq!(utc_timestamp(1_796_175_331), "2026-12-02 01:35:31 UTC");
+    // Every day of four centuries reads back through git's date parser.
+    for day in (0..146_097u64).step_by(97) {
+        let t = day * 86_400 + 3_723;
+        let text = utc_timestamp(t);
+        let iso = text.trim_end_matches(" UTC").to_owned() + " +0000";
+        assert_eq!(parse_git_date(&iso).map(|(s, _)| s), Some(t), "{text}");
+    }
+}
