@@ -808,7 +808,7 @@ fn peak_rss_kib(m: &Mount) -> TestResult<u64> {
 /// Issue 11: a stat of every file (`find -size +0`) over 200k refs leaves the mount's
 /// inode table bounded (the kernel is asked to drop the oldest names above the cap, and
 /// forgets them): with `--inode-cap 16384` the mount's peak memory grows by far less
-/// than the ~41 MiB the 200k kernel-held inodes cost without the bound. Dropped names
+/// than the ~33 MiB the 200k kernel-held inodes cost without the bound. Dropped names
 /// come back with the same inode number and the right content.
 pub fn stat_walk_memory_is_bounded(ctx: &Ctx) -> TestResult {
     let repo = Repo::init(&ctx.path("repo"), "reftable")?;
@@ -826,7 +826,7 @@ pub fn stat_walk_memory_is_bounded(ctx: &Ctx) -> TestResult {
         script.as_bytes(),
     )?;
     // A cap well below N, so that the walk must evict: with the cap at 16,384 names the
-    // walk grows the peak by ~11 MiB, with no cap (every name kept) by ~41 MiB.
+    // walk grows the peak by ~11 MiB, with no cap (every name kept) by ~33 MiB.
     let m = Mount::start(
         &repo.gitdir,
         &ctx.path("mnt"),

@@ -140,7 +140,10 @@ struct NodeTable {
 
 impl NodeTable {
     /// A table for `cap` known nodes plus the names on their way out (up to 1/6 more).
+    /// Reserved up front only up to the default cap: a larger cap (`--inode-cap`) is
+    /// reached by the map's ordinary growth, not paid for at mount time.
     fn for_cap(cap: usize) -> NodeTable {
+        let cap = cap.min(INODE_CAP);
         let most = cap.saturating_add(cap / 6);
         NodeTable {
             slots: InoMap::with_capacity_and_hasher(most.saturating_mul(2), Default::default()),
