@@ -494,9 +494,7 @@ fn transaction_errors_match_git() {
     );
     // The conflict is typed: the ref, what the edit expected, and what the stack holds
     // under the lock.
-    let mut tx = st.transaction();
-    tx.edit(RefEdit::delete("refs/heads/main").expect(Expected::Oid(c[1])));
-    match tx.commit().unwrap_err() {
+    let typed_conflict = |e: Error, want: Expected| match e {
         Error::Conflict {
             refname,
             expected,
@@ -504,11 +502,14 @@ fn transaction_errors_match_git() {
             ..
         } => {
             assert_eq!(refname, b"refs/heads/main");
-            assert_eq!(*expected, Expected::Oid(c[1]));
+            assert_eq!(*expected, want);
             assert_eq!(found.as_deref(), Some(&RefValue::Val1(c[0])));
         }
         e => panic!("not a typed conflict: {e:?}"),
-    }
+    };
+    let mut tx = st.transaction();
+    tx.edit(RefEdit::delete("refs/heads/main").expect(Expected::Oid(c[1])));
+    typed_conflict(tx.commit().unwrap_err(), Expected::Oid(c[1]));
     let mut tx = st.transaction();
     tx.edit(RefEdit::create("refs/heads/main", c[1]));
     let e = tx.commit().unwrap_err();
@@ -516,19 +517,7 @@ fn transaction_errors_match_git() {
         e.to_string(),
         "cannot lock ref 'refs/heads/main': reference already exists"
     );
-    match e {
-        Error::Conflict {
-            refname,
-            expected,
-            found,
-            ..
-        } => {
-            assert_eq!(refname, b"refs/heads/main");
-            assert_eq!(*expected, Expected::MustNotExist);
-            assert_eq!(found.as_deref(), Some(&RefValue::Val1(c[0])));
-        }
-        e => panic!("not a typed conflict: {e:?}"),
-    }
+    typed_conflict(e, Expected::MustNotExist);
     let mut tx = st.transaction();
     tx.edit(RefEdit::update("refs/heads/nope", c[1]).expect(Expected::Oid(c[0])));
     let e = tx.commit().unwrap_err();
