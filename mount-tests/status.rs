@@ -114,9 +114,23 @@ pub fn lists_live_mounts(ctx: &Ctx) -> TestResult {
         one.contains("pending edits:   0\n") && one.contains("last commit:     none since mount"),
         "status MNT:\n{one}"
     );
+    // The inode table and a readable mount time.
+    let cap = format!("(cap {})", reftablefs::fs::inode::INODE_CAP);
+    ensure!(
+        one.lines()
+            .any(|l| l.trim_start().starts_with("known names:") && l.contains(&cap))
+            && one.contains(" UTC ("),
+        "status MNT shows no inode table or no UTC mount time:\n{one}"
+    );
     let out = status(&["--json", &rw_mnt.to_string_lossy()])?;
     let doc = json::parse(&text(&out.stdout)).map_err(|e| format!("status --json MNT: {e}"))?;
     let d = doc.get("details").cloned().unwrap_or(Value::Null);
+    ensure!(
+        d.get("inode_cap").and_then(Value::as_u64)
+            == u64::try_from(reftablefs::fs::inode::INODE_CAP).ok()
+            && d.get("known_names").and_then(Value::as_u64).is_some(),
+        "status --json MNT: no inode table in {d:?}"
+    );
     ensure!(
         d.get("version").and_then(Value::as_u64) == Some(1)
             && d.get("pid").and_then(Value::as_u64) == rw.pid().map(u64::from)
