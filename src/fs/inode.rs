@@ -205,14 +205,14 @@ pub struct Inodes {
     renamed: HashMap<(u64, Box<[u8]>), u64>,
     /// Known nodes in the order the kernel learnt them, oldest first: (inode, seq). The
     /// first ones are those the watcher asks the kernel to drop when the table is above
-    /// its cap ([`Inodes::evictable`]). Kept at most [`queue_bound`] long (the entries of
+    /// its cap ([`Inodes::evictable_over_cap`]). Kept at most [`queue_bound`] long (the entries of
     /// forgotten nodes are dropped then: amortised, four insertions pay for one pass).
     order: VecDeque<(u64, u64)>,
     next_seq: u64,
     /// Known nodes taken off the queue (the kernel was asked to drop them) that it has
     /// not forgotten yet.
     asked: usize,
-    /// Above this many known nodes the oldest are dropped ([`Inodes::evictable`]).
+    /// Above this many known nodes the oldest are dropped ([`Inodes::evictable_over_cap`]).
     cap: usize,
 }
 
@@ -231,9 +231,9 @@ impl Default for Inodes {
 
 /// The default cap (`mount --inode-cap`): above this many known nodes the watcher asks
 /// the kernel to drop its oldest entries (`inval_entry`), so that it forgets them: the
-/// table, about 140 bytes per node (map and queue), stays bounded however many files a walk
-/// stats (the kernel itself keeps dentries until memory pressure). A dropped name costs
-/// one lookup when it is used again; its inode number is the same (a hash of the path).
+/// table stays bounded however many files a walk stats (the kernel itself keeps dentries
+/// until memory pressure). A dropped name costs one lookup when it is used again; its
+/// inode number is the same (a hash of the path).
 ///
 /// At 131,072 (a walk of 100k loose refs with their directories stays within it) the
 /// table costs about 9 MB of map (2^19 buckets of 16 bytes, sized once: `NodeTable`),
@@ -548,14 +548,14 @@ impl Inodes {
         self.over(self.cap)
     }
 
-    /// The oldest names to drop while the table is above its cap (see
-    /// [`Inodes::evictable`]).
+    /// The oldest known names to drop while the table is above its cap (down to 3/4 of
+    /// it), at most `max`: (parent, name) for `inval_entry`, each asked for once.
     pub fn evictable_over_cap(&mut self, max: usize) -> Vec<(u64, Box<[u8]>)> {
         self.evictable(self.cap, max)
     }
 
     /// Whether the table is above `cap` nodes.
-    pub fn over(&self, cap: usize) -> bool {
+    fn over(&self, cap: usize) -> bool {
         self.nodes.len() - self.asked > cap
     }
 
@@ -564,7 +564,7 @@ impl Inodes {
     /// `inval_entry`. Each is taken off the queue once; a name the kernel keeps in use
     /// stays known until it forgets it. The kernel's `forget` then removes the nodes
     /// (a directory's entry takes its unused children with it).
-    pub fn evictable(&mut self, cap: usize, max: usize) -> Vec<(u64, Box<[u8]>)> {
+    fn evictable(&mut self, cap: usize, max: usize) -> Vec<(u64, Box<[u8]>)> {
         let mut out = Vec::new();
         // Nodes already asked for are on their way out.
         let live = self.nodes.len() - self.asked;
