@@ -8,7 +8,10 @@
 #     `find MNT/refs -type f | head` and after a full stat walk (`find MNT/refs -size +0`),
 #     the walk's time beside `git for-each-ref` (time and peak RSS);
 #   - `ls` of one directory beside `git for-each-ref DIR/`; a cold `cat` of one ref
-#     beside `git rev-parse REF` (both timed with process start, as a shell pays it).
+#     beside `git rev-parse REF` (both timed with process start, as a shell pays it);
+#   - the write path: one ref update as git's files backend makes it (lock, write,
+#     rename) and an fsync that waits for its commit, median of 21, beside the same on a
+#     mount of 100k refs (1/100 of the size) in the same run.
 #
 #   bash benches/big_stack.sh                  10M refs (needs ~2 GB of disk, ~3 min)
 #   BENCH_SCALE=100 bash benches/big_stack.sh  100k refs (the smoke size)
@@ -35,17 +38,24 @@ else
     cargo build --release --quiet --bin reftablefs
     bin="$root/target/release/reftablefs"
 fi
+cargo build --release --quiet --example lock_rename
+writer="$root/target/release/examples/lock_rename"
 
 work="$(mktemp -d "${TMPDIR:-/tmp}/reftablefs-big.XXXXXX")"
 mount_pid=""
 mnt="$work/mnt"
+small_pid=""
+small_mnt="$work/mnt-small"
+unmount_one() { # unmount_one MNT PID
+    [ -n "$2" ] || return 0
+    grep -q " $1 " /proc/self/mountinfo && { timeout 30 "$bin" unmount "$1" 2>/dev/null || fusermount3 -uz "$1" 2>/dev/null || umount -l "$1" || true; }
+    kill -TERM "$2" 2>/dev/null || true
+    sleep 0.3
+    kill -KILL "$2" 2>/dev/null || true
+}
 cleanup() {
-    if [ -n "$mount_pid" ]; then
-        grep -q " $mnt " /proc/self/mountinfo && { timeout 30 "$bin" unmount "$mnt" 2>/dev/null || fusermount3 -uz "$mnt" 2>/dev/null || umount -l "$mnt" || true; }
-        kill -TERM "$mount_pid" 2>/dev/null || true
-        sleep 0.3
-        kill -KILL "$mount_pid" 2>/dev/null || true
-    fi
+    unmount_one "$mnt" "$mount_pid"
+    unmount_one "$small_mnt" "$small_pid"
     rm -rf "$work"
 }
 trap cleanup EXIT INT TERM
@@ -133,6 +143,35 @@ row "cold \`cat\` of one ref" "$cat_ms" "$gr_ms (git rev-parse)"
 d3=$(printf 'd%05d' $((dirs / 2 + 2)))
 a=$EPOCHREALTIME; read -r _ <"$mnt/refs/heads/$d3/r007"; b=$EPOCHREALTIME
 row "cold read of one ref in the shell (\`read <REF\`, no process start)" "$(awk -v a="$a" -v b="$b" 'BEGIN { printf "%.2f ms", (b - a) * 1000 }')" "—"
+
+# write_ms MNT OID: median over 21 single updates (lock, write, rename, fsync of the ref:
+# the fsync returns when the batch holding the update is in the stack), in ms.
+write_ms() {
+    local i out u f times=()
+    for i in $(seq 21); do
+        out=$(timeout 120 "$writer" "$1" "refs/heads/w$i" 1 "$2" --fsync-last) ||
+            { echo "bench: write through $1 failed" >&2; exit 1; }
+        u=${out#updates_s=}; u=${u%% *}; f=${out#*fsync_s=}
+        times+=("$(awk -v u="$u" -v f="$f" 'BEGIN { printf "%.3f", (u + f) * 1000 }')")
+    done
+    printf '%s\n' "${times[@]}" | sort -g | sed -n 11p
+}
+small_dirs=$((dirs / 100 > 0 ? dirs / 100 : 1))
+files_repo "$work/small" "$small_dirs"
+( cd "$work/small" && "$bin" migrate --no-progress >/dev/null )
+mkdir -p "$small_mnt"
+"$bin" mount "$work/small/.git" "$small_mnt" 2>"$work/mount-small.log" &
+small_pid=$!
+for _ in $(seq 600); do
+    grep -q " $small_mnt " /proc/self/mountinfo && break
+    kill -0 "$small_pid" 2>/dev/null || { tail -5 "$work/mount-small.log"; echo "bench: mount failed"; exit 1; }
+    sleep 0.01
+done
+oid=$(git -C "$big" rev-parse HEAD)
+w_big=$(write_ms "$mnt" "$oid")
+w_small=$(write_ms "$small_mnt" "$oid")
+unmount_one "$small_mnt" "$small_pid"; small_pid=""
+row "one ref update (lock, write, rename, fsync), median of 21" "$w_big ms" "— ($w_small ms at $((small_dirs * per)) refs: $(awk -v a="$w_big" -v b="$w_small" 'BEGIN { printf "%.2f×", a / b }'))"
 
 { timeout 600 find "$mnt/refs" -type f || true; } | head >/dev/null
 row "mount RSS after \`find MNT/refs -type f \\| head\` (VmRSS / VmHWM)" "$(mib "$(status_kb VmRSS)") / $(mib "$(status_kb VmHWM)")" "—"
