@@ -45,7 +45,11 @@ pub fn lists_live_mounts(ctx: &Ctx) -> TestResult {
     let repo = Repo::init(&ctx.path("repo"), "reftable")?;
     repo.commit("one")?;
     let rw = Mount::start(&repo.gitdir, &ctx.path("rw"), &["--batch-window", "50"])?;
-    let ro = Mount::start(&repo.gitdir, &ctx.path("ro"), &["--read-only"])?;
+    let ro = Mount::start(
+        &repo.gitdir,
+        &ctx.path("ro"),
+        &["--read-only", "--no-follow-cpu"],
+    )?;
     let rw_mnt = rw.mnt.canonicalize()?;
     let ro_mnt = ro.mnt.canonicalize()?;
 
@@ -131,6 +135,12 @@ pub fn lists_live_mounts(ctx: &Ctx) -> TestResult {
             && d.get("known_names").and_then(Value::as_u64).is_some(),
         "status --json MNT: no inode table in {d:?}"
     );
+    // Request threads follow their clients' CPU unless --no-follow-cpu (the ro mount).
+    ensure!(
+        d.get("follow_cpu").and_then(Value::as_bool) == Some(true)
+            && one.contains("request threads: on their clients' CPU"),
+        "status MNT: request threads do not follow their clients: {d:?}\n{one}"
+    );
     ensure!(
         d.get("version").and_then(Value::as_u64) == Some(1)
             && d.get("pid").and_then(Value::as_u64) == rw.pid().map(u64::from)
@@ -143,8 +153,13 @@ pub fn lists_live_mounts(ctx: &Ctx) -> TestResult {
     let out = status(&["--json", &ro_mnt.to_string_lossy()])?;
     let doc = json::parse(&text(&out.stdout)).map_err(|e| format!("status --json MNT: {e}"))?;
     ensure!(
-        doc.get("details").and_then(|d| s(d, "mode")).as_deref() == Some("ro"),
-        "status --json of the read-only mount: {}",
+        doc.get("details").and_then(|d| s(d, "mode")).as_deref() == Some("ro")
+            && doc
+                .get("details")
+                .and_then(|d| d.get("follow_cpu"))
+                .and_then(Value::as_bool)
+                == Some(false),
+        "status --json of the read-only --no-follow-cpu mount: {}",
         doc.to_json()
     );
 

@@ -1,4 +1,4 @@
-//! `reftablefs mount [--read-only] [--refs-only] [--no-kernel-passthrough] [--daemon] [--batch-window MS] [--batch-max N] [--inode-cap N] [--no-fsync]
+//! `reftablefs mount [--read-only] [--refs-only] [--no-kernel-passthrough] [--no-follow-cpu] [--daemon] [--batch-window MS] [--batch-max N] [--inode-cap N] [--no-fsync]
 //! (GITDIR MOUNTPOINT | --over WORKTREE)` and `reftablefs unmount MOUNTPOINT`.
 //!
 //! Foreground by default, one log line per error on stderr; exits 0 after a clean unmount.
@@ -36,6 +36,8 @@ pub fn run(mut args: Args) -> Result<ExitCode> {
             over = true;
         } else if args.flag("--no-kernel-passthrough") {
             opts.kernel_passthrough = false;
+        } else if args.flag("--no-follow-cpu") {
+            opts.follow_cpu = false;
         } else if args.flag("--daemon") {
             daemon = true;
         } else if let Some(v) = args.value("--log") {

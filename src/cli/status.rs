@@ -252,6 +252,8 @@ pub struct Report {
     pub known_names: Option<u64>,
     pub known_names_dropping: Option<u64>,
     pub inode_cap: Option<u64>,
+    /// Whether the request threads follow their clients' CPU (`mount --no-follow-cpu`).
+    pub follow_cpu: Option<bool>,
     pub commits: Option<u64>,
     pub last_commit: Option<LastCommit>,
     pub conflicts_total: u64,
@@ -309,6 +311,7 @@ impl Report {
             known_names: u("known_names"),
             known_names_dropping: u("known_names_dropping"),
             inode_cap: u("inode_cap"),
+            follow_cpu: v.get("follow_cpu").and_then(Value::as_bool),
             commits: u("commits"),
             last_commit: v.get("last_commit").and_then(|c| {
                 Some(LastCommit {
@@ -453,6 +456,14 @@ pub fn render_text(m: &Mount, d: &Details) -> String {
                     _ => String::new(),
                 };
                 s.push_str(&format!("    known names:     {n}{cap}{dropping}\n"));
+            }
+            if let Some(f) = r.follow_cpu {
+                let how = if f {
+                    "on their clients' CPU"
+                } else {
+                    "where the scheduler puts them (--no-follow-cpu)"
+                };
+                s.push_str(&format!("    request threads: {how}\n"));
             }
             if let Some(n) = r.commits {
                 s.push_str(&format!("    commits:         {n}\n"));

@@ -276,7 +276,7 @@ pub const COMMANDS: &[Command] = &[
     Command {
         name: "mount",
         summary: "mount a reftable repository as git's files layout (FUSE)",
-        usage: &["[--read-only] [--refs-only] [--no-kernel-passthrough] [--daemon [--log=<file>]] [--batch-window=<ms>] [--batch-max=<n>] [--inode-cap=<n>] [--no-fsync] (<gitdir> <mountpoint> | --over <worktree>)"],
+        usage: &["[--read-only] [--refs-only] [--no-kernel-passthrough] [--no-follow-cpu] [--daemon [--log=<file>]] [--batch-window=<ms>] [--batch-max=<n>] [--inode-cap=<n>] [--no-fsync] (<gitdir> <mountpoint> | --over <worktree>)"],
         description: "Serves <gitdir> on <mountpoint> as a complete files-backend git \
             directory: refs as loose refs, packed-refs and logs/ from the reftable stack, \
             everything else (objects, config, index, ...) passed through to <gitdir>, so \
@@ -287,6 +287,7 @@ pub const COMMANDS: &[Command] = &[
             Opt { spelling: "--read-only", help: "refuse every write (EROFS)" },
             Opt { spelling: "--refs-only", help: "serve the ref view alone, without the rest of <gitdir>" },
             Opt { spelling: "--no-kernel-passthrough", help: "forward reads and writes of passed-through files instead of kernel FUSE passthrough" },
+            Opt { spelling: "--no-follow-cpu", help: "leave the request threads where the scheduler puts them (by default each moves to its client's CPU: no cross-CPU wake-up per request)" },
             Opt { spelling: "--daemon", help: "run in the background; return once the mount is ready" },
             Opt { spelling: "--log=<file>", help: "with --daemon, where log lines go (default $TMPDIR/reftablefs-mount.<pid>.log)" },
             Opt { spelling: "--batch-window=<ms>", help: "how long writes are gathered into one table (default 5)" },

@@ -13,6 +13,7 @@ use fuser::{
     WriteFlags,
 };
 
+use crate::fs::cpu;
 use crate::fs::error::FsError;
 use crate::fs::inode::{OpenMode, ROOT};
 use crate::fs::passthrough::{self, is_pass_ino, Opened, Passthrough, PASS_TTL};
@@ -287,7 +288,8 @@ impl Filesystem for RefFs {
         }
     }
 
-    fn lookup(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
+    fn lookup(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
+        cpu::on_request(req.pid());
         if status::is_status_name(parent.0, name.as_bytes()) {
             return status_fs::lookup(&self.shared, parent.0, name.as_bytes(), reply);
         }
@@ -320,7 +322,8 @@ impl Filesystem for RefFs {
         }
     }
 
-    fn getattr(&self, _req: &Request, ino: INodeNo, fh: Option<FileHandle>, reply: ReplyAttr) {
+    fn getattr(&self, req: &Request, ino: INodeNo, fh: Option<FileHandle>, reply: ReplyAttr) {
+        cpu::on_request(req.pid());
         if status::is_status_ino(ino.0) {
             return status_fs::getattr(&self.shared, ino.0, reply);
         }
@@ -348,7 +351,8 @@ impl Filesystem for RefFs {
         }
     }
 
-    fn open(&self, _req: &Request, ino: INodeNo, open_flags: OpenFlags, reply: ReplyOpen) {
+    fn open(&self, req: &Request, ino: INodeNo, open_flags: OpenFlags, reply: ReplyOpen) {
+        cpu::on_request(req.pid());
         if status::is_status_ino(ino.0) {
             return status_fs::open(&self.shared, ino.0, open_flags.0, reply);
         }
@@ -393,7 +397,7 @@ impl Filesystem for RefFs {
 
     fn read(
         &self,
-        _req: &Request,
+        req: &Request,
         ino: INodeNo,
         fh: FileHandle,
         offset: u64,
@@ -402,6 +406,7 @@ impl Filesystem for RefFs {
         _lock_owner: Option<LockOwner>,
         reply: ReplyData,
     ) {
+        cpu::on_request(req.pid());
         if status_fs::is_handle(fh.0) {
             return status_fs::read(fh.0, offset, size, reply);
         }
@@ -454,6 +459,7 @@ impl Filesystem for RefFs {
         _lock_owner: LockOwner,
         reply: ReplyEmpty,
     ) {
+        cpu::on_request(req.pid());
         if status::is_status_ino(ino.0) {
             return reply.ok();
         }
@@ -476,6 +482,7 @@ impl Filesystem for RefFs {
         datasync: bool,
         reply: ReplyEmpty,
     ) {
+        cpu::on_request(req.pid());
         if status::is_status_ino(ino.0) {
             return reply.ok();
         }
@@ -496,6 +503,7 @@ impl Filesystem for RefFs {
         _datasync: bool,
         reply: ReplyEmpty,
     ) {
+        cpu::on_request(req.pid());
         if let Some(p) = self.pass_ino(ino) {
             return reply_empty(p.fsyncdir(ino.0), reply);
         }
@@ -518,7 +526,7 @@ impl Filesystem for RefFs {
 
     fn create(
         &self,
-        _req: &Request,
+        req: &Request,
         parent: INodeNo,
         name: &OsStr,
         mode: u32,
@@ -526,6 +534,7 @@ impl Filesystem for RefFs {
         flags: i32,
         reply: ReplyCreate,
     ) {
+        cpu::on_request(req.pid());
         if status::is_status_name(parent.0, name.as_bytes()) {
             return reply.error(status_fs::refuse("create", name.as_bytes()));
         }
@@ -591,6 +600,7 @@ impl Filesystem for RefFs {
         _lock_owner: Option<LockOwner>,
         reply: ReplyWrite,
     ) {
+        cpu::on_request(req.pid());
         if let Some(p) = self.pass_ino(ino) {
             return match p.write(fh.0, offset, data) {
                 Ok(n) => reply.written(n),
@@ -625,6 +635,7 @@ impl Filesystem for RefFs {
         _flags: Option<BsdFileFlags>,
         reply: ReplyAttr,
     ) {
+        cpu::on_request(req.pid());
         if status::is_status_ino(ino.0) {
             let name = if ino.0 == status::DIR_INO {
                 status::DIR_NAME
@@ -665,6 +676,7 @@ impl Filesystem for RefFs {
     }
 
     fn unlink(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        cpu::on_request(req.pid());
         if status::is_status_name(parent.0, name.as_bytes()) {
             return reply.error(status_fs::refuse("unlink", name.as_bytes()));
         }
@@ -682,13 +694,14 @@ impl Filesystem for RefFs {
 
     fn mkdir(
         &self,
-        _req: &Request,
+        req: &Request,
         parent: INodeNo,
         name: &OsStr,
         mode: u32,
         umask: u32,
         reply: ReplyEntry,
     ) {
+        cpu::on_request(req.pid());
         if status::is_status_name(parent.0, name.as_bytes()) {
             return reply.error(status_fs::refuse("mkdir", name.as_bytes()));
         }
@@ -711,7 +724,8 @@ impl Filesystem for RefFs {
         }
     }
 
-    fn rmdir(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+    fn rmdir(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        cpu::on_request(req.pid());
         if status::is_status_name(parent.0, name.as_bytes()) {
             return reply.error(status_fs::refuse("rmdir", name.as_bytes()));
         }
@@ -734,6 +748,7 @@ impl Filesystem for RefFs {
         flags: RenameFlags,
         reply: ReplyEmpty,
     ) {
+        cpu::on_request(req.pid());
         for (p, n) in [(parent, name), (newparent, newname)] {
             if status::is_status_name(p.0, n.as_bytes()) {
                 return reply.error(status_fs::refuse("rename", n.as_bytes()));
@@ -805,7 +820,8 @@ impl Filesystem for RefFs {
         );
     }
 
-    fn opendir(&self, _req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
+    fn opendir(&self, req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
+        cpu::on_request(req.pid());
         if status::is_status_ino(ino.0) {
             return status_fs::opendir(ino.0, reply);
         }
@@ -838,12 +854,13 @@ impl Filesystem for RefFs {
 
     fn readdir(
         &self,
-        _req: &Request,
+        req: &Request,
         ino: INodeNo,
         fh: FileHandle,
         offset: u64,
         mut reply: ReplyDirectory,
     ) {
+        cpu::on_request(req.pid());
         if ino.0 == status::DIR_INO {
             return status_fs::readdir(offset, reply);
         }
@@ -932,7 +949,8 @@ impl Filesystem for RefFs {
         reply.ok();
     }
 
-    fn readlink(&self, _req: &Request, ino: INodeNo, reply: ReplyData) {
+    fn readlink(&self, req: &Request, ino: INodeNo, reply: ReplyData) {
+        cpu::on_request(req.pid());
         match self.pass_ino(ino).map(|p| p.readlink(ino.0)) {
             Some(Ok(t)) => reply.data(&t),
             Some(Err(e)) => reply.error(errno(e)),
@@ -942,12 +960,13 @@ impl Filesystem for RefFs {
 
     fn symlink(
         &self,
-        _req: &Request,
+        req: &Request,
         parent: INodeNo,
         link_name: &OsStr,
         target: &std::path::Path,
         reply: ReplyEntry,
     ) {
+        cpu::on_request(req.pid());
         if status::is_status_name(parent.0, link_name.as_bytes()) {
             return reply.error(status_fs::refuse("symlink", link_name.as_bytes()));
         }
@@ -967,12 +986,13 @@ impl Filesystem for RefFs {
     /// Hard links are refused (git then renames its temporary object files instead).
     fn link(
         &self,
-        _req: &Request,
+        req: &Request,
         _ino: INodeNo,
         _newparent: INodeNo,
         _newname: &OsStr,
         reply: ReplyEntry,
     ) {
+        cpu::on_request(req.pid());
         reply.error(Errno::EPERM);
     }
 

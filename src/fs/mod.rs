@@ -61,6 +61,7 @@ pub mod worktree;
 pub mod write;
 
 mod batch;
+pub mod cpu;
 mod fuse;
 mod state;
 mod watch;
@@ -98,6 +99,8 @@ pub struct MountOptions {
     /// Use the kernel's FUSE passthrough for passed-through regular files when the kernel
     /// offers it (off: every read and write is forwarded by the mount).
     pub kernel_passthrough: bool,
+    /// Event-loop threads run on their clients' CPU (`cpu.rs`; `--no-follow-cpu` clears it).
+    pub follow_cpu: bool,
     /// Unmount when the mount process dies (fusermount3's `auto_unmount`; needs
     /// `allow_root`, so `user_allow_other` in /etc/fuse.conf for a non-root user). Used by
     /// `mount --over`, where a dead mount would hide the real `.git`.
@@ -115,6 +118,7 @@ impl Default for MountOptions {
             inode_cap: inode::INODE_CAP,
             refs_only: false,
             kernel_passthrough: true,
+            follow_cpu: true,
             auto_unmount: false,
         }
     }
@@ -273,6 +277,8 @@ pub fn mount(
     // One /dev/fuse descriptor per event-loop thread (FUSE_DEV_IOC_CLONE): the threads
     // do not contend on one descriptor's queue.
     config.clone_fd = true;
+    // Before the event-loop threads start (they are spawned by `session.run`).
+    cpu::enable(opts.follow_cpu);
     let mut session = Session::new(fs, mountpoint, &config)
         .map_err(|e| fail(format!("cannot mount on {}: {e}", mountpoint.display())))?;
     let notifier = session.notifier();

@@ -247,6 +247,7 @@ impl Recorder {
             ("known_names".into(), num(known as u64)),
             ("known_names_dropping".into(), num(dropping as u64)),
             ("inode_cap".into(), num(cap as u64)),
+            ("follow_cpu".into(), Value::Bool(crate::fs::cpu::enabled())),
             (
                 "open_batch_age_ms".into(),
                 batch_age.map_or(Value::Null, |d| {

@@ -172,6 +172,9 @@ const EVICT_ROUND: usize = 4096;
 /// the table shrinks. Bounded: at most the table's excess is asked for per wake-up.
 /// `map`: the view's inode numbers to the mount's.
 pub fn evict(shared: &Shared, notifier: &Notifier, map: &dyn Fn(u64) -> u64) {
+    // Each dropped name makes the kernel queue a FORGET for the event-loop threads, which
+    // run near the clients (`cpu.rs`): sent from there, no wake-up crosses CPUs.
+    let _near = crate::fs::cpu::near_clients();
     loop {
         let names = shared.evictable(EVICT_ROUND);
         for (parent, name) in &names {

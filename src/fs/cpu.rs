@@ -1,0 +1,215 @@
+//! Request threads follow their clients' CPU.
+//!
+//! On a machine of virtual CPUs a FUSE round trip costs mostly wake-ups across CPUs: the
+//! client queues a request and sleeps, an event-loop thread on another CPU is woken (an
+//! inter-processor interrupt, a VM exit), answers, and wakes the client back across the
+//! same gap. Measured here (2 vCPUs): 2000 warm `cat`s of ref files take 45–160 ms with
+//! the threads left where the scheduler puts them (bimodal: the same CPU or not), 43 ms
+//! when they run on the client's CPU, 21 ms on disk (docs/benchmarks.md, "Issue 11,
+//! round 4"). The scheduler does not put them together by itself: FUSE's wake-ups are
+//! not "sync" ones, so a woken thread stays on its idle CPU.
+//!
+//! So an event-loop thread moves to the CPU its client last ran on (field 39 of
+//! `/proc/<tid>/stat`, read by a prober thread, never by a request handler: see
+//! `start_prober`), asked for at a thread's first request from a new client and then
+//! once every [`CHECK_EVERY`] requests; the watcher, while it has the kernel drop names,
+//! moves to the CPU of the latest client (each drop makes the kernel queue a `FORGET` for
+//! the event-loop threads there) and back afterwards. Threads only move within the CPUs
+//! the mount itself may use (`taskset`, cpusets), saved when the mount starts. This
+//! changes where work runs, never what it does. `mount --no-follow-cpu` turns it off.
+
+use std::cell::Cell;
+use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU32, Ordering};
+use std::sync::OnceLock;
+
+/// A thread checks its client's CPU at most once per this many requests (and at the
+/// first request from another client).
+pub const CHECK_EVERY: u32 = 64;
+
+static ENABLED: AtomicBool = AtomicBool::new(false);
+/// The CPUs the mount may use, as it started.
+static ALLOWED: OnceLock<libc::cpu_set_t> = OnceLock::new();
+/// The CPU the latest checked client ran on (-1: none yet).
+static LAST: AtomicI32 = AtomicI32::new(-1);
+
+/// The client thread the prober is asked to look at (0: none).
+static ASK: AtomicU32 = AtomicU32::new(0);
+/// The prober thread (reads `/proc/<tid>/stat` off the request path).
+static PROBER: OnceLock<std::thread::Thread> = OnceLock::new();
+
+thread_local! {
+    /// (requests since the last ask, the client of the last request)
+    static SEEN: Cell<(u32, u32)> = const { Cell::new((0, 0)) };
+    /// The CPU this thread was last pinned to (-1: never).
+    static PINNED: Cell<i32> = const { Cell::new(-1) };
+}
+
+/// Turns following on or off for this process; saves the CPUs it may use and starts the
+/// prober thread. Called before the event-loop threads start.
+pub fn enable(on: bool) {
+    if on && ALLOWED.get().is_none() {
+        if let Some(set) = affinity() {
+            let _ = ALLOWED.set(set);
+        }
+    }
+    let on = on && ALLOWED.get().is_some() && start_prober();
+    ENABLED.store(on, Ordering::Relaxed);
+}
+
+/// Whether threads follow their clients.
+pub fn enabled() -> bool {
+    ENABLED.load(Ordering::Relaxed)
+}
+
+/// The prober: a request handler never reads a client's `/proc` entry itself. That read
+/// can wait for a lock the client holds while it waits for the very request being
+/// handled (seen: a mount test's client hung for good, and with it every `ps`), so it
+/// is done here, where waiting blocks nothing but the next probe.
+fn start_prober() -> bool {
+    if PROBER.get().is_some() {
+        return true;
+    }
+    let spawned = std::thread::Builder::new()
+        .name("reftablefs-cpu".into())
+        .spawn(|| loop {
+            std::thread::park();
+            let tid = ASK.swap(0, Ordering::Relaxed);
+            if tid == 0 {
+                continue;
+            }
+            if let Some(cpu) = client_cpu(tid).and_then(|c| i32::try_from(c).ok()) {
+                LAST.store(cpu, Ordering::Relaxed);
+            }
+        });
+    match spawned {
+        Ok(h) => PROBER.set(h.thread().clone()).is_ok() || PROBER.get().is_some(),
+        Err(_) => false,
+    }
+}
+
+/// Called by an event-loop thread for each request from thread `tid` (0: the kernel did
+/// not say, as for a client in another pid namespace): asks the prober where the client
+/// runs (at the first request from a new client, then once per [`CHECK_EVERY`]) and
+/// moves to the CPU the prober last saw a client on.
+pub fn on_request(tid: u32) {
+    if !enabled() {
+        return;
+    }
+    if tid != 0 {
+        let (n, last) = SEEN.with(Cell::get);
+        SEEN.with(|c| c.set(((n + 1) % CHECK_EVERY, tid)));
+        if n == 0 || tid != last {
+            ASK.store(tid, Ordering::Relaxed);
+            if let Some(p) = PROBER.get() {
+                p.unpark();
+            }
+        }
+    }
+    let want = LAST.load(Ordering::Relaxed);
+    if want >= 0 && PINNED.with(Cell::get) != want {
+        PINNED.with(|c| c.set(want));
+        if let Ok(cpu) = usize::try_from(want) {
+            pin(cpu);
+        }
+    }
+}
+
+/// While alive, the calling thread runs on the latest client's CPU; dropped, it may use
+/// every CPU the mount may use again.
+pub struct NearClients(());
+
+/// Moves the calling thread to the latest client's CPU (`None`: following is off, no
+/// client yet, or the move failed).
+pub fn near_clients() -> Option<NearClients> {
+    if !enabled() {
+        return None;
+    }
+    let cpu = usize::try_from(LAST.load(Ordering::Relaxed)).ok()?;
+    pin(cpu).then_some(NearClients(()))
+}
+
+impl Drop for NearClients {
+    fn drop(&mut self) {
+        if let Some(set) = ALLOWED.get() {
+            set_affinity(set);
+        }
+    }
+}
+
+/// The CPU thread `tid` last ran on: field 39 of `/proc/<tid>/stat` (the fields are
+/// counted after the command name, which is in parentheses and may hold anything).
+pub fn client_cpu(tid: u32) -> Option<usize> {
+    let s = std::fs::read(format!("/proc/{tid}/stat")).ok()?;
+    parse_processor(&s)
+}
+
+/// Field 39 (`processor`) of a `/proc/<tid>/stat` line.
+pub fn parse_processor(stat: &[u8]) -> Option<usize> {
+    let close = stat.iter().rposition(|&b| b == b')')?;
+    let rest = std::str::from_utf8(stat.get(close + 1..)?).ok()?;
+    // `rest` starts with field 3 (the state).
+    rest.split_ascii_whitespace().nth(39 - 3)?.parse().ok()
+}
+
+/// Pins the calling thread to `cpu` if the mount may use it.
+fn pin(cpu: usize) -> bool {
+    let Some(allowed) = ALLOWED.get() else {
+        return false;
+    };
+    if cpu >= libc::CPU_SETSIZE as usize {
+        return false;
+    }
+    // SAFETY: reads a bit of a cpu set we own; CPU_SET/CPU_ZERO write a local set.
+    unsafe {
+        if !libc::CPU_ISSET(cpu, allowed) {
+            return false;
+        }
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        libc::CPU_ZERO(&mut set);
+        libc::CPU_SET(cpu, &mut set);
+        set_affinity(&set)
+    }
+}
+
+fn set_affinity(set: &libc::cpu_set_t) -> bool {
+    // SAFETY: `set` is a valid cpu set of the size given; 0 is the calling thread.
+    unsafe { libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), set) == 0 }
+}
+
+fn affinity() -> Option<libc::cpu_set_t> {
+    // SAFETY: the kernel fills a zeroed set of the size given; 0 is the calling thread.
+    unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        (libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut set) == 0)
+            .then_some(set)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_processor_field_is_found_after_any_command_name() {
+        let fields: String = (4..=52).map(|i| format!(" {i}")).collect();
+        // Field 39 holds 39 here: the name's spaces and parentheses do not shift it.
+        for name in ["cat", "a b) c", "x)", "((", ""] {
+            let line = format!("1234 ({name}) S{fields}\n");
+            assert_eq!(parse_processor(line.as_bytes()), Some(39), "{line}");
+        }
+        assert_eq!(parse_processor(b"1234 (cat) S 1 2"), None);
+        assert_eq!(parse_processor(b"no parenthesis"), None);
+        assert_eq!(parse_processor(b""), None);
+    }
+
+    #[test]
+    fn a_threads_own_cpu_is_read_from_proc() {
+        // SAFETY: gettid has no arguments.
+        let tid = u32::try_from(unsafe { libc::gettid() }).unwrap();
+        let cpu = client_cpu(tid).expect("own /proc/<tid>/stat");
+        // SAFETY: as above.
+        let online = unsafe { libc::sysconf(libc::_SC_NPROCESSORS_CONF) };
+        assert!((cpu as i64) < online.max(1), "cpu {cpu} of {online}");
+        assert_eq!(client_cpu(u32::MAX), None);
+    }
+}
