@@ -6,6 +6,7 @@
 #   BENCH_SCALE=10 bash benches/mount_bench.sh   sizes divided by 10
 #   BENCH_ONLY="cat find" ...              only some of: cat find git ls rss stat write fsync
 #   MOUNT_BENCH_BIN=/path/to/reftablefs ...  measure another build of the mount
+#   MOUNT_BENCH_OPTS="--no-follow-cpu" ...   extra options for every mount
 #
 # Every mount is removed by the trap (SIGTERM, then fusermount3 -uz); steps are bounded
 # with `timeout`. The markdown table is printed at the end and appended to
@@ -55,7 +56,8 @@ median3() { printf '%s\n' "$@" | sort -g | sed -n 2p; }
 mount_start() {
     local gitdir="$1" mnt="$2"; shift 2
     mkdir -p "$mnt"
-    "$bin" mount "$@" "$gitdir" "$mnt" 2>>"$work/mount.log" &
+    # shellcheck disable=SC2086
+    "$bin" mount "$@" ${MOUNT_BENCH_OPTS:-} "$gitdir" "$mnt" 2>>"$work/mount.log" &
     MOUNT_PID=$!
     mount_pids+=("$MOUNT_PID")
     mounts+=("$mnt")
