@@ -115,16 +115,23 @@ row "migrate $n refs: time" "${t_ours} s" "—"
 row "migrate $n refs: peak RSS (table $((size / 1000000)) MB)" "$(mib "$rss_ours")" "—"
 big="$work/big/.git"
 
+# start_mount GITDIR MNT LOG: the mount in the background, waited for (≤ 6 s) until
+# listed in mountinfo; sets STARTED (its pid).
+start_mount() {
+    mkdir -p "$2"
+    "$bin" mount "$1" "$2" 2>"$3" &
+    STARTED=$!
+    for _ in $(seq 600); do
+        grep -q " $2 " /proc/self/mountinfo && return 0
+        kill -0 "$STARTED" 2>/dev/null || { tail -5 "$3"; echo "bench: mount failed"; exit 1; }
+        sleep 0.01
+    done
+}
+
 # The mount.
-mkdir -p "$mnt"
 t0=$(now)
-"$bin" mount "$big" "$mnt" 2>"$work/mount.log" &
-mount_pid=$!
-for _ in $(seq 600); do
-    grep -q " $mnt " /proc/self/mountinfo && break
-    kill -0 "$mount_pid" 2>/dev/null || { tail -5 "$work/mount.log"; echo "bench: mount failed"; exit 1; }
-    sleep 0.01
-done
+start_mount "$big" "$mnt" "$work/mount.log"
+mount_pid=$STARTED
 stat "$mnt/HEAD" >/dev/null
 row "mount ready (until the first stat answers)" "$(ms_since "$t0")" "—"
 row "mount RSS right after mounting (VmRSS / VmHWM)" "$(mib "$(status_kb VmRSS)") / $(mib "$(status_kb VmHWM)")" "—"
@@ -157,14 +164,8 @@ median() { printf '%s\n' "$@" | sort -g | awk '{ v[NR] = $1 } END { print v[int(
 small_dirs=$((dirs / 100 > 0 ? dirs / 100 : 1))
 files_repo "$work/small" "$small_dirs"
 ( cd "$work/small" && "$bin" migrate --no-progress >/dev/null )
-mkdir -p "$small_mnt"
-"$bin" mount "$work/small/.git" "$small_mnt" 2>"$work/mount-small.log" &
-small_pid=$!
-for _ in $(seq 600); do
-    grep -q " $small_mnt " /proc/self/mountinfo && break
-    kill -0 "$small_pid" 2>/dev/null || { tail -5 "$work/mount-small.log"; echo "bench: mount failed"; exit 1; }
-    sleep 0.01
-done
+start_mount "$work/small/.git" "$small_mnt" "$work/mount-small.log"
+small_pid=$STARTED
 # The migrations' tables written back first (the device's own catch-up after a 258 MB
 # write is not the write path's cost), then the two mounts in turns, so both see the
 # same disk.

@@ -18,8 +18,9 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use crate::fs::error::FsError;
+use crate::fs::procfs;
 use crate::fs::source::{BatchEdit, CommitOutcome, RefSource};
-use crate::fs::state::{log_error, proc_start_time, Shared};
+use crate::fs::state::{log_error, Shared};
 use crate::fs::status;
 use crate::fs::write::Batch;
 
@@ -221,7 +222,7 @@ fn lost_by_process(edits: &[&BatchEdit]) -> Vec<LostEdit> {
     let mut out = Vec::new();
     for edit in edits {
         for &pid in &edit.pids {
-            let Some(start) = (pid != 0).then(|| proc_start_time(pid)).flatten() else {
+            let Some(start) = (pid != 0).then(|| procfs::start_time(pid)).flatten() else {
                 continue;
             };
             out.push(LostEdit {

@@ -22,6 +22,8 @@ use std::cell::Cell;
 use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU32, Ordering};
 use std::sync::OnceLock;
 
+use crate::fs::procfs;
+
 /// A thread checks its client's CPU at most once per this many requests (and at the
 /// first request from another client).
 pub const CHECK_EVERY: u32 = 64;
@@ -61,10 +63,9 @@ pub fn enabled() -> bool {
     ENABLED.load(Ordering::Relaxed)
 }
 
-/// The prober: a request handler never reads a client's `/proc` entry itself. That read
-/// can wait for a lock the client holds while it waits for the very request being
-/// handled (seen: a mount test's client hung for good, and with it every `ps`), so it
-/// is done here, where waiting blocks nothing but the next probe.
+/// The prober: a request handler never reads a client's `/proc/<tid>/stat` itself (it
+/// can wait for a lock the client holds while it waits for that very request, see
+/// `procfs.rs`), so it is read here, where waiting blocks nothing but the next probe.
 fn start_prober() -> bool {
     if PROBER.get().is_some() {
         return true;
@@ -77,12 +78,15 @@ fn start_prober() -> bool {
             if tid == 0 {
                 continue;
             }
-            if let Some(cpu) = client_cpu(tid).and_then(|c| i32::try_from(c).ok()) {
+            if let Some(cpu) = procfs::processor(tid).and_then(|c| i32::try_from(c).ok()) {
                 LAST.store(cpu, Ordering::Relaxed);
             }
         });
     match spawned {
-        Ok(h) => PROBER.set(h.thread().clone()).is_ok() || PROBER.get().is_some(),
+        Ok(h) => {
+            let _ = PROBER.set(h.thread().clone());
+            true
+        }
         Err(_) => false,
     }
 }
@@ -136,21 +140,6 @@ impl Drop for NearClients {
     }
 }
 
-/// The CPU thread `tid` last ran on: field 39 of `/proc/<tid>/stat` (the fields are
-/// counted after the command name, which is in parentheses and may hold anything).
-pub fn client_cpu(tid: u32) -> Option<usize> {
-    let s = std::fs::read(format!("/proc/{tid}/stat")).ok()?;
-    parse_processor(&s)
-}
-
-/// Field 39 (`processor`) of a `/proc/<tid>/stat` line.
-pub fn parse_processor(stat: &[u8]) -> Option<usize> {
-    let close = stat.iter().rposition(|&b| b == b')')?;
-    let rest = std::str::from_utf8(stat.get(close + 1..)?).ok()?;
-    // `rest` starts with field 3 (the state).
-    rest.split_ascii_whitespace().nth(39 - 3)?.parse().ok()
-}
-
 /// Pins the calling thread to `cpu` if the mount may use it.
 fn pin(cpu: usize) -> bool {
     let Some(allowed) = ALLOWED.get() else {
@@ -182,34 +171,5 @@ fn affinity() -> Option<libc::cpu_set_t> {
         let mut set: libc::cpu_set_t = std::mem::zeroed();
         (libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut set) == 0)
             .then_some(set)
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn the_processor_field_is_found_after_any_command_name() {
-        let fields: String = (4..=52).map(|i| format!(" {i}")).collect();
-        // Field 39 holds 39 here: the name's spaces and parentheses do not shift it.
-        for name in ["cat", "a b) c", "x)", "((", ""] {
-            let line = format!("1234 ({name}) S{fields}\n");
-            assert_eq!(parse_processor(line.as_bytes()), Some(39), "{line}");
-        }
-        assert_eq!(parse_processor(b"1234 (cat) S 1 2"), None);
-        assert_eq!(parse_processor(b"no parenthesis"), None);
-        assert_eq!(parse_processor(b""), None);
-    }
-
-    #[test]
-    fn a_threads_own_cpu_is_read_from_proc() {
-        // SAFETY: gettid has no arguments.
-        let tid = u32::try_from(unsafe { libc::gettid() }).unwrap();
-        let cpu = client_cpu(tid).expect("own /proc/<tid>/stat");
-        // SAFETY: as above.
-        let online = unsafe { libc::sysconf(libc::_SC_NPROCESSORS_CONF) };
-        assert!((cpu as i64) < online.max(1), "cpu {cpu} of {online}");
-        assert_eq!(client_cpu(u32::MAX), None);
     }
 }

@@ -52,6 +52,7 @@ pub mod config_view;
 pub mod error;
 pub mod inode;
 pub mod passthrough;
+pub mod procfs;
 pub mod ref_times;
 pub mod source;
 pub mod stack_source;

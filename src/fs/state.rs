@@ -18,6 +18,7 @@ use crate::fs::batch::BatchQueue;
 use crate::fs::error::FsError;
 use crate::fs::fuse::attr;
 use crate::fs::inode::{Inodes, OpenMode, ROOT};
+use crate::fs::procfs;
 use crate::fs::source::RefSource;
 use crate::fs::view::{self, Kind, Listing, Scratch};
 use crate::fs::write::{ref_name_of, LogSettings, Refusal, WriteState};
@@ -131,22 +132,6 @@ impl Drop for Shared {
             }
         }
     }
-}
-
-/// The `Tgid:` of `/proc/<pid>/status`.
-fn read_tgid(pid: u32) -> Option<u32> {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix("Tgid:"))
-        .and_then(|v| v.trim().parse().ok())
-}
-
-/// A process's start time (`/proc/<pid>/stat` field 22, clock ticks since boot).
-pub(crate) fn proc_start_time(pid: u32) -> Option<u64> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    let rest = stat.get(stat.rfind(')')? + 1..)?;
-    rest.split_whitespace().nth(19)?.parse().ok()
 }
 
 /// Logs one error line: what failed, on which path, and why.
@@ -276,7 +261,7 @@ impl Shared {
                 return tgid;
             }
         }
-        let tgid = read_tgid(pid).unwrap_or(pid);
+        let tgid = procfs::tgid(pid).unwrap_or(pid);
         if cache.len() >= 1024 {
             cache.retain(|_, (_, at)| at.elapsed() < Duration::from_secs(1));
         }
@@ -756,7 +741,7 @@ impl Shared {
     pub(crate) fn sync_for(&self, actor: u32) -> Result<(), FsError> {
         self.wait_written()?;
         match self.queue.take_failures(actor) {
-            Some(f) if f.start == proc_start_time(actor) => {
+            Some(f) if f.start == procfs::start_time(actor) => {
                 let names: Vec<_> = f.names.iter().map(|n| String::from_utf8_lossy(n)).collect();
                 eprintln!(
                     "reftablefs: fsync by process {actor}: EIO, its updates of {} were not \
