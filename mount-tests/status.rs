@@ -425,3 +425,86 @@ pub fn completions_offer_live_mounts(ctx: &Ctx) -> TestResult {
     m.unmount()
 }
 mount_test!(completions_offer_live_mounts, timeout = 120);
+
+/// The CPUs this process may run on.
+fn allowed_cpus() -> Vec<usize> {
+    // SAFETY: the kernel fills a zeroed set of the size given; 0 is this thread.
+    unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        if libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut set) != 0 {
+            return Vec::new();
+        }
+        (0..libc::CPU_SETSIZE as usize)
+            .filter(|&c| libc::CPU_ISSET(c, &set))
+            .collect()
+    }
+}
+
+/// `Cpus_allowed_list:` of each event-loop thread (`fuser-N`) of process `pid`.
+fn event_loop_cpus(pid: u32) -> TestResult<Vec<String>> {
+    let mut out = Vec::new();
+    for t in std::fs::read_dir(format!("/proc/{pid}/task"))? {
+        let t = t?.path();
+        let comm = std::fs::read_to_string(t.join("comm")).unwrap_or_default();
+        if !comm.starts_with("fuser-") {
+            continue;
+        }
+        let status = std::fs::read_to_string(t.join("status"))?;
+        if let Some(l) = status
+            .lines()
+            .find_map(|l| l.strip_prefix("Cpus_allowed_list:"))
+        {
+            out.push(l.trim().to_owned());
+        }
+    }
+    Ok(out)
+}
+
+/// After a client pinned to one CPU opened a file through the mount a few hundred times,
+/// an event-loop thread of the mount runs on that CPU alone; with `--no-follow-cpu` none
+/// was moved (docs/fuse.md, "Request threads follow their clients' CPU").
+pub fn request_threads_follow_their_client(ctx: &Ctx) -> TestResult {
+    let cpus = allowed_cpus();
+    let Some(&target) = cpus.last().filter(|_| cpus.len() >= 2) else {
+        println!("SKIP: one CPU only: nothing to follow");
+        return Ok(());
+    };
+    let repo = Repo::init(&ctx.path("repo"), "reftable")?;
+    repo.commit("one")?;
+    let on = Mount::start(&repo.gitdir, &ctx.path("on"), &[])?;
+    let off = Mount::start(&repo.gitdir, &ctx.path("off"), &["--no-follow-cpu"])?;
+    let files = [on.path("HEAD"), off.path("HEAD")];
+    let client = std::thread::spawn(move || -> std::io::Result<()> {
+        // SAFETY: a local cpu set; 0 is this thread.
+        unsafe {
+            let mut set: libc::cpu_set_t = std::mem::zeroed();
+            libc::CPU_SET(target, &mut set);
+            if libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+        }
+        for _ in 0..500 {
+            for f in &files {
+                std::fs::read(f)?;
+            }
+        }
+        Ok(())
+    });
+    client.join().map_err(|_| "client thread panicked")??;
+    let (on_pid, off_pid) = (on.pid().ok_or("no pid")?, off.pid().ok_or("no pid")?);
+    let want = target.to_string();
+    let on_cpus = event_loop_cpus(on_pid)?;
+    ensure!(
+        on_cpus.contains(&want),
+        "no event-loop thread of the mount moved to the client's CPU {target}: {on_cpus:?}"
+    );
+    let off_cpus = event_loop_cpus(off_pid)?;
+    ensure!(
+        !off_cpus.is_empty() && off_cpus.iter().all(|c| *c != want),
+        "--no-follow-cpu: an event-loop thread was moved to CPU {target}: {off_cpus:?}"
+    );
+    on.unmount()?;
+    off.unmount()?;
+    Ok(())
+}
+mount_test!(request_threads_follow_their_client, timeout = 60);
