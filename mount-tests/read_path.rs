@@ -872,3 +872,146 @@ pub fn stat_walk_memory_is_bounded(ctx: &Ctx) -> TestResult {
     m.unmount()
 }
 mount_test!(stat_walk_memory_is_bounded, timeout = 300);
+
+/// The names of `dir` through the mount, sorted.
+fn names_in(dir: &Path) -> Result<Vec<String>, String> {
+    let mut v: Vec<String> = fs::read_dir(dir)
+        .map_err(|e| format!("readdir {}: {e}", dir.display()))?
+        .map(|e| {
+            e.map(|e| e.file_name().to_string_lossy().into_owned())
+                .map_err(|e| format!("readdir {}: {e}", dir.display()))
+        })
+        .collect::<Result<_, _>>()?;
+    v.sort();
+    Ok(v)
+}
+
+/// How many listings the mount read from their start (`listings_read` of its status
+/// file): a listing the kernel kept does not count.
+fn listings_read(m: &Mount) -> TestResult<u64> {
+    let doc = fs::read_to_string(m.path(".reftablefs/status"))?;
+    let v = reftablefs::json::parse(&doc).map_err(|e| format!("status file: {e}"))?;
+    v.get("listings_read")
+        .and_then(reftablefs::json::Value::as_u64)
+        .ok_or_else(|| format!("status file has no listings_read: {doc}").into())
+}
+
+/// Kept listings (`FOPEN_CACHE_DIR`): a second `ls` of a directory is answered by the
+/// kernel (the mount reads no listing; with `--no-kernel-listings` it reads one per
+/// `ls`), and every change shows in the next listing within the freshness bound
+/// whoever makes it: git 2.47 on the stack (a new branch, a deleted one, a new
+/// directory, a deletion that empties a directory), git 2.39 through the mount, and a
+/// writer adding branches while readers list: no listing ever loses a name an earlier
+/// one showed (two listings' halves never mix) and the last one is git's.
+pub fn kept_listings_follow_every_change(ctx: &Ctx) -> TestResult {
+    let repo = Repo::init(&ctx.path("repo"), "reftable")?;
+    repo.commit("one")?;
+    for i in 0..20 {
+        repo.git(&["branch", &format!("b{i:02}")])?;
+    }
+    repo.git(&["branch", "gone/soon"])?;
+    let off = Mount::start(&repo.gitdir, &ctx.path("off"), &["--no-kernel-listings"])?;
+    let m = Mount::start(&repo.gitdir, &ctx.path("mnt"), &[])?;
+    let heads = m.path("refs/heads");
+    let want = |repo: &Repo| -> TestResult<Vec<String>> {
+        let mut v: Vec<String> = repo
+            .git(&["for-each-ref", "--format=%(refname)", "refs/heads/"])?
+            .lines()
+            .map(|l| {
+                let rest = l.trim_start_matches("refs/heads/");
+                rest.split('/').next().unwrap_or(rest).to_string()
+            })
+            .collect();
+        v.sort();
+        v.dedup();
+        Ok(v)
+    };
+    ensure!(names_in(&heads)? == want(&repo)?, "first listing differs");
+    let before = listings_read(&m)?;
+    ensure!(names_in(&heads)? == want(&repo)?, "second listing differs");
+    ensure!(
+        listings_read(&m)? == before,
+        "a second ls of refs/heads was read by the mount again (not kept by the kernel)"
+    );
+    let before_off = listings_read(&off)?;
+    names_in(&off.path("refs/heads"))?;
+    names_in(&off.path("refs/heads"))?;
+    ensure!(
+        listings_read(&off)? == before_off + 2,
+        "--no-kernel-listings: two ls read {} listings, not 2",
+        listings_read(&off)? - before_off
+    );
+    drop(off);
+
+    let bound = freshness_bound().max(Duration::from_millis(500));
+    // The listing equals git's names (git reads the stack: for a write through the
+    // mount, once its batch is written).
+    let check = |what: &str, repo: &Repo, dir: &Path| -> TestResult {
+        wait_for(bound, || {
+            let got = names_in(dir)?;
+            let want_names = want(repo).map_err(|e| e.to_string())?;
+            if got == want_names {
+                Ok(())
+            } else {
+                Err(format!("mount {got:?}, git {want_names:?}"))
+            }
+        })
+        .map_err(|last| format!("{what}: listing not git's after {bound:?}: {last}"))?;
+        Ok(())
+    };
+    // git 2.47 on the stack.
+    repo.git(&["branch", "new-one"])?;
+    check("git branch new-one", &repo, &heads)?;
+    repo.git(&["branch", "-D", "b03"])?;
+    check("git branch -D b03", &repo, &heads)?;
+    repo.git(&["branch", "sub/dir"])?;
+    check("git branch sub/dir", &repo, &heads)?;
+    names_in(&m.path("refs/heads/gone"))?;
+    repo.git(&["branch", "-D", "gone/soon"])?;
+    check("git branch -D gone/soon", &repo, &heads)?;
+    // git 2.39 through the mount (lock, rename, unlink: the kernel sees those).
+    let old = |args: &[&str]| -> TestResult {
+        let out = std::process::Command::new("/usr/bin/git")
+            .env("GIT_DIR", &m.mnt)
+            .args(args)
+            .output()?;
+        ensure!(out.status.success(), "git 2.39 {args:?}: {out:?}");
+        Ok(())
+    };
+    old(&["branch", "via-mount"])?;
+    check("git 2.39 branch via-mount", &repo, &heads)?;
+    old(&["branch", "-D", "new-one"])?;
+    check("git 2.39 branch -D new-one", &repo, &heads)?;
+
+    // A writer adding branches while two readers list.
+    let done = Arc::new(AtomicBool::new(false));
+    let mut readers = Vec::new();
+    for _ in 0..2 {
+        let (dir, done) = (m.path("refs/heads"), done.clone());
+        readers.push(std::thread::spawn(move || -> Result<u64, String> {
+            let mut last: Vec<String> = Vec::new();
+            let mut n = 0;
+            while !done.load(Ordering::SeqCst) {
+                let got = names_in(&dir)?;
+                if let Some(lost) = last.iter().find(|x| got.binary_search(x).is_err()) {
+                    return Err(format!("{lost} listed, then missing from {got:?}"));
+                }
+                last = got;
+                n += 1;
+            }
+            Ok(n)
+        }));
+    }
+    for i in 0..40 {
+        repo.git(&["branch", &format!("c{i:02}")])?;
+    }
+    done.store(true, Ordering::SeqCst);
+    let mut lists = 0;
+    for r in readers {
+        lists += r.join().map_err(|_| "reader panicked")??;
+    }
+    check("40 branches added while listing", &repo, &heads)?;
+    note(&format!("{lists} listings while 40 branches were added"));
+    m.unmount()
+}
+mount_test!(kept_listings_follow_every_change, timeout = 180);
