@@ -886,31 +886,19 @@ fn names_in(dir: &Path) -> Result<Vec<String>, String> {
     Ok(v)
 }
 
-/// How many listings the mount read from their start (`listings_read` of its status
-/// file): a listing the kernel kept does not count.
-fn listings_read(m: &Mount) -> TestResult<u64> {
-    let doc = fs::read_to_string(m.path(".reftablefs/status"))?;
-    let v = reftablefs::json::parse(&doc).map_err(|e| format!("status file: {e}"))?;
-    v.get("listings_read")
-        .and_then(reftablefs::json::Value::as_u64)
-        .ok_or_else(|| format!("status file has no listings_read: {doc}").into())
-}
-
-/// Kept listings (`FOPEN_CACHE_DIR`): a second `ls` of a directory is answered by the
-/// kernel (the mount reads no listing; with `--no-kernel-listings` it reads one per
-/// `ls`), and every change shows in the next listing within the freshness bound
-/// whoever makes it: git 2.47 on the stack (a new branch, a deleted one, a new
-/// directory, a deletion that empties a directory), git 2.39 through the mount, and a
-/// writer adding branches while readers list: no listing ever loses a name an earlier
-/// one showed (two listings' halves never mix) and the last one is git's.
-pub fn kept_listings_follow_every_change(ctx: &Ctx) -> TestResult {
+/// Every change shows in the next listing within the freshness bound, whoever makes it:
+/// git 2.47 on the stack (a new branch, a deleted one, a new directory, a deletion that
+/// empties a directory) and git 2.39 through the mount; and while a writer adds branches
+/// and two readers list, no listing ever loses a name an earlier one showed, and the last
+/// one is git's. (Listings kept by the kernel, `FOPEN_CACHE_DIR`, failed the last part
+/// in 2 runs of 3: docs/fuse.md, "Levers of issue 11 measured and not kept".)
+pub fn listings_follow_every_change(ctx: &Ctx) -> TestResult {
     let repo = Repo::init(&ctx.path("repo"), "reftable")?;
     repo.commit("one")?;
     for i in 0..20 {
         repo.git(&["branch", &format!("b{i:02}")])?;
     }
     repo.git(&["branch", "gone/soon"])?;
-    let off = Mount::start(&repo.gitdir, &ctx.path("off"), &["--no-kernel-listings"])?;
     let m = Mount::start(&repo.gitdir, &ctx.path("mnt"), &[])?;
     let heads = m.path("refs/heads");
     let want = |repo: &Repo| -> TestResult<Vec<String>> {
@@ -927,21 +915,7 @@ pub fn kept_listings_follow_every_change(ctx: &Ctx) -> TestResult {
         Ok(v)
     };
     ensure!(names_in(&heads)? == want(&repo)?, "first listing differs");
-    let before = listings_read(&m)?;
     ensure!(names_in(&heads)? == want(&repo)?, "second listing differs");
-    ensure!(
-        listings_read(&m)? == before,
-        "a second ls of refs/heads was read by the mount again (not kept by the kernel)"
-    );
-    let before_off = listings_read(&off)?;
-    names_in(&off.path("refs/heads"))?;
-    names_in(&off.path("refs/heads"))?;
-    ensure!(
-        listings_read(&off)? == before_off + 2,
-        "--no-kernel-listings: two ls read {} listings, not 2",
-        listings_read(&off)? - before_off
-    );
-    drop(off);
 
     let bound = freshness_bound().max(Duration::from_millis(500));
     // The listing equals git's names (git reads the stack: for a write through the
@@ -1014,4 +988,4 @@ pub fn kept_listings_follow_every_change(ctx: &Ctx) -> TestResult {
     note(&format!("{lists} listings while 40 branches were added"));
     m.unmount()
 }
-mount_test!(kept_listings_follow_every_change, timeout = 180);
+mount_test!(listings_follow_every_change, timeout = 180);

@@ -38,8 +38,6 @@ pub fn run(mut args: Args) -> Result<ExitCode> {
             opts.kernel_passthrough = false;
         } else if args.flag("--no-follow-cpu") {
             opts.follow_cpu = false;
-        } else if args.flag("--no-kernel-listings") {
-            opts.kernel_listings = false;
         } else if args.flag("--daemon") {
             daemon = true;
         } else if let Some(v) = args.value("--log") {

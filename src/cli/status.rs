@@ -254,10 +254,6 @@ pub struct Report {
     pub inode_cap: Option<u64>,
     /// Whether the request threads follow their clients' CPU (`mount --no-follow-cpu`).
     pub follow_cpu: Option<bool>,
-    /// Whether the kernel keeps listings (`mount --no-kernel-listings`), and how many
-    /// listings the mount read from their start.
-    pub kernel_listings: Option<bool>,
-    pub listings_read: Option<u64>,
     pub commits: Option<u64>,
     pub last_commit: Option<LastCommit>,
     pub conflicts_total: u64,
@@ -316,8 +312,6 @@ impl Report {
             known_names_dropping: u("known_names_dropping"),
             inode_cap: u("inode_cap"),
             follow_cpu: v.get("follow_cpu").and_then(Value::as_bool),
-            kernel_listings: v.get("kernel_listings").and_then(Value::as_bool),
-            listings_read: u("listings_read"),
             commits: u("commits"),
             last_commit: v.get("last_commit").and_then(|c| {
                 Some(LastCommit {
@@ -470,17 +464,6 @@ pub fn render_text(m: &Mount, d: &Details) -> String {
                     "where the scheduler puts them (--no-follow-cpu)"
                 };
                 s.push_str(&format!("    request threads: {how}\n"));
-            }
-            if let Some(k) = r.kernel_listings {
-                let read = r
-                    .listings_read
-                    .map_or(String::new(), |n| format!(" ({n} read by the mount)"));
-                let how = if k {
-                    "kept by the kernel until the view changes"
-                } else {
-                    "read by the mount at every listing (--no-kernel-listings)"
-                };
-                s.push_str(&format!("    listings:        {how}{read}\n"));
             }
             if let Some(n) = r.commits {
                 s.push_str(&format!("    commits:         {n}\n"));

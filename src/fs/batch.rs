@@ -423,10 +423,6 @@ fn run(shared: &Shared, writer: &mut Writer) {
             g.mark_handles_failed(edit);
         }
         g.w.batch_done(batch.seq, &names);
-        if !lost.is_empty() {
-            // What was shown as written is gone again.
-            g.view_changed();
-        }
         drop(g);
         let by_process = lost_by_process(&lost);
         let names: Vec<&[u8]> = batch.edits.iter().map(|e| e.name.as_slice()).collect();

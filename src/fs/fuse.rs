@@ -9,8 +9,8 @@ use std::time::{Duration, SystemTime};
 use fuser::{
     BsdFileFlags, Errno, FileAttr, FileHandle, FileType, Filesystem, FopenFlags, Generation,
     INodeNo, KernelConfig, LockOwner, OpenFlags, RenameFlags, ReplyAttr, ReplyCreate, ReplyData,
-    ReplyDirectory, ReplyDirectoryPlus, ReplyEmpty, ReplyEntry, ReplyOpen, ReplyStatfs, ReplyWrite,
-    Request, TimeOrNow, WriteFlags,
+    ReplyDirectory, ReplyEmpty, ReplyEntry, ReplyOpen, ReplyStatfs, ReplyWrite, Request, TimeOrNow,
+    WriteFlags,
 };
 
 use crate::fs::cpu;
@@ -48,10 +48,6 @@ pub struct RefFs {
     pub(crate) kernel_passthrough: bool,
     /// The ref views of linked worktrees (`worktrees/<id>/HEAD`, …; none when refs-only).
     pub(crate) wts: Option<Arc<Worktrees>>,
-    /// Whether listings of the ref view are kept by the kernel (`FOPEN_CACHE_DIR`) and
-    /// carry attributes (`READDIRPLUS`): asked for (`--no-kernel-listings` clears it), then
-    /// set by `init` to what the kernel granted.
-    pub(crate) kernel_listings: bool,
 }
 
 /// A ref view: the main one, or a linked worktree's (`worktree.rs`).
@@ -80,78 +76,7 @@ impl std::ops::Deref for ViewRef<'_> {
     }
 }
 
-/// The names of a listing for `readdirplus` (what `readdir` lists).
-enum PlusNames {
-    Status,
-    Pass(Arc<Vec<passthrough::DirEntry>>),
-    Refs(Arc<crate::fs::view::Listing>),
-}
-
-impl PlusNames {
-    fn name(&self, k: usize) -> Option<&[u8]> {
-        match self {
-            PlusNames::Status => (k == 0).then_some(status::FILE_NAME),
-            PlusNames::Pass(e) => e.get(k).map(|e| &*e.name),
-            PlusNames::Refs(l) => l.get(k).map(|(n, _)| n),
-        }
-    }
-}
-
-/// The listing of a ref view's directory handle `fh` for a read at `offset`: (path,
-/// listing, its tag, index of the entry to read first). A read from the start takes the
-/// listing again (`Shared::rewind_dir`); an offset of another listing (a `seekdir` to a
-/// `telldir` of another handle) reads on at its index.
-#[allow(clippy::type_complexity)]
-fn dir_listing(
-    sh: &Shared,
-    fh: u64,
-    offset: u64,
-) -> Result<(Vec<u8>, Arc<crate::fs::view::Listing>, u32, u64), FsError> {
-    if offset == 0 {
-        let (path, entries, tag) = sh.rewind_dir(fh)?;
-        return Ok((path, entries, tag, 0));
-    }
-    let (_, start) = crate::fs::view::parse_dir_offset(offset);
-    sh.with_handle(fh, |h| match h {
-        Some(Handle::Dir {
-            path, entries, tag, ..
-        }) => Ok((path.clone(), entries.clone(), *tag, start)),
-        _ => Err(FsError::EBADF),
-    })
-}
-
 impl RefFs {
-    /// What a lookup of `parent/name` answers, for a `readdirplus` entry: attributes
-    /// (with the mount's inode number) and one TTL for the entry and its attributes (the
-    /// shorter of the two a lookup gives). `None`: the name is gone (not listed).
-    fn entry_of(&self, parent: INodeNo, name: &[u8]) -> Option<(FileAttr, Duration)> {
-        if status::is_status_name(parent.0, name) {
-            return status_fs::entry(&self.shared, parent.0, name);
-        }
-        if let Some(p) = self.pass_child(parent, OsStr::from_bytes(name)) {
-            return p.lookup(parent.0, name).ok().map(|a| (a, PASS_TTL));
-        }
-        let (sh, m) = self.view_child(parent.0, false).ok()?;
-        let (mut a, kind, cache) = sh.lookup(m.inn(parent.0), name).ok()?;
-        a.ino = INodeNo(m.out(a.ino.0));
-        let (attr_ttl, entry_ttl) = ttls(kind, cache);
-        Some((a, attr_ttl.min(entry_ttl)))
-    }
-
-    /// Gives back `n` of the kernel's references on `ino` (`forget`, or an entry of a
-    /// `readdirplus` reply that did not fit).
-    fn give_back(&self, ino: INodeNo, n: u64) {
-        if status::is_status_ino(ino.0) {
-            return;
-        }
-        if let Some(p) = self.pass_ino(ino) {
-            return p.forget(ino.0, n);
-        }
-        if let Ok((sh, m)) = self.view(ino.0) {
-            sh.forget(m.inn(ino.0), n);
-        }
-    }
-
     /// The passthrough, if `ino` is one of its nodes.
     fn pass_ino(&self, ino: INodeNo) -> Option<&Passthrough> {
         self.pass.as_deref().filter(|_| is_pass_ino(ino.0))
@@ -182,7 +107,7 @@ impl RefFs {
         let Ok(wt) = w.serve(&id, ino, false) else {
             return;
         };
-        let Ok(dfh) = wt.shared.opendir(ROOT, false) else {
+        let Ok(dfh) = wt.shared.opendir(ROOT) else {
             return;
         };
         let entries = view_entries(&wt.shared, wt.map(), dfh);
@@ -227,7 +152,7 @@ impl RefFs {
 /// The entries of a ref view's open directory handle `fh`, with the mount's inodes.
 fn view_entries(sh: &Shared, m: Map, fh: u64) -> Option<Vec<passthrough::DirEntry>> {
     sh.with_handle(fh, |h| match h {
-        Some(Handle::Dir { path, entries, .. }) => Some(
+        Some(Handle::Dir { path, entries }) => Some(
             (0..entries.len())
                 .filter_map(|k| entries.get(k))
                 .map(|(name, kind)| passthrough::DirEntry {
@@ -331,23 +256,7 @@ impl Filesystem for RefFs {
         let _ = config.add_capabilities(fuser::InitFlags::FUSE_ATOMIC_O_TRUNC);
         // Cached pages are dropped whenever fresh attributes show another mtime or size
         // (a second line of defence behind the open-time content check).
-        let auto_inval = config
-            .add_capabilities(fuser::InitFlags::FUSE_AUTO_INVAL_DATA)
-            .is_ok();
-        // Kept listings: the kernel checks a kept listing's mtime at every read from its
-        // start only with AUTO_INVAL_DATA (`fs/fuse/readdir.c`), so without it none is kept.
-        // With them, listings carry each entry's attributes (READDIRPLUS): one request per
-        // listing instead of a lookup per name, paid once while the listing is kept.
-        // AUTO: later chunks of a listing carry attributes only when names of it are
-        // looked at (`ls -l`, not `find -type f`).
-        self.kernel_listings = self.kernel_listings
-            && auto_inval
-            && config
-                .add_capabilities(
-                    fuser::InitFlags::FUSE_DO_READDIRPLUS | fuser::InitFlags::FUSE_READDIRPLUS_AUTO,
-                )
-                .is_ok();
-        self.shared.set_kernel_listings(self.kernel_listings);
+        let _ = config.add_capabilities(fuser::InitFlags::FUSE_AUTO_INVAL_DATA);
         if let Some(p) = &self.pass {
             // Kernel passthrough for passed-through regular files; the backing files may
             // sit on a stacked filesystem (overlayfs) themselves, hence depth 2.
@@ -402,7 +311,15 @@ impl Filesystem for RefFs {
     }
 
     fn forget(&self, _req: &Request, ino: INodeNo, nlookup: u64) {
-        self.give_back(ino, nlookup);
+        if status::is_status_ino(ino.0) {
+            return;
+        }
+        if let Some(p) = self.pass_ino(ino) {
+            return p.forget(ino.0, nlookup);
+        }
+        if let Ok((sh, m)) = self.view(ino.0) {
+            sh.forget(m.inn(ino.0), nlookup);
+        }
     }
 
     fn getattr(&self, req: &Request, ino: INodeNo, fh: Option<FileHandle>, reply: ReplyAttr) {
@@ -921,11 +838,7 @@ impl Filesystem for RefFs {
             Ok(v) => v,
             Err(e) => return reply.error(e),
         };
-        // The root of a full mount also lists passed-through names, whose changes the
-        // mount does not see: never kept by the kernel.
-        let pass_root = self.pass.is_some() && ino.0 == ROOT;
-        let keep = self.kernel_listings && !pass_root;
-        match sh.opendir(m.inn(ino.0), keep) {
+        match sh.opendir(m.inn(ino.0)) {
             Ok(fh) => {
                 if let Some(p) = self.pass.as_deref().filter(|_| ino.0 == ROOT) {
                     if let Err(e) = p.open_root(fh) {
@@ -933,14 +846,7 @@ impl Filesystem for RefFs {
                         return reply.error(errno(e));
                     }
                 }
-                // KEEP_CACHE: without it every opendir drops what the kernel kept
-                // (`fuse_dir_open`); a kept listing goes when its mtime moves.
-                let flags = if keep {
-                    FopenFlags::FOPEN_CACHE_DIR | FopenFlags::FOPEN_KEEP_CACHE
-                } else {
-                    FopenFlags::empty()
-                };
-                reply.opened(FileHandle(fh), flags)
+                reply.opened(FileHandle(fh), FopenFlags::empty())
             }
             Err(e) => reply.error(errno(e)),
         }
@@ -979,122 +885,44 @@ impl Filesystem for RefFs {
             Err(e) => return reply.error(e),
         };
         let parent = m.out(sh.parent_of(m.inn(ino.0)));
-        let (path, entries, tag, start) = match dir_listing(&sh, fh.0, offset) {
-            Ok(l) => l,
-            Err(e) => return reply.error(errno(e)),
-        };
-        let mut i = start;
-        loop {
-            let off = crate::fs::view::dir_offset(tag, i);
-            let full = match i {
-                0 => reply.add(INodeNo(ino.0), off, FileType::Directory, "."),
-                1 => reply.add(INodeNo(parent), off, FileType::Directory, ".."),
-                n => {
-                    let Some((name, kind)) =
-                        usize::try_from(n - 2).ok().and_then(|k| entries.get(k))
-                    else {
-                        break;
-                    };
-                    let child = crate::fs::view::join(&path, name);
-                    let cino = m.out(crate::fs::inode::ino_of(&child, kind));
-                    reply.add(INodeNo(cino), off, file_type(kind), OsStr::from_bytes(name))
-                }
-            };
-            if full {
-                break;
-            }
-            i += 1;
-        }
-        reply.ok();
-    }
-
-    /// `readdir` with each entry's attributes (`FUSE_DO_READDIRPLUS`, asked for with kept
-    /// listings): `ls -l`, `find -size` and git's loose-ref scan then need no lookup per
-    /// name. Every entry but `.` and `..` is a lookup (the kernel takes a reference on
-    /// it); an entry that does not fit in the reply gives its reference back.
-    fn readdirplus(
-        &self,
-        req: &Request,
-        ino: INodeNo,
-        fh: FileHandle,
-        offset: u64,
-        mut reply: ReplyDirectoryPlus,
-    ) {
-        cpu::on_request(req.pid());
-        // (name, offset after it) of every entry from the one asked for, and the parent.
-        let (names, parent, tag, start): (PlusNames, u64, Option<u32>, u64) =
-            if ino.0 == status::DIR_INO {
-                (PlusNames::Status, ROOT, None, offset)
-            } else if let Some(p) = self.pass_ino(ino) {
-                let Some(entries) = p.dir_entries(fh.0) else {
-                    return reply.error(Errno::EBADF);
-                };
-                (PlusNames::Pass(entries), p.parent_of(ino.0), None, offset)
-            } else if let Some(p) = self.pass.as_deref().filter(|_| ino.0 == ROOT) {
-                let refs = view_entries(&self.shared, Map::MAIN, fh.0);
-                let (Some(mut all), Some(rest)) = (refs, p.root_entries(fh.0)) else {
-                    return reply.error(Errno::EBADF);
-                };
-                all.extend(rest.iter().cloned());
-                (PlusNames::Pass(Arc::new(all)), ROOT, None, offset)
-            } else {
-                let (sh, m) = match self.view(ino.0) {
-                    Ok(v) => v,
-                    Err(e) => return reply.error(e),
-                };
-                let parent = m.out(sh.parent_of(m.inn(ino.0)));
-                match dir_listing(&sh, fh.0, offset) {
-                    Ok((_, entries, tag, start)) => {
-                        (PlusNames::Refs(entries), parent, Some(tag), start)
-                    }
-                    Err(e) => return reply.error(errno(e)),
-                }
-            };
-        let (uid, gid) = self.shared.owner();
-        let now = SystemTime::now();
-        let mut i = start;
-        loop {
-            let off = match tag {
-                Some(t) => crate::fs::view::dir_offset(t, i),
-                None => i + 1,
-            };
-            let full = match i {
-                0 | 1 => {
-                    // Not linked by the kernel: attributes only for the record.
-                    let (dino, name) = if i == 0 { (ino.0, ".") } else { (parent, "..") };
-                    let a = attr(dino, Kind::Dir, 4096, now, uid, gid);
-                    reply.add(INodeNo(dino), off, name, &Duration::ZERO, &a, Generation(0))
-                }
-                n => {
-                    let Some(name) = usize::try_from(n - 2).ok().and_then(|k| names.name(k)) else {
-                        break;
-                    };
-                    match self.entry_of(ino, name) {
-                        // Gone since the listing was taken: left out.
-                        None => false,
-                        Some((a, ttl)) => {
-                            let full = reply.add(
-                                a.ino,
-                                off,
+        // The listing is taken out of the state; the reply is built without its lock.
+        let listing = sh.with_handle(fh.0, |h| match h {
+            Some(Handle::Dir { path, entries }) => Some((path.clone(), entries.clone())),
+            _ => None,
+        });
+        match listing {
+            Some((path, entries)) => {
+                let path = &path;
+                let mut i = offset;
+                loop {
+                    let full = match i {
+                        0 => reply.add(INodeNo(ino.0), 1, FileType::Directory, "."),
+                        1 => reply.add(INodeNo(parent), 2, FileType::Directory, ".."),
+                        n => {
+                            let Some((name, kind)) =
+                                usize::try_from(n - 2).ok().and_then(|k| entries.get(k))
+                            else {
+                                break;
+                            };
+                            let child = crate::fs::view::join(path, name);
+                            let cino = m.out(crate::fs::inode::ino_of(&child, kind));
+                            reply.add(
+                                INodeNo(cino),
+                                n + 1,
+                                file_type(kind),
                                 OsStr::from_bytes(name),
-                                &ttl,
-                                &a,
-                                Generation(0),
-                            );
-                            if full {
-                                self.give_back(a.ino, 1);
-                            }
-                            full
+                            )
                         }
+                    };
+                    if full {
+                        break;
                     }
+                    i += 1;
                 }
-            };
-            if full {
-                break;
+                reply.ok();
             }
-            i += 1;
+            None => reply.error(Errno::EBADF),
         }
-        reply.ok();
     }
 
     fn releasedir(

@@ -102,9 +102,6 @@ pub struct MountOptions {
     pub kernel_passthrough: bool,
     /// Event-loop threads run on their clients' CPU (`cpu.rs`; `--no-follow-cpu` clears it).
     pub follow_cpu: bool,
-    /// The kernel keeps listings of the ref view and gets each entry's attributes with
-    /// them (`FOPEN_CACHE_DIR`, `READDIRPLUS`; `--no-kernel-listings` clears it).
-    pub kernel_listings: bool,
     /// Unmount when the mount process dies (fusermount3's `auto_unmount`; needs
     /// `allow_root`, so `user_allow_other` in /etc/fuse.conf for a non-root user). Used by
     /// `mount --over`, where a dead mount would hide the real `.git`.
@@ -123,7 +120,6 @@ impl Default for MountOptions {
             refs_only: false,
             kernel_passthrough: true,
             follow_cpu: true,
-            kernel_listings: true,
             auto_unmount: false,
         }
     }
@@ -260,7 +256,6 @@ pub fn mount(
         shared: shared.clone(),
         pass,
         kernel_passthrough: opts.kernel_passthrough,
-        kernel_listings: opts.kernel_listings,
         wts: wts.clone(),
     };
     let mut config = Config::default();

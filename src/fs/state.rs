@@ -4,9 +4,9 @@
 //! invalidations itself; the batcher thread (`batch.rs`) writes sealed batches through the
 //! separate writer source.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::num::NonZeroUsize;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
@@ -48,16 +48,10 @@ pub enum Handle {
     /// value however the ref changes meanwhile. `fp` is the content's fingerprint when
     /// the handle fills the page cache of a ref file.
     File { data: Vec<u8>, fp: Option<u64> },
-    /// An open directory: the listing as of `opendir`, taken again at every read from
-    /// its start (see [`Shared::rewind_dir`]). `tag` names this listing in the offsets
-    /// `readdir` gives (`view::dir_offset`); `kernel_cached`: opened with
-    /// `FOPEN_CACHE_DIR`, so the kernel may keep what it reads through this handle.
+    /// An open directory: the listing as of `opendir`.
     Dir {
-        ino: u64,
         path: Vec<u8>,
         entries: Arc<Listing>,
-        tag: u32,
-        kernel_cached: bool,
     },
     /// A file opened for writing. `failed`: an edit staged through this file could not
     /// be written; every later `flush` (close) and `fsync` of it reports EIO.
@@ -102,31 +96,6 @@ pub struct Inner {
     /// Ref file inodes whose cached attributes (mtime) went stale with their content
     /// unchanged: the watcher sends an attributes-only `inval_inode` for them.
     stale_attrs: Vec<u64>,
-    /// Directories whose listing the kernel may keep (`FOPEN_CACHE_DIR`) since the view
-    /// last changed: at the next change their attributes are dropped, so the kernel
-    /// compares their mtime again before it serves a kept listing (see
-    /// [`Inner::view_changed`]). Bounded: past [`KEPT_LISTINGS_MAX`] the next change
-    /// drops every known directory's attributes (`kept_overflow`).
-    kept_listings: HashSet<u64>,
-    kept_overflow: bool,
-    /// Directories whose kept listing went stale, for the watcher.
-    stale_listings: Vec<u64>,
-    /// The tag of the last listing taken (offsets of `readdir`, `view::dir_offset`).
-    last_tag: u32,
-    /// The watcher's eventfd (a copy of [`Shared::wake_fd`]).
-    wake_fd: libc::c_int,
-}
-
-/// Directories tracked by name as holding a kernel-kept listing (beyond: all of them).
-const KEPT_LISTINGS_MAX: usize = 65_536;
-
-/// The tag after `t` (1 ..= 2^31 - 1, so an offset that carries it stays positive).
-fn next_tag(t: u32) -> u32 {
-    if t >= (1 << 31) - 1 {
-        1
-    } else {
-        t + 1
-    }
 }
 
 /// Batching settings.
@@ -149,11 +118,6 @@ pub struct Shared {
     uid: u32,
     gid: u32,
     stopping: AtomicBool,
-    /// Whether the kernel keeps listings (`FOPEN_CACHE_DIR`, granted at `init`).
-    kernel_listings: AtomicBool,
-    /// Listings read from their start (`rewind_dir`): one per `ls` the kernel did not
-    /// answer from a kept listing (`reftablefs status`).
-    listings_read: AtomicU64,
     /// An eventfd that wakes the watcher when a request handler found a stale kernel
     /// entry (`-1` if none could be made: the watcher then finds it at its next tick).
     wake_fd: libc::c_int,
@@ -229,8 +193,6 @@ impl Shared {
         let log_index_seen = src.max_update_index();
         let w = WriteState::new(hash, log);
         let queue = w.queue().clone();
-        // SAFETY: a plain syscall; the descriptor is owned by `Shared`.
-        let wake_fd = unsafe { libc::eventfd(0, libc::EFD_NONBLOCK | libc::EFD_CLOEXEC) };
         Arc::new(Shared {
             inner: Mutex::new(Inner {
                 src,
@@ -249,11 +211,6 @@ impl Shared {
                 broken: None,
                 stale_names: Vec::new(),
                 stale_attrs: Vec::new(),
-                kept_listings: HashSet::new(),
-                kept_overflow: false,
-                stale_listings: Vec::new(),
-                last_tag: 0,
-                wake_fd,
             }),
             queue,
             read_only,
@@ -262,29 +219,14 @@ impl Shared {
             uid,
             gid,
             stopping: AtomicBool::new(false),
-            kernel_listings: AtomicBool::new(false),
-            listings_read: AtomicU64::new(0),
-            wake_fd,
+            // SAFETY: a plain syscall; the descriptor is owned by `Shared`.
+            wake_fd: unsafe { libc::eventfd(0, libc::EFD_NONBLOCK | libc::EFD_CLOEXEC) },
         })
     }
 
     /// Locks the state (a poisoned lock is taken over: every mutation is one step).
     pub(crate) fn lock(&self) -> MutexGuard<'_, Inner> {
         self.inner.lock().unwrap_or_else(|p| p.into_inner())
-    }
-
-    /// Records whether the kernel keeps listings (see `fuse.rs`, `init`).
-    pub(crate) fn set_kernel_listings(&self, on: bool) {
-        self.kernel_listings.store(on, Ordering::SeqCst);
-    }
-
-    /// Whether the kernel keeps listings of this mount, and how many listings the mount
-    /// read from their start (`reftablefs status`).
-    pub fn listing_status(&self) -> (bool, u64) {
-        (
-            self.kernel_listings.load(Ordering::SeqCst),
-            self.listings_read.load(Ordering::Relaxed),
-        )
     }
 
     /// Whether the mount is shutting down.
@@ -891,9 +833,7 @@ impl Shared {
         }
     }
 
-    /// Opens directory `ino`. `kernel_cached`: the reply asks the kernel to keep the
-    /// listing (`FOPEN_CACHE_DIR`).
-    pub(crate) fn opendir(&self, ino: u64, kernel_cached: bool) -> Result<u64, FsError> {
+    pub(crate) fn opendir(&self, ino: u64) -> Result<u64, FsError> {
         let mut g = self.lock();
         g.fresh()?;
         let (path, kind) = g.path_of(ino)?;
@@ -901,56 +841,7 @@ impl Shared {
             return Err(FsError::ENOTDIR);
         }
         let entries = g.listing(&path)?;
-        g.last_tag = next_tag(g.last_tag);
-        let tag = g.last_tag;
-        Ok(g.add_handle(Handle::Dir {
-            ino,
-            path,
-            entries,
-            tag,
-            kernel_cached,
-        }))
-    }
-
-    /// A read of directory handle `fh` from its start: the listing is taken again, under
-    /// a new tag, so what the kernel keeps of it (`FOPEN_CACHE_DIR`) is never older than
-    /// the attributes (mtime) the kernel fetched just before this read, and the entries
-    /// of two listings never share an offset (the kernel fills its copy from whichever
-    /// handle reads at its end). Returns the path, the listing and its tag.
-    pub(crate) fn rewind_dir(&self, fh: u64) -> Result<(Vec<u8>, Arc<Listing>, u32), FsError> {
-        self.listings_read.fetch_add(1, Ordering::Relaxed);
-        let mut g = self.lock();
-        g.fresh()?;
-        let (ino, path, kernel_cached) = match g.handles.get(&fh) {
-            Some(Handle::Dir {
-                ino,
-                path,
-                kernel_cached,
-                ..
-            }) => (*ino, path.clone(), *kernel_cached),
-            _ => return Err(FsError::EBADF),
-        };
-        let listing = g.listing(&path)?;
-        g.last_tag = next_tag(g.last_tag);
-        let new_tag = g.last_tag;
-        if kernel_cached {
-            if g.kept_listings.len() < KEPT_LISTINGS_MAX {
-                g.kept_listings.insert(ino);
-            } else {
-                g.kept_overflow = true;
-            }
-        }
-        if let Some(Handle::Dir { entries, tag, .. }) = g.handles.get_mut(&fh) {
-            *entries = listing.clone();
-            *tag = new_tag;
-        }
-        Ok((path, listing, new_tag))
-    }
-
-    /// Directories whose kernel-kept listing went stale (for an attributes-only
-    /// `inval_inode` by the watcher).
-    pub fn take_stale_listings(&self) -> Vec<u64> {
-        std::mem::take(&mut self.lock().stale_listings)
+        Ok(g.add_handle(Handle::Dir { path, entries }))
     }
 
     /// `ino` is a ref file's inode of an old size that the kernel still reaches by name:
@@ -1449,14 +1340,13 @@ impl Inner {
             self.dirs.clear();
             self.dirs_entries = 0;
             self.needs_invalidation = true;
-            self.view_changed();
         }
         let gen = self.src.generation();
         if gen != self.generation {
             self.generation = gen;
             self.dirs.clear();
             self.dirs_entries = 0;
-            self.view_changed();
+            self.changed_at = SystemTime::now();
             if self.src.last_change_external() {
                 self.needs_invalidation = true;
                 // Another writer: packed entries it contradicts would resurface on `rm`.
@@ -1509,50 +1399,10 @@ impl Inner {
         self.refresh().map(|_| ())
     }
 
-    /// What the mount shows may have changed: a new mtime for directories (and files
-    /// without a time of their own), strictly later than the last one, and the kernel's
-    /// kept listings are queued for the watcher, which drops their attributes. The kernel
-    /// serves a kept listing only while the directory's mtime is the one it had when the
-    /// listing was read (`fs/fuse/readdir.c`), so after that drop it fetches the new
-    /// mtime and reads the listing again.
-    pub(crate) fn view_changed(&mut self) {
-        let now = SystemTime::now();
-        self.changed_at = if now > self.changed_at {
-            now
-        } else {
-            self.changed_at + Duration::from_nanos(1)
-        };
-        if self.kept_overflow {
-            self.kept_overflow = false;
-            self.kept_listings.clear();
-            let dirs: Vec<u64> = self
-                .inodes
-                .known()
-                .filter(|&(_, k)| k == Kind::Dir)
-                .map(|(ino, _)| ino)
-                .collect();
-            self.stale_listings = dirs;
-        } else if !self.kept_listings.is_empty() {
-            if self.stale_listings.len() >= KEPT_LISTINGS_MAX {
-                self.kept_overflow = true;
-            }
-            self.stale_listings.extend(self.kept_listings.drain());
-        } else {
-            return;
-        }
-        if self.wake_fd >= 0 {
-            let one: u64 = 1;
-            // SAFETY: writing 8 bytes from a local to our eventfd.
-            unsafe {
-                libc::write(self.wake_fd, (&one as *const u64).cast(), 8);
-            }
-        }
-    }
-
     /// After an edit was staged: the view changed (mtimes), seal a full batch, wake the
     /// batcher.
     pub(crate) fn after_staging(&mut self, max: usize) {
-        self.view_changed();
+        self.changed_at = SystemTime::now();
         if self.w.open.len() >= max {
             self.w.seal_all();
         }

@@ -202,7 +202,6 @@ impl Recorder {
     pub(crate) fn document(&self, shared: &Shared) -> Vec<u8> {
         let (pending, batch_age) = shared.pending_status();
         let (known, dropping, cap) = shared.inode_status();
-        let (kept, listings_read) = shared.listing_status();
         let num = |n: u64| Value::Num(n as f64);
         let events = |ev: &Events, key: &str| {
             Value::Arr(
@@ -249,8 +248,6 @@ impl Recorder {
             ("known_names_dropping".into(), num(dropping as u64)),
             ("inode_cap".into(), num(cap as u64)),
             ("follow_cpu".into(), Value::Bool(crate::fs::cpu::enabled())),
-            ("kernel_listings".into(), Value::Bool(kept)),
-            ("listings_read".into(), num(listings_read)),
             (
                 "open_batch_age_ms".into(),
                 batch_age.map_or(Value::Null, |d| {
@@ -423,16 +420,6 @@ pub(crate) mod serve {
 
     pub fn is_handle(fh: u64) -> bool {
         Recorder::is_handle(fh)
-    }
-
-    /// What `lookup` answers for `parent/name` (attributes and TTL), for `readdirplus`.
-    pub fn entry(shared: &Shared, parent: u64, name: &[u8]) -> Option<(FileAttr, Duration)> {
-        let ino = match (parent, name) {
-            (ROOT, DIR_NAME) => DIR_INO,
-            (DIR_INO, FILE_NAME) => FILE_INO,
-            _ => return None,
-        };
-        Some((attr_of(shared, ino), ttl(ino)))
     }
 
     pub fn opendir(ino: u64, reply: ReplyOpen) {

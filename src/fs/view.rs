@@ -60,19 +60,6 @@ pub fn area(path: &[u8]) -> Area<'_> {
 }
 
 /// Joins a directory path and a child name.
-/// The `readdir` offset after entry `i` (0: `.`, 1: `..`, then the listing) of the
-/// listing tagged `tag`: the offset the kernel reads on from. The tag keeps the entries
-/// of two listings of one directory apart (the kernel appends to its kept listing only an
-/// entry whose offset follows the last one it kept).
-pub fn dir_offset(tag: u32, i: u64) -> u64 {
-    (u64::from(tag) << 32) | ((i + 1) & 0xffff_ffff)
-}
-
-/// The tag and the index of the entry to read next, of an offset [`dir_offset`] gave.
-pub fn parse_dir_offset(off: u64) -> (u32, u64) {
-    ((off >> 32) as u32, off & 0xffff_ffff)
-}
-
 pub fn join(dir: &[u8], name: &[u8]) -> Vec<u8> {
     let mut p = Vec::with_capacity(dir.len() + 1 + name.len());
     p.extend_from_slice(dir);

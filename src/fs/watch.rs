@@ -214,11 +214,4 @@ pub fn invalidate_mapped(shared: &Shared, notifier: &Notifier, map: &dyn Fn(u64)
     for ino in stale.attrs {
         let _ = notifier.inval_inode(INodeNo(map(ino)), -1, 0);
     }
-    // Directories whose listing the kernel keeps, after the view changed: attributes
-    // only, so the kernel fetches the new mtime at the next read of the listing from its
-    // start, finds it differs from the one the kept listing was read under, and reads the
-    // listing again (`fs/fuse/readdir.c`).
-    for ino in shared.take_stale_listings() {
-        let _ = notifier.inval_inode(INodeNo(map(ino)), -1, 0);
-    }
 }
