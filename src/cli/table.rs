@@ -287,7 +287,7 @@ pub const COMMANDS: &[Command] = &[
             Opt { spelling: "--read-only", help: "refuse every write (EROFS)" },
             Opt { spelling: "--refs-only", help: "serve the ref view alone, without the rest of <gitdir>" },
             Opt { spelling: "--no-kernel-passthrough", help: "forward reads and writes of passed-through files instead of kernel FUSE passthrough" },
-            Opt { spelling: "--no-follow-cpu", help: "leave the request threads where the scheduler puts them (by default each moves to its client's CPU: no cross-CPU wake-up per request)" },
+            Opt { spelling: "--no-follow-cpu", help: "leave the request threads where the scheduler puts them (by default each moves to its client's CPU, no cross-CPU wake-up per request, unless that client moves away from it)" },
             Opt { spelling: "--daemon", help: "run in the background; return once the mount is ready" },
             Opt { spelling: "--log=<file>", help: "with --daemon, where log lines go (default $TMPDIR/reftablefs-mount.<pid>.log)" },
             Opt { spelling: "--batch-window=<ms>", help: "how long writes are gathered into one table (default 5)" },
