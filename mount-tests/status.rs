@@ -508,3 +508,69 @@ pub fn request_threads_follow_their_client(ctx: &Ctx) -> TestResult {
     Ok(())
 }
 mount_test!(request_threads_follow_their_client, timeout = 60);
+
+/// Pins the calling thread to `cpu`.
+fn pin_to(cpu: usize) -> std::io::Result<()> {
+    // SAFETY: a local cpu set; 0 is this thread.
+    unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        libc::CPU_SET(cpu, &mut set);
+        if libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set) != 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+    }
+    Ok(())
+}
+
+/// A client that moves to another CPU after the request threads followed it is not
+/// followed there: the threads go back to every CPU the mount may use (`fs/cpu.rs`,
+/// `Chase`; following such a client made every request cross CPUs, docs/benchmarks.md
+/// "Issue 11, round 6").
+pub fn request_threads_stop_following_a_client_that_moves(ctx: &Ctx) -> TestResult {
+    let cpus = allowed_cpus();
+    let (Some(&first), Some(&second)) = (cpus.first(), cpus.last()) else {
+        println!("SKIP: no CPU list");
+        return Ok(());
+    };
+    if first == second {
+        println!("SKIP: one CPU only: nothing to follow");
+        return Ok(());
+    }
+    let repo = Repo::init(&ctx.path("repo"), "reftable")?;
+    repo.commit("one")?;
+    let m = Mount::start(&repo.gitdir, &ctx.path("mnt"), &[])?;
+    let head = m.path("HEAD");
+    let pid = m.pid().ok_or("no pid")?;
+    let client = std::thread::spawn(move || -> TestResult<(Vec<String>, Vec<String>)> {
+        pin_to(first)?;
+        for _ in 0..500 {
+            std::fs::read(&head)?;
+        }
+        let followed = event_loop_cpus(pid)?;
+        pin_to(second)?;
+        for _ in 0..1500 {
+            std::fs::read(&head)?;
+        }
+        Ok((followed, event_loop_cpus(pid)?))
+    });
+    let (followed, after) = client.join().map_err(|_| "client thread panicked")??;
+    let (first, second) = (first.to_string(), second.to_string());
+    ensure!(
+        followed.contains(&first),
+        "no event-loop thread followed the client to CPU {first}: {followed:?}"
+    );
+    ensure!(
+        !after.contains(&second),
+        "an event-loop thread chased the client to CPU {second}: {after:?}"
+    );
+    ensure!(
+        after.iter().any(|c| *c != first),
+        "every event-loop thread stayed on CPU {first}, the client's old one: {after:?}"
+    );
+    m.unmount()?;
+    Ok(())
+}
+mount_test!(
+    request_threads_stop_following_a_client_that_moves,
+    timeout = 60
+);
