@@ -16,7 +16,7 @@
 //! moves to the CPU of the latest client (each drop makes the kernel queue a `FORGET` for
 //! the event-loop threads there) and back afterwards. Threads only move within the CPUs
 //! the mount itself may use (`taskset`, cpusets), saved when the mount starts. A client
-//! that moves away from the threads that followed it is not followed again ([`Chase`]).
+//! that moves away from the threads that followed it is not followed again (`Chase`).
 //! This changes where work runs, never what it does. `mount --no-follow-cpu` turns it off.
 
 use std::cell::Cell;
