@@ -475,14 +475,7 @@ pub fn request_threads_follow_their_client(ctx: &Ctx) -> TestResult {
     let off = Mount::start(&repo.gitdir, &ctx.path("off"), &["--no-follow-cpu"])?;
     let files = [on.path("HEAD"), off.path("HEAD")];
     let client = std::thread::spawn(move || -> std::io::Result<()> {
-        // SAFETY: a local cpu set; 0 is this thread.
-        unsafe {
-            let mut set: libc::cpu_set_t = std::mem::zeroed();
-            libc::CPU_SET(target, &mut set);
-            if libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set) != 0 {
-                return Err(std::io::Error::last_os_error());
-            }
-        }
+        pin_to(target)?;
         for _ in 0..500 {
             for f in &files {
                 std::fs::read(f)?;
