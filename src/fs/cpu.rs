@@ -156,15 +156,9 @@ pub fn on_request(tid: u32) {
     if PINNED.with(Cell::get) != want {
         PINNED.with(|c| c.set(want));
         match usize::try_from(want) {
-            Ok(cpu) => {
-                pin(cpu);
-            }
-            Err(_) => {
-                if let Some(set) = ALLOWED.get() {
-                    set_affinity(set);
-                }
-            }
-        }
+            Ok(cpu) => pin(cpu),
+            Err(_) => unpin(),
+        };
     }
 }
 
@@ -184,10 +178,13 @@ pub fn near_clients() -> Option<NearClients> {
 
 impl Drop for NearClients {
     fn drop(&mut self) {
-        if let Some(set) = ALLOWED.get() {
-            set_affinity(set);
-        }
+        unpin();
     }
+}
+
+/// Lets the calling thread use every CPU the mount may use again.
+fn unpin() -> bool {
+    ALLOWED.get().is_some_and(set_affinity)
 }
 
 /// Pins the calling thread to `cpu` if the mount may use it.
