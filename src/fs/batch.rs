@@ -957,7 +957,7 @@ mod tests {
     fn read_ref(shared: &Shared, heads: u64, name: &str) -> Result<Vec<u8>, FsError> {
         let ino = shared.lookup(heads, name.as_bytes())?.0.ino.0;
         let (fh, _) = shared.open(ino, libc::O_RDONLY)?;
-        let data = shared.read_file(ino, fh, 0, 4096);
+        let data = shared.read_file(ino, fh, 0, 4096, false);
         shared.release(fh);
         data
     }

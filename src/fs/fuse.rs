@@ -402,7 +402,7 @@ impl Filesystem for RefFs {
         fh: FileHandle,
         offset: u64,
         size: u32,
-        _flags: OpenFlags,
+        flags: OpenFlags,
         _lock_owner: Option<LockOwner>,
         reply: ReplyData,
     ) {
@@ -421,7 +421,9 @@ impl Filesystem for RefFs {
             Ok(v) => v,
             Err(e) => return reply.error(e),
         };
-        match sh.read_file(m.inn(ino.0), fh.0, offset, size) {
+        // An O_DIRECT read of a page-cache handle fills no page.
+        let direct = flags_of(flags) & libc::O_DIRECT != 0;
+        match sh.read_file(m.inn(ino.0), fh.0, offset, size, direct) {
             Ok(data) => reply.data(&data),
             Err(e) => reply.error(errno(e)),
         }

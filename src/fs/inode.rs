@@ -423,11 +423,18 @@ impl Inodes {
     }
 
     /// An open for reading will serve content of `len` bytes with fingerprint `fp`:
-    /// page cache only when that is the inode's fixed size (kept when the kernel's pages
-    /// hold this very content), direct-IO otherwise (the name has moved on to another
-    /// inode; the watcher or the next lookup re-resolves it).
+    /// page cache only when that is the inode's fixed size, direct-IO otherwise (the name
+    /// has moved on to another inode; the watcher or the next lookup re-resolves it).
+    /// The kernel's pages are kept (`Cached`) only when the last page fill this mount
+    /// answered was this very content; otherwise this open drops them (`Refill`).
+    ///
+    /// A `Refill` does not record `fp`: the kernel drops the pages only after this reply
+    /// reaches it, and an open answered `Cached` meanwhile (another process, right after
+    /// a writer's update returned) would read the old page before that drop. Only a fill
+    /// ([`Inodes::pages_filled`]) says what the pages hold; until one comes, every open
+    /// drops them again.
     pub fn open_for_read(&mut self, ino: u64, len: u64, fp: u64) -> OpenMode {
-        let Some(n) = self.nodes.get_mut(&ino) else {
+        let Some(n) = self.nodes.get(&ino) else {
             return OpenMode::Direct;
         };
         if n.size() != Some(len) {
@@ -436,15 +443,14 @@ impl Inodes {
         if n.pages() == Some(fp) {
             OpenMode::Cached
         } else {
-            n.set_pages(Some(fp));
             OpenMode::Refill
         }
     }
 
-    /// A read of a page-cached handle whose content has fingerprint `fp` is answered:
-    /// the kernel's pages now hold that content (a handle opened before a change may fill
-    /// them after a later open dropped them); the next open with other content then
-    /// drops them again.
+    /// A page-cache read of `ino` was answered with content of fingerprint `fp`: the
+    /// kernel's page now holds that content (page fills of one inode are serialised by
+    /// the kernel's page lock, and an open that drops the pages waits for a fill in
+    /// flight, so the last fill answered is what the page holds, if anything).
     pub fn pages_filled(&mut self, ino: u64, fp: u64) {
         if let Some(n) = self.nodes.get_mut(&ino) {
             n.set_pages(Some(fp));
@@ -708,13 +714,19 @@ mod tests {
             head18
         );
         assert_eq!(t.fixed_size(head18), Some(18));
-        // Content of the inode's own size: pages are refilled once, then kept.
+        // Content of the inode's own size: pages are dropped at every open until a
+        // fill says what they hold, then kept.
         assert_eq!(t.open_for_read(head41, 41, 7), OpenMode::Refill);
+        assert_eq!(t.open_for_read(head41, 41, 7), OpenMode::Refill);
+        t.pages_filled(head41, 7);
         assert_eq!(t.open_for_read(head41, 41, 7), OpenMode::Cached);
-        // Same size, other content: the kernel must drop its pages.
+        // Same size, other content: the kernel must drop its pages, at every open until
+        // a fill of the new content.
         assert_eq!(t.open_for_read(head41, 41, 8), OpenMode::Refill);
-        // A handle opened before the change fills the pages with the old content: the
-        // next open with the new content drops them again.
+        assert_eq!(t.open_for_read(head41, 41, 8), OpenMode::Refill);
+        t.pages_filled(head41, 8);
+        assert_eq!(t.open_for_read(head41, 41, 8), OpenMode::Cached);
+        // A fill with other content (a value reset in between): dropped again.
         t.pages_filled(head41, 7);
         assert_eq!(t.open_for_read(head41, 41, 8), OpenMode::Refill);
         // Content of another size through this inode: never the page cache.

@@ -879,15 +879,22 @@ impl Shared {
         self.wake_fd
     }
 
-    /// The bytes a read of an open file returns: a read handle answers from its content
-    /// as of `open`; a read-write handle (a reflog opened `rb+`) from the file as it is
-    /// now through the overlay.
+    /// The bytes a read of an open file returns. A direct-IO read handle answers from its
+    /// content as of `open` (a reader never sees a torn value however the ref changes
+    /// meanwhile); a page-cache read handle fills the inode's one page, which every later
+    /// open of the inode may keep, so it answers with the ref's content now (one read
+    /// fills the whole file: never torn), or with its own snapshot when the ref's size
+    /// has moved on (the page then belongs to an inode no open keeps any more). `direct`:
+    /// the read bypasses the page cache (`O_DIRECT`), so it fills no page. A read-write
+    /// handle (a reflog opened `rb+`) answers from the file as it is now through the
+    /// overlay.
     pub(crate) fn read_file(
         &self,
         ino: u64,
         fh: u64,
         offset: u64,
         size: u32,
+        direct: bool,
     ) -> Result<Vec<u8>, FsError> {
         let mut g = self.lock();
         let slice = |data: &[u8]| -> Vec<u8> {
@@ -900,27 +907,21 @@ impl Shared {
         match g.handles.get(&fh) {
             Some(Handle::File { fp: None, data }) => Ok(slice(data)),
             Some(Handle::File { fp: Some(fp), data }) => {
-                let fp = *fp;
-                // This read fills the inode's page, which every reader of the inode then
-                // sees. A later open that dropped the pages for other content of the same
-                // size (a newer value) must read that content, not this handle's older
-                // snapshot: fill the page from a handle of that open while one is alive.
-                let promised = g.inodes.kernel_view(ino).and_then(|(_, pages)| pages);
-                if let Some(newer) = promised.filter(|&p| p != fp) {
-                    let len = data.len();
-                    let newer_data = g.handles.values().find_map(|h| match h {
-                        Handle::File {
-                            fp: Some(f),
-                            data: d,
-                        } if *f == newer && d.len() == len => Some(d),
-                        _ => None,
-                    });
-                    if let Some(d) = newer_data {
-                        return Ok(slice(d));
-                    }
+                let (own_fp, own) = (*fp, slice(data));
+                let len = data.len();
+                let mut now = Vec::new();
+                let current = match g.path_of(ino) {
+                    Ok((path, Kind::Ref)) => g.render(&path, Kind::Ref, &mut now).is_ok(),
+                    _ => false,
+                };
+                let (out, filled) = if current && now.len() == len {
+                    (slice(&now), fingerprint(&now))
+                } else {
+                    (own, own_fp)
+                };
+                if !direct {
+                    g.inodes.pages_filled(ino, filled);
                 }
-                let out = slice(data);
-                g.inodes.pages_filled(ino, fp);
                 Ok(out)
             }
             Some(Handle::Write {
@@ -1709,11 +1710,14 @@ mod tests {
         RefValue::Val1(ObjectId::from_bytes(&[b; 20]).expect("sha-1 id"))
     }
 
-    /// A reader that opened before a change and fills the page cache after a later open
-    /// dropped it (for the newer value of the same size) fills it with the newer value:
-    /// the later opener, which reads from that page, never sees the older one.
+    /// The pages of a ref file are kept by an open only when the last page fill answered
+    /// exactly the content that open serves. An open that drops them (`Refill`) records
+    /// nothing: the kernel drops them only after its reply, so an open answered `Cached`
+    /// meanwhile would read the old page (issue 23's stale read after a lock). A fill by
+    /// a handle opened before a change serves the ref as it is now, so a later opener
+    /// never reads an older value from the page; an O_DIRECT read fills no page.
     #[test]
-    fn a_late_page_fill_serves_the_newest_open() {
+    fn pages_are_kept_only_for_the_content_last_filled() {
         let mut mem = MemSource::new();
         mem.set("refs/heads/x", oid(1));
         let shared = Shared::new(
@@ -1730,49 +1734,78 @@ mod tests {
         let (a, _, cached) = shared.lookup(heads, b"x").expect("x");
         assert!(cached, "a ref file of one page has a fixed size");
         let ino = a.ino.0;
-        let (old_fh, mode) = shared.open(ino, libc::O_RDONLY).expect("open");
-        assert_eq!(mode, OpenMode::Refill);
         let rendered = |v: &RefValue| {
             let mut out = Vec::new();
             view::render_ref(v, &mut out);
             out
         };
+        let set = |from: u8, to: u8| {
+            let edit = BatchEdit {
+                name: b"refs/heads/x".to_vec(),
+                new: Some(oid(to)),
+                expected_old: Some(oid(from)),
+                ..BatchEdit::default()
+            };
+            shared.lock().src.commit(&[edit]).expect("commit");
+        };
+        let (old_fh, mode) = shared.open(ino, libc::O_RDONLY).expect("open");
+        assert_eq!(mode, OpenMode::Refill, "nothing filled yet");
+        let (fh, mode) = shared.open(ino, libc::O_RDONLY).expect("open");
+        assert_eq!(mode, OpenMode::Refill, "a refill records nothing");
+        assert_eq!(
+            shared.read_file(ino, fh, 0, 4096, false).expect("read"),
+            rendered(&oid(1))
+        );
+        shared.release(fh);
+        let (fh, mode) = shared.open(ino, libc::O_RDONLY).expect("open");
+        assert_eq!(mode, OpenMode::Cached, "the page holds this content now");
+        shared.release(fh);
         // Another writer: same size, other content.
+        set(1, 2);
+        let (new_fh, mode) = shared.open(ino, libc::O_RDONLY).expect("open");
+        assert_eq!(mode, OpenMode::Refill, "other content drops the pages");
+        // The race: before any fill, a second open must drop the pages too (the first
+        // open's drop may not have happened yet in the kernel).
+        let (second, mode) = shared.open(ino, libc::O_RDONLY).expect("open");
+        assert_eq!(mode, OpenMode::Refill, "no fill of the new content yet");
+        // The old handle's fill serves the ref as it is now, not its snapshot.
+        assert_eq!(
+            shared.read_file(ino, old_fh, 0, 4096, false).expect("read"),
+            rendered(&oid(2))
+        );
+        let (fh, mode) = shared.open(ino, libc::O_RDONLY).expect("open");
+        assert_eq!(mode, OpenMode::Cached);
+        shared.release(fh);
+        // An O_DIRECT read fills no page: it records nothing.
+        set(2, 3);
+        assert_eq!(
+            shared.read_file(ino, second, 0, 4096, true).expect("read"),
+            rendered(&oid(3))
+        );
+        let (fh, mode) = shared.open(ino, libc::O_RDONLY).expect("open");
+        assert_eq!(
+            mode,
+            OpenMode::Refill,
+            "the page may still hold the old content"
+        );
+        shared.release(fh);
+        // A direct-IO handle (fixed size no longer matching: a longer value) keeps its
+        // snapshot; a page-cache handle whose ref changed size fills from its snapshot.
+        let sym = RefValue::Symref(b"refs/heads/a-much-longer-target-name".to_vec());
         let edit = BatchEdit {
             name: b"refs/heads/x".to_vec(),
-            new: Some(oid(2)),
-            expected_old: Some(oid(1)),
+            new: Some(sym),
+            expected_old: Some(oid(3)),
             ..BatchEdit::default()
         };
         shared.lock().src.commit(&[edit]).expect("commit");
-        let (new_fh, mode) = shared.open(ino, libc::O_RDONLY).expect("open again");
-        assert_eq!(mode, OpenMode::Refill, "other content drops the pages");
-        // The old handle's read arrives first: it fills the page the new opener reads.
-        let filled = shared.read_file(ino, old_fh, 0, 4096).expect("read");
-        assert_eq!(filled, rendered(&oid(2)));
         assert_eq!(
-            shared.read_file(ino, new_fh, 0, 4096).expect("read"),
-            rendered(&oid(2))
+            shared.read_file(ino, new_fh, 0, 4096, false).expect("read"),
+            rendered(&oid(2)),
+            "a page-cache handle of the old size serves its snapshot"
         );
-        // Once no handle of the newer open is alive, the old handle reads its own
-        // snapshot, and the next open (of the newer content) drops that page again.
+        shared.release(second);
         shared.release(new_fh);
-        assert_eq!(
-            shared.read_file(ino, old_fh, 0, 4096).expect("read"),
-            rendered(&oid(1))
-        );
-        let (fh, mode) = shared.open(ino, libc::O_RDONLY).expect("open a third time");
-        assert_eq!(mode, OpenMode::Refill);
-        assert_eq!(
-            shared.read_file(ino, fh, 0, 4096).expect("read"),
-            rendered(&oid(2))
-        );
-        let (fh2, mode) = shared
-            .open(ino, libc::O_RDONLY)
-            .expect("open a fourth time");
-        assert_eq!(mode, OpenMode::Cached, "the pages hold this content now");
-        shared.release(fh2);
-        shared.release(fh);
         shared.release(old_fh);
     }
 }
