@@ -2085,3 +2085,89 @@ git.stdin.close(); git.wait()
 print(done, stale, plain, k)
 for n in notes[:20]: print(n)
 "#;
+
+/// Issue 23, silent refusals: a value that can never become a ref fails at the call
+/// that can know it, and `status` records it; a symref pointing to itself is deleted.
+/// - `echo <null id> > refs/heads/zero` fails the write (EINVAL; a shell's `echo` exits
+///   non-zero), and nothing is left behind;
+/// - an empty ref file (`touch`, a bare create and close) fails its close (EINVAL;
+///   `touch` exits non-zero), and nothing is left behind;
+/// - git 2.39's `branch -d self` of `refs/heads/self` → `refs/heads/self` (t3200) exits
+///   0 and the symref is gone for good (git 2.47 reads the stack after fsync and again
+///   after a second: it never comes back).
+pub fn never_refs_fail_at_the_call(ctx: &Ctx) -> TestResult {
+    let repo = Repo::init(&ctx.path("repo"), "reftable")?;
+    repo.commit("base")?;
+    repo.git(&["symbolic-ref", "refs/heads/self", "refs/heads/self"])?;
+    let m = Mount::start(&repo.gitdir, &ctx.path("mnt"), &[])?;
+    let null = "0".repeat(40);
+    // The null id, written the way a shell does and the way a program does.
+    let out = Command::new("sh")
+        .arg("-c")
+        .arg(format!("echo {null} > refs/heads/zero"))
+        .current_dir(&m.mnt)
+        .output()?;
+    ensure!(
+        !out.status.success(),
+        "echo <null id> > refs/heads/zero exited 0"
+    );
+    let r = File::create(m.path("refs/heads/zero2"))
+        .and_then(|mut f| f.write_all(format!("{null}\n").as_bytes()));
+    expect_errno(
+        r,
+        &[libc::EINVAL],
+        "write the null id into refs/heads/zero2",
+    )?;
+    // An empty ref file: `touch`, and a create closed with its status checked.
+    let out = Command::new("touch")
+        .arg(m.path("refs/heads/empty"))
+        .output()?;
+    ensure!(!out.status.success(), "touch refs/heads/empty exited 0");
+    let out = Command::new("python3")
+        .arg("-c")
+        .arg("import os,sys; os.close(os.open(sys.argv[1], os.O_WRONLY|os.O_CREAT|os.O_EXCL, 0o644))")
+        .arg(m.path("refs/heads/empty2"))
+        .output()?;
+    ensure!(
+        !out.status.success() && String::from_utf8_lossy(&out.stderr).contains("Invalid argument"),
+        "create and close of an empty refs/heads/empty2: {:?} {}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // Nothing left behind, in the mount or the stack.
+    for name in ["zero", "zero2", "empty", "empty2"] {
+        ensure!(
+            !m.path(&format!("refs/heads/{name}")).exists(),
+            "refs/heads/{name} is left in the mount"
+        );
+    }
+    let status = fs::read_to_string(m.path(".reftablefs/status"))?;
+    for name in ["zero", "zero2", "empty", "empty2"] {
+        ensure!(
+            status.contains(&format!("refs/heads/{name}\"")),
+            "status does not record the refusal of refs/heads/{name}:\n{status}"
+        );
+    }
+    // The self-referential symref, deleted by git 2.39 through the mount.
+    let out = Command::new("/usr/bin/git")
+        .args(["branch", "-d", "self"])
+        .env("GIT_DIR", &m.mnt)
+        .output()?;
+    crate::harness::check(&out, "git 2.39 branch -d self")?;
+    sync_ref(&m, "HEAD")?;
+    for wait in [0, 1000] {
+        std::thread::sleep(Duration::from_millis(wait));
+        let refs = repo.git(&["for-each-ref", "--format=%(refname)"])?;
+        ensure!(
+            !refs.lines().any(|l| l.starts_with("refs/heads/zero")
+                || l.starts_with("refs/heads/empty")
+                || l == "refs/heads/self"),
+            "after {wait} ms the stack holds: {refs}"
+        );
+    }
+    let log = m.log();
+    ensure!(!log.contains("not written"), "a batch failed:\n{log}");
+    m.unmount()?;
+    verify_stack(&repo)
+}
+mount_test!(never_refs_fail_at_the_call, timeout = 60);

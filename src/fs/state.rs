@@ -1582,6 +1582,18 @@ impl Inner {
             return Ok(());
         };
         if !*dirty {
+            if *placeholder {
+                // A ref file created and closed without content (`touch`, `: >`): an
+                // empty file can never be a ref, so nothing is stored — said here, at
+                // the close, and recorded.
+                let path = path.clone();
+                return Err(refuse_for(
+                    "close",
+                    &path,
+                    libc::EINVAL,
+                    "an empty file is not a ref value; nothing was written",
+                ));
+            }
             return Ok(());
         }
         *dirty = false;

@@ -227,6 +227,11 @@ pub fn ref_content_prefix_ok(data: &[u8], hash: HashKind) -> Result<(), String> 
     let hex_ok = data.iter().take(hex_len).all(|b| b.is_ascii_hexdigit())
         && data.get(hex_len).is_none_or(|&b| is_space(b));
     if hex_ok {
+        if data.len() >= hex_len && data.iter().take(hex_len).all(|&b| b == b'0') {
+            // Complete, and never a ref value: refused at the write, where even a shell's
+            // `echo 0000… > refs/heads/x` sees it (shells ignore errors of `close`).
+            return Err("the null object id is not a ref value".into());
+        }
         return Ok(());
     }
     let head = data.get(..data.len().min(4)).unwrap_or_default();
@@ -1549,5 +1554,10 @@ mod tests {
         }
         let long = format!("{}0", hex(3));
         assert!(ref_content_prefix_ok(long.as_bytes(), h).is_err());
+        // The null id: fine while incomplete, refused once complete.
+        let zeros = "0".repeat(40);
+        assert!(ref_content_prefix_ok(&zeros.as_bytes()[..39], h).is_ok());
+        assert!(ref_content_prefix_ok(zeros.as_bytes(), h).is_err());
+        assert!(ref_content_prefix_ok(format!("{zeros}\n").as_bytes(), h).is_err());
     }
 }
