@@ -17,6 +17,7 @@ mod read_path;
 #[path = "../tests/support/shells.rs"]
 mod shells;
 mod status;
+mod stuck;
 mod times;
 mod worktrees;
 mod write_path;
@@ -35,6 +36,7 @@ const SOURCES: &[(&str, &str)] = &[
     ("packaging", include_str!("packaging.rs")),
     ("read_path", include_str!("read_path.rs")),
     ("status", include_str!("status.rs")),
+    ("stuck", include_str!("stuck.rs")),
     ("times", include_str!("times.rs")),
     ("worktrees", include_str!("worktrees.rs")),
     ("write_path", include_str!("write_path.rs")),

@@ -6,6 +6,7 @@
 use std::cell::Cell;
 use std::fs::{self, File};
 use std::io;
+use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
@@ -117,7 +118,8 @@ pub struct LockDiagnosis {
     /// Processes with the file open: `(pid, command name)`.
     pub holders: Vec<(u32, String)>,
     /// Whether every process's descriptors could be read (false: some `/proc/PID/fd`
-    /// was unreadable, so a holder may be missing).
+    /// could not be listed, or a descriptor named like the file could not be confirmed
+    /// either way, so a holder may be missing).
     pub complete: bool,
 }
 
@@ -151,21 +153,44 @@ impl std::fmt::Display for LockDiagnosis {
 }
 
 /// Diagnoses the lock (or temporary) file at `path`: its age, and which processes hold
-/// it open (a scan of `/proc/*/fd`). `Ok(None)` when it does not exist.
+/// it open. `Ok(None)` when it does not exist.
+///
+/// It never blocks on another file system: only `path` itself (on the stack's own file
+/// system) and procfs are touched, and no descriptor of any process is `stat`ed (that
+/// asks the descriptor's file system, and a stopped FUSE daemon, a hung NFS or sshfs
+/// server, or a mount diagnosing its own lock while its request threads wait for it
+/// never answer). A holder is found by the link text of `/proc/PID/fd/N` (the path the
+/// kernel prints, never resolved) ending in the lock's file name, confirmed by
+/// `/proc/PID/fdinfo/N`: the lock's inode number on the lock's mount, or on another
+/// mount of the same file system (a bind mount, another namespace).
 pub fn diagnose(path: &Path) -> Result<Option<LockDiagnosis>> {
-    use std::os::unix::fs::MetadataExt;
-    let meta = match fs::symlink_metadata(path) {
-        Ok(m) => m,
+    use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
+    // An `O_PATH` descriptor (no open of the file itself): its `/proc/self/fdinfo` gives
+    // the lock's mount id and inode number in the kernel's own terms, the ones every
+    // holder's `fdinfo` shows; `fstat` of it, its dev, inode and age, all of one file.
+    let own = match fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_PATH | libc::O_NOFOLLOW | libc::O_CLOEXEC)
+        .open(path)
+    {
+        Ok(f) => f,
         Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
         Err(e) => return Err(Error::io(path, e)),
     };
+    let meta = own.metadata().map_err(|e| Error::io(path, e))?;
     let id = (meta.dev(), meta.ino());
     let age = meta
         .modified()
         .ok()
         .and_then(|m| SystemTime::now().duration_since(m).ok())
         .unwrap_or_default();
-    let (holders, complete) = holders_of(id);
+    let (holders, complete) = match own_fd_info(&own) {
+        Some(info) => {
+            let name = path.file_name().map(|n| n.as_bytes()).unwrap_or_default();
+            holders_of(name, info)
+        }
+        None => (Vec::new(), false),
+    };
     Ok(Some(LockDiagnosis {
         path: path.to_path_buf(),
         id,
@@ -175,40 +200,192 @@ pub fn diagnose(path: &Path) -> Result<Option<LockDiagnosis>> {
     }))
 }
 
-/// Processes with a descriptor on the file `(dev, ino)`, and whether the scan saw every
-/// process.
-fn holders_of(id: (u64, u64)) -> (Vec<(u32, String)>, bool) {
-    use std::os::unix::fs::MetadataExt;
+/// What `/proc/PID/fdinfo/N` says about a descriptor: `flags:` (octal), `mnt_id:`,
+/// `ino:` (absent before Linux 5.14).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct FdInfo {
+    flags: u32,
+    mnt_id: u64,
+    ino: Option<u64>,
+}
+
+/// At most this much of an `fdinfo` file is read: its first lines are the ones wanted
+/// (what follows, for some descriptors, lists locks or watches).
+const FDINFO_MAX: u64 = 4096;
+
+fn parse_fdinfo(text: &[u8]) -> Option<FdInfo> {
+    let (mut flags, mut mnt_id, mut ino) = (None, None, None);
+    for line in text.split(|&b| b == b'\n') {
+        let Some((key, value)) = std::str::from_utf8(line)
+            .ok()
+            .and_then(|l| l.split_once(':'))
+        else {
+            continue;
+        };
+        let value = value.trim();
+        match key {
+            "flags" => flags = u32::from_str_radix(value, 8).ok(),
+            "mnt_id" => mnt_id = value.parse().ok(),
+            "ino" => ino = value.parse().ok(),
+            _ => {}
+        }
+    }
+    Some(FdInfo {
+        flags: flags?,
+        mnt_id: mnt_id?,
+        ino,
+    })
+}
+
+/// Reads `/proc/PID/fdinfo/N` (procfs only: the descriptor's file system is not asked).
+fn read_fdinfo(path: &Path) -> io::Result<Option<FdInfo>> {
+    use std::io::Read;
+    let mut text = Vec::new();
+    File::open(path)?.take(FDINFO_MAX).read_to_end(&mut text)?;
+    Ok(parse_fdinfo(&text))
+}
+
+/// The lock as `fdinfo` names it, from this process's `O_PATH` descriptor on it.
+fn own_fd_info(own: &File) -> Option<FdInfo> {
+    use std::os::fd::AsRawFd;
+    read_fdinfo(Path::new(&format!("/proc/self/fdinfo/{}", own.as_raw_fd())))
+        .ok()
+        .flatten()
+}
+
+/// Whether a descriptor's link text (`readlink /proc/PID/fd/N`: the path the kernel
+/// prints, never resolved) names a file called `name`, also one since unlinked.
+fn link_names(link: &[u8], name: &[u8]) -> bool {
+    let link = link.strip_suffix(b" (deleted)").unwrap_or(link);
+    !name.is_empty()
+        && link.len() > name.len()
+        && link.ends_with(name)
+        && link.get(link.len() - name.len() - 1) == Some(&b'/')
+}
+
+/// `major:minor` of mount `mnt_id` (its file system) in a `mountinfo` text.
+fn mount_dev(mountinfo: &[u8], mnt_id: u64) -> Option<Vec<u8>> {
+    let want = mnt_id.to_string();
+    mountinfo.split(|&b| b == b'\n').find_map(|line| {
+        let mut fields = line.split(|&b| b == b' ');
+        (fields.next()? == want.as_bytes())
+            .then(|| Some(fields.nth(1)?.to_vec()))
+            .flatten()
+    })
+}
+
+/// The file system (`major:minor`) of mount `mnt_id`, as process `pid` sees its mounts
+/// (mount ids are unique across namespaces; a process in another namespace lists its
+/// own). `ours` caches this process's `mountinfo` for one scan.
+fn mount_dev_of(ours: &mut Option<Vec<u8>>, pid: Option<u32>, mnt_id: u64) -> Option<Vec<u8>> {
+    let mine = ours.get_or_insert_with(|| fs::read("/proc/self/mountinfo").unwrap_or_default());
+    if let Some(dev) = mount_dev(mine, mnt_id) {
+        return Some(dev);
+    }
+    let theirs = fs::read(format!("/proc/{}/mountinfo", pid?)).ok()?;
+    mount_dev(&theirs, mnt_id)
+}
+
+/// Processes with a descriptor open on the lock (`name`, whose `fdinfo` is `lock`), and
+/// whether every process could be checked.
+///
+/// Only procfs is read, which answers from the kernel's tables (see [`diagnose`]): the
+/// link text of each descriptor picks the candidates whose file is called `name` (also
+/// `name (deleted)`: a lock unlinked while held, whose inode then differs from a new
+/// lock's), and a candidate's `fdinfo` confirms it. `O_PATH` descriptors hold nothing
+/// (this diagnosis's own among them). A process whose descriptor table cannot be listed,
+/// or a candidate that cannot be confirmed either way, makes the scan incomplete; a
+/// descriptor whose link text is refused (a process with capabilities this one lacks)
+/// is skipped, as the `stat` of the earlier scan was. Threads with a descriptor table
+/// of their own (`unshare(CLONE_FILES)`) are not seen.
+fn holders_of(name: &[u8], lock: FdInfo) -> (Vec<(u32, String)>, bool) {
     let mut holders = Vec::new();
     let Ok(procs) = fs::read_dir("/proc") else {
         return (holders, false);
     };
     let mut complete = true;
-    for p in procs.flatten() {
+    let mut mountinfo = None;
+    for p in procs {
+        let Ok(p) = p else {
+            complete = false;
+            continue;
+        };
         let Some(pid) = p.file_name().to_str().and_then(|s| s.parse::<u32>().ok()) else {
             continue;
         };
-        let fds = match fs::read_dir(p.path().join("fd")) {
-            Ok(fds) => fds,
+        match holds(pid, name, lock, &mut mountinfo) {
+            Ok(true) => {
+                let comm = fs::read_to_string(format!("/proc/{pid}/comm")).unwrap_or_default();
+                holders.push((pid, comm.trim_end().to_owned()));
+            }
+            Ok(false) => {}
             // The process exited meanwhile: it holds nothing.
-            Err(e) if e.kind() == io::ErrorKind::NotFound => continue,
-            Err(_) => {
-                complete = false;
-                continue;
-            }
-        };
-        for fd in fds.flatten() {
-            // stat through the magic link: the open file itself, even if unlinked.
-            if let Ok(m) = fs::metadata(fd.path()) {
-                if (m.dev(), m.ino()) == id {
-                    let name = fs::read_to_string(p.path().join("comm")).unwrap_or_default();
-                    holders.push((pid, name.trim_end().to_owned()));
-                    break;
-                }
-            }
+            Err(e) if gone(&e) => {}
+            Err(_) => complete = false,
         }
     }
     (holders, complete)
+}
+
+/// Whether an error reading `/proc/PID/...` means the process or descriptor is gone.
+fn gone(e: &io::Error) -> bool {
+    matches!(e.raw_os_error(), Some(libc::ENOENT) | Some(libc::ESRCH))
+}
+
+/// Whether process `pid` has a descriptor open on the lock (see [`holders_of`]); an
+/// error when that cannot be told.
+fn holds(pid: u32, name: &[u8], lock: FdInfo, mountinfo: &mut Option<Vec<u8>>) -> io::Result<bool> {
+    let fd_dir = PathBuf::from(format!("/proc/{pid}/fd"));
+    let mut unsure = None;
+    for fd in fs::read_dir(&fd_dir)? {
+        let fd = fd?;
+        let link = match fs::read_link(fd.path()) {
+            Ok(l) => l,
+            Err(e) if gone(&e) => continue,
+            // Refused (a process with capabilities this one lacks): skipped, as the
+            // `stat` of the old scan was.
+            Err(e) if e.kind() == io::ErrorKind::PermissionDenied => continue,
+            Err(e) => return Err(e),
+        };
+        if !link_names(link.as_os_str().as_bytes(), name) {
+            continue;
+        }
+        let info =
+            match read_fdinfo(&Path::new(&format!("/proc/{pid}/fdinfo")).join(fd.file_name())) {
+                Ok(Some(i)) => i,
+                Ok(None) => {
+                    unsure = Some(io::Error::other("unreadable fdinfo"));
+                    continue;
+                }
+                Err(e) if gone(&e) => continue,
+                Err(e) => {
+                    unsure = Some(e);
+                    continue;
+                }
+            };
+        if info.flags & (libc::O_PATH as u32) != 0 {
+            continue;
+        }
+        match (info.ino, lock.ino) {
+            (Some(a), Some(b)) if a != b => continue,
+            // Before Linux 5.14 `fdinfo` has no inode: the name and the mount must do.
+            _ => {}
+        }
+        if info.mnt_id == lock.mnt_id {
+            return Ok(true);
+        }
+        let theirs = mount_dev_of(mountinfo, Some(pid), info.mnt_id);
+        let ours = mount_dev_of(mountinfo, None, lock.mnt_id);
+        match (theirs, ours) {
+            (Some(a), Some(b)) if a == b => return Ok(true),
+            (Some(_), Some(_)) => {}
+            _ => unsure = Some(io::Error::other("mount of a descriptor not found")),
+        }
+    }
+    match unsure {
+        Some(e) => Err(e),
+        None => Ok(false),
+    }
 }
 
 /// Removes the lock or temporary file `diag` describes, if it is still the same file
@@ -392,20 +569,253 @@ mod tests {
         assert!(got.is_ok(), "lock acquired after release");
     }
 
+    /// A FUSE file system of one file, `held`, whose `getattr` waits while its gate is
+    /// shut (at most [`GATE_MAX`](unanswered::GATE_MAX)): a stopped daemon or a hung
+    /// network file system, as far as a caller of `stat` can tell, but one this test can
+    /// always let go.
+    #[cfg(feature = "fuse")]
+    mod unanswered {
+        use std::ffi::OsStr;
+        use std::fs::File;
+        use std::sync::{Arc, Condvar, Mutex};
+        use std::time::{Duration, Instant, UNIX_EPOCH};
+
+        use fuser::{
+            Config, Errno, FileAttr, FileHandle, FileType, Filesystem, Generation, INodeNo,
+            MountOption, ReplyAttr, ReplyEntry, Request,
+        };
+
+        /// The longest a `getattr` waits for the gate.
+        pub const GATE_MAX: Duration = Duration::from_secs(30);
+        const HELD: INodeNo = INodeNo(2);
+
+        #[derive(Default)]
+        struct Gate {
+            shut: Mutex<bool>,
+            opened: Condvar,
+        }
+
+        impl Gate {
+            fn set(&self, shut: bool) {
+                *self.shut.lock().unwrap_or_else(|p| p.into_inner()) = shut;
+                self.opened.notify_all();
+            }
+
+            fn wait_open(&self) {
+                let deadline = Instant::now() + GATE_MAX;
+                let mut shut = self.shut.lock().unwrap_or_else(|p| p.into_inner());
+                while *shut {
+                    let left = deadline.saturating_duration_since(Instant::now());
+                    if left.is_zero() {
+                        return;
+                    }
+                    shut = self
+                        .opened
+                        .wait_timeout(shut, left)
+                        .unwrap_or_else(|p| p.into_inner())
+                        .0;
+                }
+            }
+        }
+
+        struct Fs(Arc<Gate>);
+
+        fn attr(ino: INodeNo) -> FileAttr {
+            let (kind, perm) = if ino == INodeNo::ROOT {
+                (FileType::Directory, 0o755)
+            } else {
+                (FileType::RegularFile, 0o644)
+            };
+            FileAttr {
+                ino,
+                size: 0,
+                blocks: 0,
+                atime: UNIX_EPOCH,
+                mtime: UNIX_EPOCH,
+                ctime: UNIX_EPOCH,
+                crtime: UNIX_EPOCH,
+                kind,
+                perm,
+                nlink: 1,
+                uid: 0,
+                gid: 0,
+                rdev: 0,
+                blksize: 4096,
+                flags: 0,
+            }
+        }
+
+        impl Filesystem for Fs {
+            fn lookup(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
+                if parent == INodeNo::ROOT && name == "held" {
+                    reply.entry(&Duration::ZERO, &attr(HELD), Generation(0));
+                } else {
+                    reply.error(Errno::ENOENT);
+                }
+            }
+
+            fn getattr(
+                &self,
+                _req: &Request,
+                ino: INodeNo,
+                _fh: Option<FileHandle>,
+                reply: ReplyAttr,
+            ) {
+                if ino == HELD {
+                    self.0.wait_open();
+                }
+                reply.attr(&Duration::ZERO, &attr(ino));
+            }
+        }
+
+        fn has_fusermount3() -> bool {
+            std::env::var_os("PATH").is_some_and(|paths| {
+                std::env::split_paths(&paths).any(|d| d.join("fusermount3").is_file())
+            })
+        }
+
+        /// The mount, with `held` open in this process; dropping it opens the gate,
+        /// closes the file and unmounts.
+        pub struct Unanswered {
+            gate: Arc<Gate>,
+            held: Option<File>,
+            session: Option<fuser::BackgroundSession>,
+            _dir: tempfile::TempDir,
+        }
+
+        impl Unanswered {
+            /// Mounts it and opens `held` (gate open), then shuts the gate. `None` (and a
+            /// SKIP line) where this machine cannot mount: no `/dev/fuse`, or a mount
+            /// refused without `fusermount3` to fall back on, as the mount tests skip.
+            pub fn start() -> Option<Unanswered> {
+                if !std::path::Path::new("/dev/fuse").exists() {
+                    eprintln!("SKIP the unanswered file system: no /dev/fuse");
+                    return None;
+                }
+                let dir = tempfile::tempdir().expect("tempdir");
+                let gate = Arc::new(Gate::default());
+                let mut config = Config::default();
+                config.mount_options = vec![
+                    MountOption::FSName("reftablefs-test".into()),
+                    MountOption::RO,
+                ];
+                // Two threads: a close (FLUSH) is answered while a getattr waits.
+                config.n_threads = Some(2);
+                let session = match fuser::Session::new(Fs(gate.clone()), dir.path(), &config)
+                    .and_then(fuser::Session::spawn)
+                {
+                    Ok(s) => s,
+                    Err(e) if !has_fusermount3() => {
+                        eprintln!("SKIP the unanswered file system: {e}, no fusermount3");
+                        return None;
+                    }
+                    Err(e) => panic!("cannot mount the test file system: {e}"),
+                };
+                let held = dir.path().join("held");
+                let mut me = Unanswered {
+                    gate,
+                    held: None,
+                    session: Some(session),
+                    _dir: dir,
+                };
+                me.held = Some(File::open(held).expect("open held"));
+                me.gate.set(true);
+                Some(me)
+            }
+
+            /// A `stat` through this process's descriptor on `held` (what the old scan
+            /// did): on another thread, which must still be waiting after `wait`. The
+            /// receiver gets its end once the gate opens.
+            pub fn stat_waits(&self, wait: Duration) -> std::sync::mpsc::Receiver<()> {
+                use std::os::fd::AsRawFd;
+                let fd = self.held.as_ref().map_or(-1, |f| f.as_raw_fd());
+                let link = format!("/proc/self/fd/{fd}");
+                let (tx, rx) = std::sync::mpsc::channel();
+                std::thread::spawn(move || {
+                    let _ = std::fs::metadata(link);
+                    let _ = tx.send(());
+                });
+                assert!(
+                    rx.recv_timeout(wait).is_err(),
+                    "a stat of the unanswered file returned: the test proves nothing"
+                );
+                rx
+            }
+
+            /// Lets every waiting and later `getattr` through.
+            pub fn open_gate(&self) {
+                self.gate.set(false);
+            }
+        }
+
+        impl Drop for Unanswered {
+            fn drop(&mut self) {
+                self.open_gate();
+                self.held = None;
+                if let Some(s) = self.session.take() {
+                    let _ = s.umount_and_join();
+                }
+            }
+        }
+    }
+
+    /// [`diagnose`] on another thread; `None` if it has not returned within `bound`.
+    fn diagnose_within(path: &Path, bound: Duration) -> Option<Result<Option<LockDiagnosis>>> {
+        let (tx, rx) = std::sync::mpsc::channel();
+        let p = path.to_path_buf();
+        std::thread::spawn(move || {
+            let _ = tx.send(diagnose(&p));
+        });
+        rx.recv_timeout(bound).ok()
+    }
+
     #[test]
     fn diagnosis_sees_this_process_holding_a_lock() {
+        const BOUND: Duration = Duration::from_secs(10);
         let dir = tempfile::tempdir().unwrap();
         let p = dir.path().join("tables.list.lock");
         assert_eq!(diagnose(&p).unwrap(), None);
-        let lock = LockFile::acquire(&p, None).unwrap();
-        let d = diagnose(&p).unwrap().unwrap();
+        // This process also holds a file open on a file system that does not answer (a
+        // stopped FUSE daemon, a hung NFS server, the mount itself): the diagnosis must
+        // not ask it anything.
+        #[cfg(feature = "fuse")]
+        let stuck = unanswered::Unanswered::start();
+        #[cfg(feature = "fuse")]
+        let waiting_stat = stuck
+            .as_ref()
+            .map(|s| s.stat_waits(Duration::from_millis(300)));
+        let mut lock = LockFile::acquire(&p, None).unwrap();
+        let start = Instant::now();
+        let got = diagnose_within(&p, BOUND);
+        #[cfg(feature = "fuse")]
+        if let Some(s) = &stuck {
+            s.open_gate();
+        }
+        #[cfg(feature = "fuse")]
+        if let Some(rx) = waiting_stat {
+            assert!(rx.recv_timeout(BOUND).is_ok(), "the stat never returned");
+        }
+        let d = got
+            .unwrap_or_else(|| {
+                panic!("the diagnosis did not return within {BOUND:?}: it asked a file system")
+            })
+            .unwrap()
+            .unwrap();
+        assert!(start.elapsed() < BOUND);
         assert!(
             d.holders.iter().any(|(pid, _)| *pid == std::process::id()),
             "{d}"
         );
+        assert!(d.complete, "{d}");
         assert!(!d.is_stale(Duration::ZERO), "a held lock is not stale: {d}");
-        // A leftover (as after kill -9): the file without an open descriptor.
-        std::mem::forget(lock);
+        // Closed but left (as after kill -9): nobody holds it.
+        lock.file = None;
+        let d = diagnose(&p).unwrap().unwrap();
+        assert!(d.holders.is_empty(), "{d}");
+        assert!(d.is_stale(Duration::ZERO), "{d}");
+        drop(lock);
+        #[cfg(feature = "fuse")]
+        drop(stuck);
         let p2 = dir.path().join("left.lock");
         drop(File::create(&p2).unwrap());
         let d = diagnose(&p2).unwrap().unwrap();
@@ -423,6 +833,79 @@ mod tests {
             assert!(remove_diagnosed(&d).unwrap());
         }
         assert!(!p2.exists());
+    }
+
+    #[test]
+    fn diagnosis_tells_a_deleted_lock_from_its_successor() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("tables.list.lock");
+        let me = std::process::id();
+        let held = |d: &LockDiagnosis| d.holders.iter().any(|(pid, _)| *pid == me);
+        // The old lock, still open here, is unlinked and a new one made at its path:
+        // this process holds the old file, not the new one (the link text says
+        // "tables.list.lock (deleted)" and the inode differs).
+        let old = File::create(&p).unwrap();
+        fs::remove_file(&p).unwrap();
+        drop(File::create(&p).unwrap());
+        let d = diagnose(&p).unwrap().unwrap();
+        assert!(
+            !held(&d),
+            "the old file's holder counted for the new one: {d}"
+        );
+        // A file of the same name elsewhere is not the lock either.
+        let other_dir = dir.path().join("other");
+        fs::create_dir(&other_dir).unwrap();
+        let other = File::create(other_dir.join("tables.list.lock")).unwrap();
+        assert!(!held(&diagnose(&p).unwrap().unwrap()));
+        // An O_PATH descriptor on the lock holds nothing.
+        let path_only = {
+            use std::os::unix::fs::OpenOptionsExt;
+            fs::OpenOptions::new()
+                .read(true)
+                .custom_flags(libc::O_PATH)
+                .open(&p)
+                .unwrap()
+        };
+        assert!(!held(&diagnose(&p).unwrap().unwrap()), "O_PATH counted");
+        let new = File::open(&p).unwrap();
+        let d = diagnose(&p).unwrap().unwrap();
+        assert!(held(&d) && d.complete, "{d}");
+        drop((old, other, path_only, new));
+        assert!(!held(&diagnose(&p).unwrap().unwrap()));
+    }
+
+    #[test]
+    fn fdinfo_and_link_text() {
+        let info = parse_fdinfo(b"pos:\t0\nflags:\t02100002\nmnt_id:\t31\nino:\t1234\n").unwrap();
+        assert_eq!(
+            info,
+            FdInfo {
+                flags: 0o2100002,
+                mnt_id: 31,
+                ino: Some(1234)
+            }
+        );
+        assert_eq!(
+            parse_fdinfo(b"pos:\t0\nflags:\t0100000\nmnt_id:\t24\n").map(|i| i.ino),
+            Some(None),
+            "before Linux 5.14: no ino line"
+        );
+        assert_eq!(parse_fdinfo(b"pos:\t0\n"), None);
+        let name = b"tables.list.lock";
+        assert!(link_names(b"/r/.git/reftable/tables.list.lock", name));
+        assert!(link_names(
+            b"/r/.git/reftable/tables.list.lock (deleted)",
+            name
+        ));
+        assert!(!link_names(b"/r/.git/reftable/xtables.list.lock", name));
+        assert!(!link_names(b"tables.list.lock", name));
+        assert!(!link_names(b"pipe:[22718]", name));
+        assert!(!link_names(b"/r/tables.list.lock.new", name));
+        let info = b"24 1 254:0 / / rw,relatime shared:1 - ext4 /dev/vda rw\n\
+                     31 24 0:45 / /tmp/m rw - fuse.reftable reftablefs rw\n";
+        assert_eq!(mount_dev(info, 31).as_deref(), Some(&b"0:45"[..]));
+        assert_eq!(mount_dev(info, 24).as_deref(), Some(&b"254:0"[..]));
+        assert_eq!(mount_dev(info, 2), None);
     }
 
     #[test]

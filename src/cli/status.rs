@@ -571,15 +571,17 @@ pub fn run(mut args: Args) -> Result<ExitCode> {
     if let Some(t) = target {
         let cwd = std::env::current_dir().map_err(|e| Error::io(".", e))?;
         let want = absolute(&cwd, &t);
-        // The parent is not on the mount: canonicalizing it cannot hang on a hung mount.
-        let canon = match (want.parent(), want.file_name()) {
-            (Some(p), Some(f)) => p.canonicalize().map(|p| p.join(f)).ok(),
-            _ => None,
-        };
-        let Some(m) = mounts
-            .iter()
-            .find(|m| m.mountpoint == want || Some(&m.mountpoint) == canon.as_ref())
-        else {
+        // Only a name that is not a mount point as written is resolved, and only its
+        // parent: never the mount itself, whose daemon may not answer. (The parent can
+        // still be on another file system that does not answer.)
+        let m = mounts.iter().find(|m| m.mountpoint == want).or_else(|| {
+            let canon = match (want.parent(), want.file_name()) {
+                (Some(p), Some(f)) => p.canonicalize().map(|p| p.join(f)).ok()?,
+                _ => return None,
+            };
+            mounts.iter().find(|m| m.mountpoint == canon)
+        });
+        let Some(m) = m else {
             eprintln!("error: {} is not a reftablefs mount", t.display());
             return Ok(ExitCode::from(1));
         };

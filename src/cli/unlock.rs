@@ -2,11 +2,11 @@
 //! leftovers of a killed writer (git, a mount, a `reftablefs` command) that block or
 //! litter the reftable stack, and says what it did.
 //!
-//! * `tables.list.lock` is diagnosed (age, processes holding it open from `/proc/*/fd`)
-//!   and removed only when proven stale: no process holds it open and it is at least
-//!   `--min-age` seconds old (default 10). git and reftablefs keep the lock open while
-//!   they hold it, so a lock nobody holds open is left over. `--force` removes it
-//!   whatever the diagnosis.
+//! * `tables.list.lock` is diagnosed (age, processes holding it open, from `/proc`
+//!   alone: a stuck NFS, sshfs or FUSE mount elsewhere cannot hang it) and removed only
+//!   when proven stale: no process holds it open and it is at least `--min-age` seconds
+//!   old (default 10). git and reftablefs keep the lock open while they hold it, so a
+//!   lock nobody holds open is left over. `--force` removes it whatever the diagnosis.
 //! * Then, holding the list lock, [`Stack::clean_orphans`](reftablefs::stack::Stack::clean_orphans):
 //!   locks of tables the list no longer names, stale locks of listed tables (the same
 //!   age rule; `--force` means age 0, never a lock held open), and temporary tables once

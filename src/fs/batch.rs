@@ -268,7 +268,8 @@ fn commit(writer: &mut Writer, batch: &Batch) -> crate::Result<CommitOutcome> {
 }
 
 /// Why a whole batch could not be written, for its log line: a held `tables.list.lock`
-/// says how old it is and how to remove a stale one.
+/// says how old it is, who holds it and how to remove a stale one. Called without the
+/// state lock ([`crate::lockfile::diagnose`] reads only `/proc` and the lock itself).
 fn why_not_written(e: &crate::Error) -> String {
     match e {
         crate::Error::Lock(path) => {
@@ -370,6 +371,9 @@ fn next_batch(shared: &Shared, writer: &mut Writer) -> Option<Batch> {
 fn run(shared: &Shared, writer: &mut Writer) {
     while let Some(batch) = next_batch(shared, writer) {
         let result = commit(writer, &batch);
+        // Before the state lock: the request threads need it, and the diagnosis of a
+        // held lock must never wait for them.
+        let why_failed = result.as_ref().err().map(why_not_written);
         let mut g = shared.lock();
         // The reader sees the new table and the pending entries go away in one step under
         // the state lock (until now the reader kept the old tables: no read shows the
@@ -405,7 +409,7 @@ fn run(shared: &Shared, writer: &mut Writer) {
                 }
             }
             Err(e) => {
-                let why = why_not_written(e);
+                let why = why_failed.unwrap_or_else(|| e.to_string());
                 eprintln!(
                     "reftablefs: commit: batch of {} edits not written: {why}",
                     batch.len()

@@ -224,12 +224,12 @@ impl Recorder {
                     .collect(),
             )
         };
-        let r = self.rec();
-        let stale = r
-            .reftable_dir
-            .as_ref()
+        // Diagnosed without the recorder's lock, which request threads take.
+        let dir = self.rec().reftable_dir.clone();
+        let stale = dir
             .map(|d| stale_locks(&d.join("tables.list.lock")))
             .unwrap_or_default();
+        let r = self.rec();
         let doc = Value::Obj(vec![
             ("version".into(), num(1)),
             (

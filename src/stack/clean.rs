@@ -67,7 +67,10 @@ impl Stack {
     ///   table belongs to an addition (which would hold the list lock we hold) or to a
     ///   compaction (which holds the locks of its listed input tables until it commits).
     ///
-    /// Anything else (and anything held open by a process) is kept and reported.
+    /// Anything else (and anything held open by a process) is kept and reported. Who
+    /// holds a file open is read from `/proc` alone ([`lockfile::diagnose`]), so the list
+    /// lock is never held while waiting for another file system (a mount starting up
+    /// runs this too).
     pub fn clean_orphans(&mut self, stale_locks: Option<Duration>) -> Result<OrphanReport> {
         let _lock = self.lock_list()?;
         self.reload()?;
