@@ -14,6 +14,7 @@ mod expected;
 mod lifecycle;
 mod packaging;
 mod read_path;
+mod security;
 #[path = "../tests/support/shells.rs"]
 mod shells;
 mod status;
@@ -34,6 +35,7 @@ const SOURCES: &[(&str, &str)] = &[
     ("lifecycle", include_str!("lifecycle.rs")),
     ("packaging", include_str!("packaging.rs")),
     ("read_path", include_str!("read_path.rs")),
+    ("security", include_str!("security.rs")),
     ("status", include_str!("status.rs")),
     ("times", include_str!("times.rs")),
     ("worktrees", include_str!("worktrees.rs")),
