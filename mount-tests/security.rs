@@ -9,12 +9,22 @@
 //!   mountpoint (two levels deeper), names nothing: only the mount itself following them
 //!   could reach the outside files, so the test cannot pass by the kernel's own resolution
 //!   and does not depend on timing.
+//! * [`other_users_get_what_the_modes_give`]: `mount --over` lets other users in
+//!   (`allow_other`) and has the kernel check their requests against the modes shown
+//!   (`default_permissions`), the mount root and the ref view showing GITDIR's own. A user
+//!   made for the test (`useradd`; the tests run as root here and in CI, elsewhere a
+//!   visible SKIP line) gets `EACCES` for every name inside a mode-700 `.git`, also names
+//!   the kernel holds for the owner; in a repository shared with a group
+//!   (`git init --shared=0660`, the user in the group) it reads refs, objects and config,
+//!   runs git 2.39, writes an object and a ref, while a file of mode 600 and the same user
+//!   outside the group get `EACCES`. The user and its group are removed on every exit path.
 
 use std::fs;
 use std::os::unix::fs::{symlink, PermissionsExt};
 use std::path::Path;
+use std::process::{Command, Output, Stdio};
 
-use crate::harness::{stage, Ctx, Mount, Repo, TestResult};
+use crate::harness::{check, note, stage, Ctx, Mount, Repo, TestResult};
 
 /// What every file outside GITDIR holds.
 const SECRET: &[u8] = b"SECRET outside GITDIR\n";
@@ -233,3 +243,367 @@ pub fn symlink_swap_reaches_nothing_outside(ctx: &Ctx) -> TestResult {
     m.unmount()
 }
 mount_test!(symlink_swap_reaches_nothing_outside, timeout = 120);
+
+/// A user and a group made for a test, removed (`userdel`, `groupdel`) when dropped: on
+/// every exit path, panics included.
+struct TestUser {
+    name: String,
+    group: String,
+    uid: u32,
+    gid: u32,
+    /// The extra group (the shared repository's).
+    shared_gid: u32,
+    made_user: bool,
+    made_group: bool,
+}
+
+/// Runs a command as root with a bound; fails unless it exits 0; returns stdout.
+fn admin(prog: &str, args: &[&str]) -> TestResult<String> {
+    stage(&format!("{prog} {}", args.join(" ")));
+    let out = Command::new("timeout")
+        .arg("30")
+        .arg(prog)
+        .args(args)
+        .stdin(Stdio::null())
+        .env("LC_ALL", "C")
+        .output()?;
+    check(&out, &format!("{prog} {}", args.join(" ")))?;
+    Ok(String::from_utf8_lossy(&out.stdout).trim().to_string())
+}
+
+/// Whether this process runs as root (effective uid 0).
+fn is_root() -> bool {
+    fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find_map(|l| l.strip_prefix("Uid:"))
+                .and_then(|ids| ids.split_whitespace().nth(1).map(|e| e == "0"))
+        })
+        .unwrap_or(false)
+}
+
+impl TestUser {
+    /// A new user (with its own group) and a second group it may join; `None` (after a
+    /// SKIP line) when this process cannot make users.
+    fn create() -> TestResult<Option<TestUser>> {
+        if !is_root() {
+            note("SKIP other users: not root (useradd and setpriv need root; CI runs as root)");
+            return Ok(None);
+        }
+        for tool in ["useradd", "userdel", "groupadd", "groupdel", "setpriv"] {
+            if admin("sh", &["-c", &format!("command -v {tool}")]).is_err() {
+                note(&format!("SKIP other users: {tool} is missing"));
+                return Ok(None);
+            }
+        }
+        let tag = format!(
+            "{}{}",
+            std::process::id(),
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map(|d| d.subsec_micros())
+                .unwrap_or(0)
+        );
+        let mut u = TestUser {
+            name: format!("rtfs-sec-{tag}"),
+            group: format!("rtfs-shr-{tag}"),
+            uid: 0,
+            gid: 0,
+            shared_gid: 0,
+            made_user: false,
+            made_group: false,
+        };
+        admin("groupadd", &[&u.group])?;
+        u.made_group = true;
+        admin(
+            "useradd",
+            &[
+                "-M",
+                "-U",
+                "-s",
+                "/usr/sbin/nologin",
+                "-d",
+                "/nonexistent",
+                &u.name,
+            ],
+        )?;
+        u.made_user = true;
+        u.uid = admin("id", &["-u", &u.name])?.parse()?;
+        u.gid = admin("id", &["-g", &u.name])?.parse()?;
+        let entry = admin("getent", &["group", &u.group])?;
+        u.shared_gid = entry.split(':').nth(2).unwrap_or("").parse()?;
+        ensure!(
+            u.uid != 0 && u.gid != 0,
+            "the test user is root: {}",
+            u.name
+        );
+        Ok(Some(u))
+    }
+
+    /// Runs `prog args` as this user (with the shared group when `in_group`, else with no
+    /// extra group), from `/`, with an empty environment but `PATH`, bounded to 30 s.
+    fn run(&self, in_group: bool, prog: &str, args: &[&str]) -> TestResult<Output> {
+        stage(&format!("as {}: {prog} {}", self.name, args.join(" ")));
+        let groups = if in_group {
+            format!("--groups={}", self.shared_gid)
+        } else {
+            "--clear-groups".to_string()
+        };
+        Ok(Command::new("timeout")
+            .arg("30")
+            .arg("setpriv")
+            .arg(format!("--reuid={}", self.uid))
+            .arg(format!("--regid={}", self.gid))
+            .arg(groups)
+            .arg("--")
+            .arg(prog)
+            .args(args)
+            .current_dir("/")
+            .env_clear()
+            .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+            .env("LC_ALL", "C")
+            .env("HOME", "/nonexistent")
+            .env("GIT_CONFIG_NOSYSTEM", "1")
+            .env("GIT_CONFIG_GLOBAL", "/dev/null")
+            .stdin(Stdio::null())
+            .output()?)
+    }
+
+    /// `prog args` as this user must fail with `EACCES` ("Permission denied").
+    fn denied(&self, in_group: bool, prog: &str, args: &[&str]) -> Result<(), String> {
+        let what = format!("{prog} {}", args.join(" "));
+        let out = self
+            .run(in_group, prog, args)
+            .map_err(|e| format!("{what}: {e}"))?;
+        let err = String::from_utf8_lossy(&out.stderr);
+        if out.status.success() {
+            let printed = String::from_utf8_lossy(&out.stdout);
+            let first = printed.lines().next().unwrap_or("").trim();
+            return Err(format!("{what}: allowed (printed {first:?}…)"));
+        }
+        if !err.contains("Permission denied") {
+            return Err(format!("{what}: failed, but not with EACCES: {err}"));
+        }
+        Ok(())
+    }
+
+    /// `prog args` as this user must succeed; returns its stdout.
+    fn allowed(&self, in_group: bool, prog: &str, args: &[&str]) -> Result<String, String> {
+        let what = format!("{prog} {}", args.join(" "));
+        let out = self
+            .run(in_group, prog, args)
+            .map_err(|e| format!("{what}: {e}"))?;
+        if !out.status.success() {
+            return Err(format!(
+                "{what}: {}",
+                String::from_utf8_lossy(&out.stderr).trim()
+            ));
+        }
+        Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+    }
+}
+
+impl Drop for TestUser {
+    fn drop(&mut self) {
+        if self.made_user {
+            let _ = admin("userdel", &[&self.name]);
+        }
+        if self.made_group {
+            let _ = admin("groupdel", &[&self.group]);
+        }
+    }
+}
+
+/// `path` as a string, for command lines.
+fn s(path: &Path) -> String {
+    path.to_string_lossy().into_owned()
+}
+
+pub fn other_users_get_what_the_modes_give(ctx: &Ctx) -> TestResult {
+    let Some(user) = TestUser::create()? else {
+        return Ok(());
+    };
+    // The test's own directory is private (0700): let the user reach the work trees.
+    fs::set_permissions(ctx.path(""), fs::Permissions::from_mode(0o755))?;
+    let mut failures: Vec<String> = Vec::new();
+
+    // A private repository: `.git` of mode 700.
+    let private = Repo::init(&ctx.path("private"), "reftable")?;
+    private.commit("one")?;
+    fs::set_permissions(&private.gitdir, fs::Permissions::from_mode(0o700))?;
+    let m = Mount::start_over(&private.work)?;
+    let mode = fs::metadata(&m.mnt)?.permissions().mode() & 0o7777;
+    if mode != 0o700 {
+        failures.push(format!(
+            "private .git: the mount root shows mode {mode:o}, not the real .git's 700"
+        ));
+    }
+    // Before each check the owner (root) reads or lists the name and stats it, so the
+    // kernel holds it and its attributes: the other user must not get them either.
+    stage("another user on the private .git");
+    for (prog, rel) in [
+        ("stat", "HEAD"),
+        ("stat", "refs/heads/main"),
+        ("stat", "refs/heads"),
+        ("stat", "config"),
+        ("stat", "objects"),
+        ("stat", "index"),
+        ("stat", "logs/HEAD"),
+        ("cat", "HEAD"),
+        ("cat", "refs/heads/main"),
+        ("cat", "logs/HEAD"),
+        ("cat", "config"),
+        ("ls", "objects"),
+        ("ls", "refs/heads"),
+        ("ls", ""),
+        ("touch", "objects/by-another-user"),
+        ("mkdir", "refs/heads/x"),
+    ] {
+        let path = m.path(rel);
+        // What the owner holds: the name, or for a creation the directory it goes in.
+        let held = if matches!(prog, "touch" | "mkdir") {
+            path.parent().map(Path::to_path_buf).unwrap_or_default()
+        } else {
+            path.clone()
+        };
+        // Reading or listing marks the atime stale: the stat comes last, so the kernel
+        // holds fresh attributes.
+        if fs::symlink_metadata(&held)?.is_dir() {
+            fs::read_dir(&held)?.count();
+        } else {
+            fs::read(&held)?;
+        }
+        fs::metadata(&held).map_err(|e| format!("the owner stats {rel}: {e}"))?;
+        if let Err(e) = user.denied(false, prog, &[&s(&path)]) {
+            failures.push(format!("private .git: {e}"));
+        }
+    }
+    let git = user.run(
+        false,
+        "/usr/bin/git",
+        &[
+            "-c",
+            "safe.directory=*",
+            "-C",
+            &s(&private.work),
+            "rev-parse",
+            "HEAD",
+        ],
+    )?;
+    if git.status.success() {
+        failures.push("private .git: git 2.39 rev-parse HEAD worked for another user".into());
+    }
+    m.unmount()?;
+    ensure!(
+        !private.gitdir.join("objects/by-another-user").exists(),
+        "another user created a file in the private .git"
+    );
+
+    // A repository shared with a group: directories 2770, files 660, group `shared`.
+    stage("a shared repository");
+    let shared = Repo::init_with(&ctx.path("shared"), "reftable", &["--shared=0660"])?;
+    let id = shared.commit("one")?;
+    admin("chgrp", &["-R", &user.group, &s(&shared.gitdir)])?;
+    fs::write(shared.gitdir.join("private-note"), b"owner only\n")?;
+    fs::set_permissions(
+        shared.gitdir.join("private-note"),
+        fs::Permissions::from_mode(0o600),
+    )?;
+    let m = Mount::start_over(&shared.work)?;
+    let g = |rel: &str| s(&m.path(rel));
+    let in_group = |prog: &str, args: &[&str]| user.allowed(true, prog, args);
+    let mut expect = |what: &str, got: Result<String, String>, want: Option<&str>| match got {
+        Err(e) => failures.push(format!("shared, in the group: {what}: {e}")),
+        Ok(out) => {
+            if let Some(want) = want {
+                if out.trim() != want {
+                    failures.push(format!(
+                        "shared, in the group: {what}: printed {out:?}, not {want:?}"
+                    ));
+                }
+            }
+        }
+    };
+    expect("ls .git", in_group("ls", &[&g("")]), None);
+    expect(
+        "cat .git/HEAD",
+        in_group("cat", &[&g("HEAD")]),
+        Some("ref: refs/heads/main"),
+    );
+    expect(
+        "cat .git/refs/heads/main",
+        in_group("cat", &[&g("refs/heads/main")]),
+        Some(&id),
+    );
+    expect("cat .git/config", in_group("cat", &[&g("config")]), None);
+    expect("ls .git/objects", in_group("ls", &[&g("objects")]), None);
+    expect(
+        "git 2.39 rev-parse HEAD",
+        in_group(
+            "/usr/bin/git",
+            &[
+                "-c",
+                "safe.directory=*",
+                "-C",
+                &s(&shared.work),
+                "rev-parse",
+                "HEAD",
+            ],
+        ),
+        Some(&id),
+    );
+    expect(
+        "write a file in .git/objects",
+        in_group(
+            "sh",
+            &["-c", &format!("echo x > '{}'", g("objects/by-member"))],
+        ),
+        None,
+    );
+    expect(
+        "git 2.39 update-ref refs/heads/by-member HEAD",
+        in_group(
+            "/usr/bin/git",
+            &[
+                "-c",
+                "safe.directory=*",
+                "-C",
+                &s(&shared.work),
+                "update-ref",
+                "refs/heads/by-member",
+                "HEAD",
+            ],
+        ),
+        None,
+    );
+    if let Err(e) = user.denied(true, "cat", &[&g("private-note")]) {
+        failures.push(format!("shared, in the group, a file of mode 600: {e}"));
+    }
+    for (prog, rel) in [("ls", ""), ("cat", "HEAD"), ("stat", "refs/heads/main")] {
+        if let Err(e) = user.denied(false, prog, &[&g(rel)]) {
+            failures.push(format!("shared, not in the group: {e}"));
+        }
+    }
+    let fsynced = fs::File::open(&m.mnt).and_then(|d| d.sync_all());
+    m.unmount()?;
+    fsynced?;
+    if fs::read(shared.gitdir.join("objects/by-member"))
+        .ok()
+        .as_deref()
+        != Some(b"x\n")
+    {
+        failures.push("shared: the member's object file is not in the real .git".into());
+    }
+    let by_member = shared.git_output(&["rev-parse", "--verify", "-q", "refs/heads/by-member"])?;
+    if String::from_utf8_lossy(&by_member.stdout).trim() != id {
+        failures.push("shared: the member's ref is not in the stack (git 2.47)".into());
+    }
+    ensure!(
+        failures.is_empty(),
+        "other users did not get what the modes give:\n  {}",
+        failures.join("\n  ")
+    );
+    Ok(())
+}
+mount_test!(other_users_get_what_the_modes_give, timeout = 240);
