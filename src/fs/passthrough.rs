@@ -75,6 +75,12 @@ impl GitDirModes {
     /// Opens `gitdir` (an `O_PATH` descriptor: the directory is followed as the user named
     /// it, then never again by path) and reads its mode.
     pub fn open(gitdir: &Path) -> io::Result<GitDirModes> {
+        // `reftable`'s parent, when the stack was named relative to the git directory.
+        let gitdir = if gitdir.as_os_str().is_empty() {
+            Path::new(".")
+        } else {
+            gitdir
+        };
         let c = CString::new(std::os::unix::ffi::OsStrExt::as_bytes(gitdir.as_os_str()))
             .map_err(io::Error::other)?;
         // SAFETY: a NUL-terminated path.
@@ -1612,6 +1618,17 @@ mod tests {
             .create(b_old, b"x", 0o644, 0, libc::O_WRONLY, none)
             .unwrap();
         p.rename(b_old, b"x", b_old, b"y", 0).unwrap();
+        let fh = p.opendir(b_old).unwrap();
+        let listed: Vec<_> = p
+            .dir_entries(fh)
+            .unwrap()
+            .iter()
+            .map(|e| e.name.clone())
+            .collect();
+        assert_eq!(listed, [Box::from(&b"y"[..])]);
+        p.releasedir(fh);
+        p.fsyncdir(b_old).unwrap();
+        assert!(p.lookup(b_old, b"y").is_ok());
         p.setattr(f.ino.0, Some(0o600), None, None, None, None, None, None)
             .unwrap();
         assert_eq!(
