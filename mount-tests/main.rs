@@ -14,6 +14,7 @@ mod expected;
 mod lifecycle;
 mod packaging;
 mod read_path;
+mod security;
 #[path = "../tests/support/shells.rs"]
 mod shells;
 mod status;
@@ -35,6 +36,7 @@ const SOURCES: &[(&str, &str)] = &[
     ("lifecycle", include_str!("lifecycle.rs")),
     ("packaging", include_str!("packaging.rs")),
     ("read_path", include_str!("read_path.rs")),
+    ("security", include_str!("security.rs")),
     ("status", include_str!("status.rs")),
     ("stuck", include_str!("stuck.rs")),
     ("times", include_str!("times.rs")),

@@ -122,6 +122,9 @@ fn run_over(dotgit: &Path, mut opts: MountOptions) -> Result<ExitCode> {
     let gitdir = PathBuf::from(format!("/proc/self/fd/{}", real.as_raw_fd()));
     let reftable_dir = reftable_dir(&gitdir)?;
     opts.auto_unmount = true;
+    // The work tree's `.git`: the users its modes let in (a shared repository's group)
+    // keep using it; the kernel enforces those modes (`default_permissions`).
+    opts.allow_other = true;
     let o = reftablefs::fs::stack_source::open(&gitdir, &opts)?;
     let r = fs::mount(o.reader, o.writer, o.log, &reftable_dir, dotgit, &opts);
     drop(real);

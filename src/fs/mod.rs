@@ -46,6 +46,9 @@
 //!   its threads) and, for a retired view, to flush it; never under a state lock. Each
 //!   worktree's `Shared` has its own locks, in the order above.
 //!
+//! * `passthrough::GitDirModes::seen` — GITDIR's mode and owner as last read (re-read at
+//!   most once a second): a leaf lock, taken under the state lock to make attributes.
+//!
 //! Order: worktrees → state; state → queue; state → own tables; never queue → state.
 
 pub mod config_view;
@@ -103,9 +106,16 @@ pub struct MountOptions {
     /// Event-loop threads run on their clients' CPU (`cpu.rs`; `--no-follow-cpu` clears it).
     pub follow_cpu: bool,
     /// Unmount when the mount process dies (fusermount3's `auto_unmount`; needs
-    /// `allow_root`, so `user_allow_other` in /etc/fuse.conf for a non-root user). Used by
-    /// `mount --over`, where a dead mount would hide the real `.git`.
+    /// `allow_root` or `allow_other`, so `user_allow_other` in /etc/fuse.conf for a
+    /// non-root user). Used by `mount --over`, where a dead mount would hide the real
+    /// `.git`.
     pub auto_unmount: bool,
+    /// Other users may use the mount (`allow_other`) as GITDIR's modes allow them: the
+    /// kernel checks every request against the modes shown (`default_permissions`, always
+    /// with `allow_other`), the mount root and its ref views showing GITDIR's own
+    /// (`passthrough::GitDirModes`). Used by `mount --over`: the mount is the work tree's
+    /// `.git`, which its group may share.
+    pub allow_other: bool,
 }
 
 impl Default for MountOptions {
@@ -121,6 +131,7 @@ impl Default for MountOptions {
             kernel_passthrough: true,
             follow_cpu: true,
             auto_unmount: false,
+            allow_other: false,
         }
     }
 }
@@ -237,6 +248,11 @@ pub fn mount(
         },
     );
     shared.set_inode_cap(opts.inode_cap);
+    // The mount root and the ref view show GITDIR's mode and owner.
+    if let Some(gitdir) = reftable_dir.parent() {
+        let modes = passthrough::GitDirModes::open(gitdir).map_err(|e| Error::io(gitdir, e))?;
+        shared.set_gitdir_modes(std::sync::Arc::new(modes));
+    }
     // The real git directory, opened before mounting: passthrough never goes through
     // the mount.
     let pass = match (opts.refs_only, reftable_dir.parent()) {
@@ -273,6 +289,15 @@ pub fn mount(
     if opts.auto_unmount {
         config.mount_options.push(MountOption::AutoUnmount);
         config.acl = fuser::SessionACL::RootAndOwner;
+    }
+    if opts.allow_other {
+        config.acl = fuser::SessionACL::All;
+    }
+    if config.acl != fuser::SessionACL::Owner {
+        // The kernel is told `allow_other` (for `RootAndOwner` too: fuser filters requests
+        // by uid itself, but the kernel answers from its caches without asking), so it
+        // checks every user's requests against the modes shown.
+        config.mount_options.push(MountOption::DefaultPermissions);
     }
     config.n_threads = Some(opts.threads.max(2));
     // One /dev/fuse descriptor per event-loop thread (FUSE_DEV_IOC_CLONE): the threads

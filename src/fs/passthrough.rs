@@ -3,9 +3,19 @@
 //! git directory, so that the mountpoint is a complete git directory.
 //!
 //! Every system call reaches the real directory relative to a descriptor opened before
-//! mounting (`openat`, `renameat2`, `unlinkat`, …), never through the mount itself. The
-//! stack's own files (`reftable/`) are not visible and cannot be created; `config` is served
-//! without `extensions.refStorage` and written back with it (`config_view.rs`).
+//! mounting, never through the mount itself, and never outside that directory: a path is
+//! resolved beneath it with no symbolic link followed in any component (`openat2` with
+//! `RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS`, or without `openat2`
+//! a walk that opens each directory `O_NOFOLLOW` from the git directory's descriptor), and
+//! the last component is opened `O_NOFOLLOW` or acted on by an `*at` call on its parent's
+//! descriptor that does not follow it (`fstatat(AT_SYMLINK_NOFOLLOW)`, `unlinkat`,
+//! `renameat2`, `mkdirat`, `symlinkat`, `readlinkat`, `fchmodat2(AT_SYMLINK_NOFOLLOW)`, …).
+//! So a directory of GITDIR swapped for a symbolic link while the kernel still holds its
+//! entry (`objects/sub` → `/home/me/.ssh`) gives `ELOOP`, not the files it points to; a
+//! symbolic link that is itself in GITDIR is still a link through the mount (listed,
+//! `readlink`, resolved by the client's kernel). The stack's own files (`reftable/`) are not
+//! visible and cannot be created; `config` is served without `extensions.refStorage` and
+//! written back with it (`config_view.rs`).
 //!
 //! Inode numbers have the top bit set ([`PASS_BIT`]), disjoint from the ref inodes
 //! (`inode.rs` keeps theirs below it). A node is remembered as (parent, name) while the
@@ -15,10 +25,10 @@
 //! our privileges allow it, else forwarded by `pread`/`pwrite`.
 
 use std::collections::HashMap;
-use std::ffi::CString;
+use std::ffi::{CStr, CString};
 use std::fs::File;
 use std::io;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
 use std::os::unix::fs::FileExt;
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -42,6 +52,82 @@ pub const PASS_TTL: Duration = Duration::from_secs(1);
 /// Whether `ino` is a passed-through node.
 pub fn is_pass_ino(ino: u64) -> bool {
     ino & PASS_BIT != 0
+}
+
+/// The real git directory's own mode and owner, which the mount's root and every node of
+/// its ref view show (`Shared::set_gitdir_modes`): directories GITDIR's mode, files the same without execute, setgid
+/// and sticky bits (`0700` → `0600`, `2775` → `0664`, as `core.sharedRepository` makes a
+/// files repository's refs), owned by GITDIR's owner and group (root's shown as the
+/// mounting user's, as passed-through files are). When other users may use the mount
+/// (`allow_other`), the kernel checks their requests against these (`default_permissions`):
+/// a mode-700 `.git` stays closed to them at its root, a shared one gives its group what
+/// its modes give. Re-read at most every [`PASS_TTL`], so a `chmod` of the real directory
+/// is followed.
+pub struct GitDirModes {
+    dir: OwnedFd,
+    /// When last read, GITDIR's `st_mode` (permission bits), uid and gid.
+    seen: Mutex<(std::time::Instant, u32, u32, u32)>,
+    uid: u32,
+    gid: u32,
+}
+
+impl GitDirModes {
+    /// Opens `gitdir` (an `O_PATH` descriptor: the directory is followed as the user named
+    /// it, then never again by path) and reads its mode.
+    pub fn open(gitdir: &Path) -> io::Result<GitDirModes> {
+        // `reftable`'s parent, when the stack was named relative to the git directory.
+        let gitdir = if gitdir.as_os_str().is_empty() {
+            Path::new(".")
+        } else {
+            gitdir
+        };
+        let c = CString::new(std::os::unix::ffi::OsStrExt::as_bytes(gitdir.as_os_str()))
+            .map_err(io::Error::other)?;
+        // SAFETY: a NUL-terminated path.
+        let fd = unsafe {
+            libc::open(
+                c.as_ptr(),
+                libc::O_PATH | libc::O_DIRECTORY | libc::O_CLOEXEC,
+            )
+        };
+        let dir = owned_fd(fd).map_err(|_| io::Error::last_os_error())?;
+        let st = fstat_fd(dir.as_raw_fd()).map_err(|e| io::Error::from_raw_os_error(e.errno()))?;
+        // SAFETY: getuid/getgid cannot fail.
+        let (uid, gid) = unsafe { (libc::getuid(), libc::getgid()) };
+        Ok(GitDirModes {
+            dir,
+            seen: Mutex::new((std::time::Instant::now(), st.st_mode, st.st_uid, st.st_gid)),
+            uid,
+            gid,
+        })
+    }
+
+    /// (mode, uid, gid) of GITDIR, read again when older than [`PASS_TTL`] (if that fails,
+    /// the last ones).
+    fn current(&self) -> (u32, u32, u32) {
+        let mut seen = self.seen.lock().unwrap_or_else(|p| p.into_inner());
+        if seen.0.elapsed() >= PASS_TTL {
+            if let Ok(st) = fstat_fd(self.dir.as_raw_fd()) {
+                *seen = (std::time::Instant::now(), st.st_mode, st.st_uid, st.st_gid);
+            }
+        }
+        let (_, mode, uid, gid) = *seen;
+        let uid = if uid == 0 { self.uid } else { uid };
+        let gid = if gid == 0 { self.gid } else { gid };
+        (mode, uid, gid)
+    }
+
+    /// Gives `a` (a node of a ref view) GITDIR's mode and owner.
+    pub fn apply(&self, a: &mut FileAttr) {
+        let (mode, uid, gid) = self.current();
+        a.perm = if a.kind == FileType::Directory {
+            mode & 0o7777
+        } else {
+            mode & 0o666
+        } as u16;
+        a.uid = uid;
+        a.gid = gid;
+    }
 }
 
 /// Whether a name at the top of the mount belongs to the ref view: `refs`, `logs`,
@@ -128,6 +214,9 @@ struct Inner {
 /// The passed-through part of the mount.
 pub struct Passthrough {
     root: OwnedFd,
+    /// Whether paths are resolved by `openat2` (else walked one component at a time: a
+    /// kernel before 5.6, or a sandbox that refuses the call).
+    openat2: bool,
     inner: Mutex<Inner>,
     kernel: AtomicBool,
     tmp_seq: AtomicU64,
@@ -169,6 +258,195 @@ fn join(dir: &[u8], name: &[u8]) -> Vec<u8> {
     p.push(b'/');
     p.extend_from_slice(name);
     p
+}
+
+/// `openat2(2)`'s `struct open_how` (libc's own is `#[non_exhaustive]`).
+#[repr(C)]
+struct OpenHow {
+    flags: u64,
+    mode: u64,
+    resolve: u64,
+}
+
+/// How every path beneath the git directory is resolved: never outside the directory, and
+/// no symbolic link followed in any component (`ELOOP`; a link that is itself the last
+/// component is only described, read or changed by calls that do not follow it, see
+/// [`At`]).
+const RESOLVE: u64 =
+    libc::RESOLVE_BENEATH | libc::RESOLVE_NO_SYMLINKS | libc::RESOLVE_NO_MAGICLINKS;
+
+/// The open flags of a client's `open` or `create` that are passed on to the real file.
+/// `openat2` refuses bits it does not know (where `openat` ignores them): the kernel's
+/// FUSE request may carry some (`__FMODE_EXEC` when a file is executed), so anything else
+/// is dropped; `O_NOFOLLOW` and `O_CLOEXEC` are always added.
+const CLIENT_OPEN_FLAGS: i32 = libc::O_ACCMODE
+    | libc::O_CREAT
+    | libc::O_EXCL
+    | libc::O_TRUNC
+    | libc::O_APPEND
+    | libc::O_NONBLOCK
+    | libc::O_DSYNC
+    | libc::O_SYNC
+    | libc::O_DIRECT
+    | libc::O_LARGEFILE
+    | libc::O_NOATIME
+    | libc::O_DIRECTORY;
+
+fn owned_fd(fd: libc::c_int) -> Result<OwnedFd, FsError> {
+    if fd < 0 {
+        return Err(FsError::last_os_error());
+    }
+    // SAFETY: a descriptor the caller just opened and nobody else owns.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
+/// `openat2(dirfd, path, flags, mode, RESOLVE)`. A race with a rename elsewhere can make
+/// the kernel answer `EAGAIN` (only `..` needs that check, and no path here has one): tried
+/// three times.
+fn openat2(dirfd: RawFd, path: &CStr, flags: i32, mode: u32) -> Result<OwnedFd, FsError> {
+    let how = OpenHow {
+        flags: u64::from(flags as u32),
+        mode: u64::from(mode),
+        resolve: RESOLVE,
+    };
+    let mut tries = 0;
+    loop {
+        // SAFETY: a valid descriptor, a NUL-terminated path and a `struct open_how` of the
+        // size passed; the kernel reads them only during the call.
+        let fd = unsafe {
+            libc::syscall(
+                libc::SYS_openat2,
+                dirfd,
+                path.as_ptr(),
+                &how as *const OpenHow,
+                std::mem::size_of::<OpenHow>(),
+            )
+        };
+        if fd >= 0 {
+            return owned_fd(fd as libc::c_int);
+        }
+        let e = FsError::last_os_error();
+        tries += 1;
+        if e.errno() != libc::EAGAIN || tries >= 3 {
+            return Err(e);
+        }
+    }
+}
+
+/// Plain `openat` of one name in `dirfd` (the caller passes `O_NOFOLLOW`).
+fn openat(dirfd: RawFd, name: &CStr, flags: i32, mode: u32) -> Result<OwnedFd, FsError> {
+    // SAFETY: a valid descriptor and a NUL-terminated name.
+    owned_fd(unsafe { libc::openat(dirfd, name.as_ptr(), flags, mode as libc::c_uint) })
+}
+
+fn fstat_fd(fd: RawFd) -> Result<libc::stat, FsError> {
+    // SAFETY: zeroed plain-data struct filled by the kernel.
+    let mut st: libc::stat = unsafe { std::mem::zeroed() };
+    // SAFETY: an open descriptor (`O_PATH` ones too) and a valid out pointer.
+    if unsafe { libc::fstat(fd, &mut st) } != 0 {
+        return Err(FsError::last_os_error());
+    }
+    Ok(st)
+}
+
+/// Reads `f` to its end, at most 64 MiB (config files and locks are small: bounded).
+fn read_bounded(mut f: File) -> Result<Vec<u8>, FsError> {
+    use std::io::Read;
+    let mut out = Vec::new();
+    (&mut f)
+        .take(64 << 20)
+        .read_to_end(&mut out)
+        .map_err(FsError::Io)?;
+    Ok(out)
+}
+
+/// One name in a directory beneath the git directory: what the `*at` calls act on. The
+/// directory was reached with no symbolic link followed; the name is one component, and
+/// no call made on it follows it (`AT_SYMLINK_NOFOLLOW`, `unlinkat`, `renameat2`,
+/// `mkdirat`, `symlinkat`, `readlinkat`, [`At::chmod`]).
+struct At<'a> {
+    root: BorrowedFd<'a>,
+    /// `None`: the git directory itself.
+    dir: Option<OwnedFd>,
+    name: CString,
+}
+
+impl At<'_> {
+    fn dirfd(&self) -> RawFd {
+        self.dir
+            .as_ref()
+            .map_or(self.root.as_raw_fd(), AsRawFd::as_raw_fd)
+    }
+
+    fn name(&self) -> *const libc::c_char {
+        self.name.as_ptr()
+    }
+
+    /// `fstatat(AT_SYMLINK_NOFOLLOW)`: a symbolic link is described, not followed.
+    fn lstat(&self) -> Result<libc::stat, FsError> {
+        // SAFETY: zeroed plain-data struct filled by the kernel.
+        let mut st: libc::stat = unsafe { std::mem::zeroed() };
+        // SAFETY: valid descriptor, NUL-terminated name, valid out pointer.
+        let r = unsafe {
+            libc::fstatat(
+                self.dirfd(),
+                self.name(),
+                &mut st,
+                libc::AT_SYMLINK_NOFOLLOW,
+            )
+        };
+        if r != 0 {
+            return Err(FsError::last_os_error());
+        }
+        Ok(st)
+    }
+
+    /// `chmod` of the name itself, never of what a symbolic link there points to (Linux
+    /// cannot change a link's mode: `EOPNOTSUPP`). `fchmodat2(AT_SYMLINK_NOFOLLOW)` (Linux
+    /// 6.6+); before it, the name is opened `O_PATH | O_NOFOLLOW` and that very inode
+    /// changed through `/proc/self/fd/N` (what the C library does), so a name swapped
+    /// for a link in between is not followed either.
+    fn chmod(&self, mode: u32) -> Result<(), FsError> {
+        // SAFETY: valid descriptor and NUL-terminated name; plain integers.
+        let r = unsafe {
+            libc::syscall(
+                libc::SYS_fchmodat2,
+                self.dirfd(),
+                self.name(),
+                mode,
+                libc::AT_SYMLINK_NOFOLLOW,
+            )
+        };
+        if r == 0 {
+            return Ok(());
+        }
+        let e = FsError::last_os_error();
+        // ENOSYS: an older kernel; EPERM may be a sandbox refusing an unknown call (a real
+        // EPERM comes back again below).
+        if !matches!(e.errno(), libc::ENOSYS | libc::EPERM) {
+            return Err(e);
+        }
+        self.chmod_by_proc(mode)
+    }
+
+    /// [`At::chmod`] without `fchmodat2`.
+    fn chmod_by_proc(&self, mode: u32) -> Result<(), FsError> {
+        let fd = openat(
+            self.dirfd(),
+            &self.name,
+            libc::O_PATH | libc::O_NOFOLLOW | libc::O_CLOEXEC,
+            0,
+        )?;
+        if fstat_fd(fd.as_raw_fd())?.st_mode & libc::S_IFMT == libc::S_IFLNK {
+            return Err(FsError::ENOTSUP);
+        }
+        let proc = cstr(format!("/proc/self/fd/{}", fd.as_raw_fd()).as_bytes())?;
+        // SAFETY: a NUL-terminated path naming our own open descriptor.
+        if unsafe { libc::chmod(proc.as_ptr(), mode) } != 0 {
+            return Err(FsError::last_os_error());
+        }
+        Ok(())
+    }
 }
 
 impl Inner {
@@ -280,8 +558,16 @@ impl Passthrough {
         let root = unsafe { OwnedFd::from_raw_fd(fd) };
         // SAFETY: getuid/getgid cannot fail.
         let (uid, gid) = unsafe { (libc::getuid(), libc::getgid()) };
+        let openat2 = openat2(
+            root.as_raw_fd(),
+            c".",
+            libc::O_PATH | libc::O_DIRECTORY | libc::O_CLOEXEC,
+            0,
+        )
+        .is_ok();
         Ok(Passthrough {
             root,
+            openat2,
             inner: Mutex::new(Inner::default()),
             kernel: AtomicBool::new(false),
             tmp_seq: AtomicU64::new(0),
@@ -294,6 +580,13 @@ impl Passthrough {
         self.inner.lock().unwrap_or_else(|p| p.into_inner())
     }
 
+    /// Resolves paths by the walk, as on a kernel without `openat2` (tests).
+    #[cfg(test)]
+    fn walking(mut self) -> Passthrough {
+        self.openat2 = false;
+        self
+    }
+
     /// Turns kernel passthrough on (the kernel accepted `FUSE_PASSTHROUGH`) or off.
     pub fn set_kernel_passthrough(&self, on: bool) {
         self.kernel.store(on, Ordering::SeqCst);
@@ -304,51 +597,97 @@ impl Passthrough {
         self.kernel.load(Ordering::SeqCst)
     }
 
+    /// `lstat` of `path` beneath the git directory (`.`: the directory itself), no
+    /// symbolic link followed in any component.
     fn lstat(&self, path: &[u8]) -> Result<libc::stat, FsError> {
-        let c = cstr(path)?;
-        // SAFETY: zeroed plain-data struct filled by the kernel.
-        let mut st: libc::stat = unsafe { std::mem::zeroed() };
-        // SAFETY: valid descriptor, NUL-terminated path, valid out pointer.
-        let r = unsafe {
-            libc::fstatat(
-                self.root.as_raw_fd(),
-                c.as_ptr(),
-                &mut st,
-                libc::AT_SYMLINK_NOFOLLOW,
-            )
-        };
-        if r != 0 {
-            return Err(FsError::last_os_error());
+        if path == b"." {
+            return fstat_fd(self.root.as_raw_fd());
         }
-        Ok(st)
+        self.at(path)?.lstat()
     }
 
     fn fstat(file: &File) -> Result<libc::stat, FsError> {
-        // SAFETY: as in `lstat`.
-        let mut st: libc::stat = unsafe { std::mem::zeroed() };
-        // SAFETY: an open descriptor and a valid out pointer.
-        if unsafe { libc::fstat(file.as_raw_fd(), &mut st) } != 0 {
-            return Err(FsError::last_os_error());
-        }
-        Ok(st)
+        fstat_fd(file.as_raw_fd())
     }
 
-    fn openat(&self, path: &[u8], flags: i32, mode: u32) -> Result<File, FsError> {
-        let c = cstr(path)?;
-        // SAFETY: valid descriptor and NUL-terminated path.
-        let fd = unsafe {
-            libc::openat(
-                self.root.as_raw_fd(),
-                c.as_ptr(),
-                flags | libc::O_CLOEXEC,
-                mode as libc::c_uint,
-            )
+    /// Opens `path` beneath the git directory (`.`: the directory itself) with no symbolic
+    /// link followed in any component, the last one included (`O_NOFOLLOW`: `ELOOP`).
+    fn open_beneath(&self, path: &[u8], flags: i32, mode: u32) -> Result<File, FsError> {
+        let flags = flags | libc::O_NOFOLLOW | libc::O_CLOEXEC;
+        // openat2 refuses a mode without O_CREAT (O_TMPFILE is never passed).
+        let mode = if flags & libc::O_CREAT != 0 {
+            mode & 0o7777
+        } else {
+            0
         };
-        if fd < 0 {
-            return Err(FsError::last_os_error());
+        let fd = if self.openat2 {
+            openat2(self.root.as_raw_fd(), &cstr(path)?, flags, mode)?
+        } else if path == b"." {
+            openat(self.root.as_raw_fd(), c".", flags, mode)?
+        } else {
+            let at = self.at(path)?;
+            openat(at.dirfd(), &at.name, flags, mode)?
+        };
+        Ok(File::from(fd))
+    }
+
+    /// The directory holding `path`'s last component, reached beneath the git directory
+    /// with no symbolic link followed, and that component.
+    fn at(&self, path: &[u8]) -> Result<At<'_>, FsError> {
+        let (dir, name) = match path.iter().rposition(|&b| b == b'/') {
+            Some(i) => (Some(&path[..i]), &path[i + 1..]),
+            None => (None, path),
+        };
+        if !crate::fs::view::is_component(name) {
+            return Err(FsError::EINVAL);
         }
-        // SAFETY: a descriptor we just opened and own.
-        Ok(unsafe { File::from_raw_fd(fd) })
+        let dir = match dir {
+            Some(d) => Some(self.open_dir(d)?),
+            None => None,
+        };
+        Ok(At {
+            root: self.root.as_fd(),
+            dir,
+            name: cstr(name)?,
+        })
+    }
+
+    /// An `O_PATH` descriptor of the directory `path` beneath the git directory: one
+    /// `openat2`, or (without it) a walk from the git directory's descriptor, one
+    /// component at a time, each opened `O_NOFOLLOW` and checked to be a directory.
+    fn open_dir(&self, path: &[u8]) -> Result<OwnedFd, FsError> {
+        let flags = libc::O_PATH | libc::O_NOFOLLOW | libc::O_CLOEXEC;
+        if self.openat2 {
+            return openat2(
+                self.root.as_raw_fd(),
+                &cstr(path)?,
+                flags | libc::O_DIRECTORY,
+                0,
+            );
+        }
+        let mut cur: Option<OwnedFd> = None;
+        for comp in path.split(|&b| b == b'/') {
+            if !crate::fs::view::is_component(comp) {
+                // As RESOLVE_BENEATH would: `..` may not climb out.
+                return Err(if comp == b".." {
+                    FsError::EXDEV
+                } else {
+                    FsError::EINVAL
+                });
+            }
+            let dirfd = cur
+                .as_ref()
+                .map_or(self.root.as_raw_fd(), AsRawFd::as_raw_fd);
+            // O_PATH | O_NOFOLLOW opens a symbolic link itself: refused below, as
+            // RESOLVE_NO_SYMLINKS would.
+            let fd = openat(dirfd, &cstr(comp)?, flags, 0)?;
+            match fstat_fd(fd.as_raw_fd())?.st_mode & libc::S_IFMT {
+                libc::S_IFDIR => cur = Some(fd),
+                libc::S_IFLNK => return Err(FsError::ELOOP),
+                _ => return Err(FsError::ENOTDIR),
+            }
+        }
+        cur.ok_or(FsError::EINVAL)
     }
 
     fn attr(&self, ino: u64, st: &libc::stat, size: Option<u64>) -> FileAttr {
@@ -381,15 +720,8 @@ impl Passthrough {
     }
 
     fn read_real(&self, path: &[u8]) -> Result<Vec<u8>, FsError> {
-        use std::io::Read;
-        let mut f = self.openat(path, libc::O_RDONLY | libc::O_NOFOLLOW, 0)?;
-        let mut out = Vec::new();
-        // Config files and locks are small; cap what is read to stay bounded.
-        (&mut f)
-            .take(64 << 20)
-            .read_to_end(&mut out)
-            .map_err(FsError::Io)?;
-        Ok(out)
+        // O_NONBLOCK: a name swapped for a FIFO does not hang the request.
+        read_bounded(self.open_beneath(path, libc::O_RDONLY | libc::O_NONBLOCK, 0)?)
     }
 
     /// Attributes of a node whose real file has `st`; `config` gets its served size.
@@ -492,8 +824,6 @@ impl Passthrough {
             });
             (g.path_of(ino)?, g.is_config(ino), file)
         };
-        let c = cstr(&path)?;
-        let fd = self.root.as_raw_fd();
         if let Some(size) = size {
             if is_config {
                 return Err(crate::fs::state::refuse_for(
@@ -505,21 +835,24 @@ impl Passthrough {
             }
             let f = match file {
                 Some(f) => f,
-                None => Arc::new(self.openat(&path, libc::O_WRONLY | libc::O_NOFOLLOW, 0)?),
+                None => Arc::new(self.open_beneath(&path, libc::O_WRONLY, 0)?),
             };
             f.set_len(size).map_err(FsError::Io)?;
         }
+        if mode.is_none() && uid.is_none() && gid.is_none() && atime.is_none() && mtime.is_none() {
+            return self.getattr(ino, fh);
+        }
+        let at = self.at(&path)?;
         if let Some(mode) = mode {
-            // SAFETY: valid descriptor and path.
-            if unsafe { libc::fchmodat(fd, c.as_ptr(), mode & 0o7777, 0) } != 0 {
-                return Err(FsError::last_os_error());
-            }
+            at.chmod(mode & 0o7777)?;
         }
         if uid.is_some() || gid.is_some() {
             let u = uid.unwrap_or(u32::MAX);
             let g = gid.unwrap_or(u32::MAX);
-            // SAFETY: valid descriptor and path; -1 leaves an id unchanged.
-            if unsafe { libc::fchownat(fd, c.as_ptr(), u, g, libc::AT_SYMLINK_NOFOLLOW) } != 0 {
+            // SAFETY: valid descriptor and name; -1 leaves an id unchanged.
+            let r =
+                unsafe { libc::fchownat(at.dirfd(), at.name(), u, g, libc::AT_SYMLINK_NOFOLLOW) };
+            if r != 0 {
                 return Err(FsError::last_os_error());
             }
         }
@@ -542,10 +875,16 @@ impl Passthrough {
                 }
             };
             let times = [ts(atime), ts(mtime)];
-            // SAFETY: valid descriptor, path and two timespecs.
-            if unsafe { libc::utimensat(fd, c.as_ptr(), times.as_ptr(), libc::AT_SYMLINK_NOFOLLOW) }
-                != 0
-            {
+            // SAFETY: valid descriptor, name and two timespecs.
+            let r = unsafe {
+                libc::utimensat(
+                    at.dirfd(),
+                    at.name(),
+                    times.as_ptr(),
+                    libc::AT_SYMLINK_NOFOLLOW,
+                )
+            };
+            if r != 0 {
                 return Err(FsError::last_os_error());
             }
         }
@@ -632,8 +971,8 @@ impl Passthrough {
             let fh = self.lock().add_handle(PHandle::Config { data });
             return Ok(Opened::Plain { fh, direct: true });
         }
-        let flags = flags & !(libc::O_CREAT | libc::O_EXCL | libc::O_NOCTTY) | libc::O_NOFOLLOW;
-        let file = self.openat(&path, flags, 0)?;
+        let flags = flags & CLIENT_OPEN_FLAGS & !(libc::O_CREAT | libc::O_EXCL);
+        let file = self.open_beneath(&path, flags, 0)?;
         self.opened(ino, file, open_backing)
     }
 
@@ -662,9 +1001,9 @@ impl Passthrough {
             ));
         }
         let path = self.child_path(parent, name)?;
-        let file = self.openat(
+        let file = self.open_beneath(
             &path,
-            flags | libc::O_CREAT | libc::O_NOFOLLOW,
+            flags & CLIENT_OPEN_FLAGS | libc::O_CREAT,
             mode & !umask & 0o7777,
         )?;
         let st = Self::fstat(&file)?;
@@ -755,44 +1094,36 @@ impl Passthrough {
         umask: u32,
     ) -> Result<FileAttr, FsError> {
         self.check_creatable(parent, name)?;
-        let path = self.child_path(parent, name)?;
-        let c = cstr(&path)?;
-        // SAFETY: valid descriptor and path.
-        if unsafe { libc::mkdirat(self.root.as_raw_fd(), c.as_ptr(), mode & !umask & 0o7777) } != 0
-        {
+        let at = self.at(&self.child_path(parent, name)?)?;
+        // SAFETY: valid descriptor and name.
+        if unsafe { libc::mkdirat(at.dirfd(), at.name(), mode & !umask & 0o7777) } != 0 {
             return Err(FsError::last_os_error());
         }
-        let st = self.lstat(&path)?;
+        let st = at.lstat()?;
         let ino = self.lock().remember(parent, name, &st);
         Ok(self.attr(ino, &st, None))
     }
 
     pub fn symlink(&self, parent: u64, name: &[u8], target: &[u8]) -> Result<FileAttr, FsError> {
         self.check_creatable(parent, name)?;
-        let path = self.child_path(parent, name)?;
-        let (c, t) = (cstr(&path)?, cstr(target)?);
-        // SAFETY: valid descriptor and paths.
-        if unsafe { libc::symlinkat(t.as_ptr(), self.root.as_raw_fd(), c.as_ptr()) } != 0 {
+        let at = self.at(&self.child_path(parent, name)?)?;
+        let t = cstr(target)?;
+        // SAFETY: valid descriptor, NUL-terminated target and name.
+        if unsafe { libc::symlinkat(t.as_ptr(), at.dirfd(), at.name()) } != 0 {
             return Err(FsError::last_os_error());
         }
-        let st = self.lstat(&path)?;
+        let st = at.lstat()?;
         let ino = self.lock().remember(parent, name, &st);
         Ok(self.attr(ino, &st, None))
     }
 
     pub fn readlink(&self, ino: u64) -> Result<Vec<u8>, FsError> {
         let path = self.lock().path_of(ino)?;
-        let c = cstr(&path)?;
+        let at = self.at(&path)?;
         let mut buf = vec![0u8; libc::PATH_MAX as usize];
-        // SAFETY: valid descriptor, path and buffer of the given length.
-        let n = unsafe {
-            libc::readlinkat(
-                self.root.as_raw_fd(),
-                c.as_ptr(),
-                buf.as_mut_ptr().cast(),
-                buf.len(),
-            )
-        };
+        // SAFETY: valid descriptor, name and buffer of the given length.
+        let n =
+            unsafe { libc::readlinkat(at.dirfd(), at.name(), buf.as_mut_ptr().cast(), buf.len()) };
         if n < 0 {
             return Err(FsError::last_os_error());
         }
@@ -809,12 +1140,11 @@ impl Passthrough {
                 "the repository's config cannot be removed through the mount",
             ));
         }
-        let path = self.child_path(parent, name)?;
-        let st = self.lstat(&path).ok();
-        let c = cstr(&path)?;
+        let at = self.at(&self.child_path(parent, name)?)?;
+        let st = at.lstat().ok();
         let flag = if dir { libc::AT_REMOVEDIR } else { 0 };
-        // SAFETY: valid descriptor and path.
-        if unsafe { libc::unlinkat(self.root.as_raw_fd(), c.as_ptr(), flag) } != 0 {
+        // SAFETY: valid descriptor and name.
+        if unsafe { libc::unlinkat(at.dirfd(), at.name(), flag) } != 0 {
             return Err(FsError::last_os_error());
         }
         if let Some(st) = st {
@@ -852,24 +1182,24 @@ impl Passthrough {
         }
         let from = self.child_path(parent, name)?;
         let to = self.child_path(newparent, newname)?;
-        let src = self.lstat(&from)?;
+        let src_at = self.at(&from)?;
+        let src = src_at.lstat()?;
         if newparent == ROOT && newname == CONFIG {
             if flags != 0 {
                 return Err(FsError::EINVAL);
             }
-            return self.install_config(&from, &src);
+            return self.install_config(&src_at, &src);
         }
-        let old_target = self.lstat(&to).ok();
-        let (a, b) = (cstr(&from)?, cstr(&to)?);
-        let fd = self.root.as_raw_fd();
-        // SAFETY: valid descriptors and paths.
+        let to_at = self.at(&to)?;
+        let old_target = to_at.lstat().ok();
+        // SAFETY: valid descriptors and names.
         let r = unsafe {
             libc::syscall(
                 libc::SYS_renameat2,
-                fd,
-                a.as_ptr(),
-                fd,
-                b.as_ptr(),
+                src_at.dirfd(),
+                src_at.name(),
+                to_at.dirfd(),
+                to_at.name(),
                 flags as libc::c_uint,
             )
         };
@@ -896,11 +1226,16 @@ impl Passthrough {
     /// `rename(X → config)`: X's content with the real config's `extensions.refStorage`
     /// and `core.repositoryformatversion` put back, written to a temporary file in the
     /// git directory, fsynced and renamed over `config`; then X is removed.
-    fn install_config(&self, from: &[u8], src: &libc::stat) -> Result<(), FsError> {
+    fn install_config(&self, from: &At<'_>, src: &libc::stat) -> Result<(), FsError> {
         if src.st_mode & libc::S_IFMT != libc::S_IFREG {
             return Err(FsError::EINVAL);
         }
-        let written = self.read_real(from)?;
+        let written = read_bounded(File::from(openat(
+            from.dirfd(),
+            &from.name,
+            libc::O_RDONLY | libc::O_NONBLOCK | libc::O_NOFOLLOW | libc::O_CLOEXEC,
+            0,
+        )?))?;
         let original = self.read_real(CONFIG)?;
         let content = config_view::restored(&written, &original);
         if content != written {
@@ -918,9 +1253,9 @@ impl Passthrough {
         );
         let tmp = tmp.as_bytes();
         let write = || -> Result<(), FsError> {
-            let f = self.openat(
+            let f = self.open_beneath(
                 tmp,
-                libc::O_WRONLY | libc::O_CREAT | libc::O_EXCL | libc::O_NOFOLLOW,
+                libc::O_WRONLY | libc::O_CREAT | libc::O_EXCL,
                 src.st_mode & 0o7777,
             )?;
             f.write_all_at(&content, 0).map_err(FsError::Io)?;
@@ -942,9 +1277,8 @@ impl Passthrough {
         }
         // SAFETY: an open directory descriptor.
         unsafe { libc::fsync(self.root.as_raw_fd()) };
-        let c = cstr(from)?;
-        // SAFETY: valid descriptor and path.
-        if unsafe { libc::unlinkat(self.root.as_raw_fd(), c.as_ptr(), 0) } != 0 {
+        // SAFETY: valid descriptor and name.
+        if unsafe { libc::unlinkat(from.dirfd(), from.name(), 0) } != 0 {
             return Err(FsError::last_os_error());
         }
         // The kernel now knows the renamed node as `config`: it resolves to the real one.
@@ -962,7 +1296,7 @@ impl Passthrough {
     /// Lists a directory of the real tree (`.` and `..` excluded; at the root, the ref
     /// view's names and the reserved ones excluded).
     fn list(&self, path: &[u8], at_root: bool) -> Result<Vec<DirEntry>, FsError> {
-        let dir = self.openat(path, libc::O_RDONLY | libc::O_DIRECTORY, 0)?;
+        let dir = self.open_beneath(path, libc::O_RDONLY | libc::O_DIRECTORY, 0)?;
         let fd = dir.as_raw_fd();
         // SAFETY: fdopendir takes ownership of a dup of our descriptor.
         let dup = unsafe { libc::dup(fd) };
@@ -1067,7 +1401,7 @@ impl Passthrough {
     /// `fsync` of a directory: of the real one.
     pub fn fsyncdir(&self, ino: u64) -> Result<(), FsError> {
         let path = self.lock().path_of(ino)?;
-        let d = self.openat(&path, libc::O_RDONLY | libc::O_DIRECTORY, 0)?;
+        let d = self.open_beneath(&path, libc::O_RDONLY | libc::O_DIRECTORY, 0)?;
         d.sync_all().map_err(FsError::Io)
     }
 
@@ -1163,6 +1497,229 @@ mod tests {
         );
         // Elsewhere `reftable` is an ordinary name.
         assert!(p.mkdir(ow, b"reftable", 0o755, 0).is_ok());
+    }
+
+    /// GITDIR's directories swapped for symbolic links to a directory outside while the
+    /// kernel holds their nodes: nothing outside is read, listed, created, removed, moved
+    /// or changed; a link that is the last component stays a link.
+    fn swapped_directories_are_never_followed(walk: bool) {
+        use std::os::unix::fs::{symlink, PermissionsExt};
+        let t = tempfile::tempdir().unwrap();
+        let (git, out) = (t.path().join("git"), t.path().join("out"));
+        std::fs::create_dir_all(git.join("objects/sub")).unwrap();
+        std::fs::create_dir_all(git.join("objects/a/b")).unwrap();
+        std::fs::write(git.join("objects/file"), b"mine").unwrap();
+        std::fs::write(git.join("objects/mine"), b"mine").unwrap();
+        std::fs::create_dir_all(out.join("b")).unwrap();
+        for f in ["secret.txt", "victim", "b/secret.txt"] {
+            std::fs::write(out.join(f), b"secret").unwrap();
+        }
+        std::fs::set_permissions(
+            out.join("secret.txt"),
+            std::fs::Permissions::from_mode(0o600),
+        )
+        .unwrap();
+        let p = Passthrough::new(&git).unwrap();
+        let p = if walk { p.walking() } else { p };
+        assert_eq!(p.openat2, !walk);
+        let none = |_: &File| -> io::Result<BackingId> { Err(io::Error::other("no")) };
+        let objects = p.lookup(ROOT, b"objects").unwrap().ino.0;
+        let sub = p.lookup(objects, b"sub").unwrap().ino.0;
+        let a = p.lookup(objects, b"a").unwrap().ino.0;
+        let b = p.lookup(a, b"b").unwrap().ino.0;
+        let file = p.lookup(objects, b"file").unwrap().ino.0;
+        // The swaps, made directly in GITDIR.
+        for (name, target) in [("sub", out.clone()), ("a", out.clone())] {
+            let at = git.join("objects").join(name);
+            std::fs::rename(&at, at.with_extension("old")).unwrap();
+            symlink(target, &at).unwrap();
+        }
+        std::fs::remove_file(git.join("objects/file")).unwrap();
+        symlink(out.join("secret.txt"), git.join("objects/file")).unwrap();
+
+        let refused = |what: &str, r: Result<(), FsError>| match r {
+            Ok(()) => panic!("{what} went through a swapped directory (walk {walk})"),
+            Err(e) => assert!(
+                [libc::ELOOP, libc::ENOTDIR, libc::ENOTSUP].contains(&e.errno()),
+                "{what}: {e} (walk {walk})"
+            ),
+        };
+        refused("lookup", p.lookup(sub, b"secret.txt").map(drop));
+        refused("lookup below", p.lookup(b, b"secret.txt").map(drop));
+        refused(
+            "create",
+            p.create(sub, b"p", 0o644, 0, libc::O_WRONLY, none)
+                .map(drop),
+        );
+        refused("mkdir", p.mkdir(sub, b"d", 0o755, 0).map(drop));
+        refused("symlink", p.symlink(sub, b"l", b"x").map(drop));
+        refused("unlink", p.unlink(sub, b"victim"));
+        refused("rmdir", p.rmdir(sub, b"b"));
+        refused(
+            "rename out of it",
+            p.rename(sub, b"victim", objects, b"stolen", 0),
+        );
+        refused(
+            "rename into it",
+            p.rename(objects, b"mine", sub, b"mine", 0),
+        );
+        refused(
+            "rename over config",
+            p.rename(sub, b"victim", ROOT, b"config", 0),
+        );
+        refused("opendir", p.opendir(sub).map(drop));
+        refused("fsyncdir", p.fsyncdir(sub));
+        refused("open", p.open(file, libc::O_RDONLY, none).map(drop));
+        refused(
+            "chmod",
+            p.setattr(file, Some(0o666), None, None, None, None, None, None)
+                .map(drop),
+        );
+        refused(
+            "truncate",
+            p.setattr(file, None, None, None, Some(0), None, None, None)
+                .map(drop),
+        );
+        for f in ["secret.txt", "victim", "b/secret.txt"] {
+            assert_eq!(std::fs::read(out.join(f)).unwrap(), b"secret", "{f}");
+        }
+        let mode = std::fs::metadata(out.join("secret.txt"))
+            .unwrap()
+            .permissions()
+            .mode();
+        assert_eq!(mode & 0o777, 0o600, "the outside file's mode changed");
+        let mut names: Vec<_> = std::fs::read_dir(&out)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().into_string().unwrap())
+            .collect();
+        names.sort();
+        assert_eq!(
+            names,
+            ["b", "secret.txt", "victim"],
+            "something made outside"
+        );
+        assert!(git.join("objects/mine").exists() && !git.join("objects/stolen").exists());
+        // A link in GITDIR is a link through the mount: described, read, never followed.
+        let l = p.lookup(objects, b"file").unwrap();
+        assert_eq!(l.kind, FileType::Symlink);
+        assert_eq!(
+            p.readlink(l.ino.0).unwrap(),
+            out.join("secret.txt").as_os_str().as_encoded_bytes()
+        );
+        assert_eq!(p.lookup(objects, b"sub").unwrap().kind, FileType::Symlink);
+        // A new link through the mount is made as a link, its target untouched.
+        let made = p.symlink(objects, b"made", b"../../out/victim").unwrap();
+        assert_eq!(made.kind, FileType::Symlink);
+        assert_eq!(p.readlink(made.ino.0).unwrap(), b"../../out/victim");
+        // And ordinary paths still work.
+        let a_old = p.lookup(objects, b"a.old").unwrap().ino.0;
+        let b_old = p.lookup(a_old, b"b").unwrap().ino.0;
+        let (f, _) = p
+            .create(b_old, b"x", 0o644, 0, libc::O_WRONLY, none)
+            .unwrap();
+        p.rename(b_old, b"x", b_old, b"y", 0).unwrap();
+        let fh = p.opendir(b_old).unwrap();
+        let listed: Vec<_> = p
+            .dir_entries(fh)
+            .unwrap()
+            .iter()
+            .map(|e| e.name.clone())
+            .collect();
+        assert_eq!(listed, [Box::from(&b"y"[..])]);
+        p.releasedir(fh);
+        p.fsyncdir(b_old).unwrap();
+        assert!(p.lookup(b_old, b"y").is_ok());
+        p.setattr(f.ino.0, Some(0o600), None, None, None, None, None, None)
+            .unwrap();
+        assert_eq!(
+            std::fs::metadata(git.join("objects/a.old/b/y"))
+                .unwrap()
+                .permissions()
+                .mode()
+                & 0o777,
+            0o600
+        );
+        p.unlink(b_old, b"y").unwrap();
+    }
+
+    #[test]
+    fn ref_views_show_the_git_directorys_mode_and_owner() {
+        use std::os::unix::fs::PermissionsExt;
+        let t = tempfile::tempdir().unwrap();
+        let set = |mode: u32| {
+            std::fs::set_permissions(t.path(), std::fs::Permissions::from_mode(mode)).unwrap()
+        };
+        set(0o700);
+        let m = GitDirModes::open(t.path()).unwrap();
+        let shown = |kind: FileType| {
+            let mut a = crate::fs::fuse::attr(
+                5,
+                if kind == FileType::Directory {
+                    crate::fs::view::Kind::Dir
+                } else {
+                    crate::fs::view::Kind::Ref
+                },
+                3,
+                UNIX_EPOCH,
+                12345,
+                12345,
+            );
+            m.apply(&mut a);
+            (a.perm, a.uid, a.gid)
+        };
+        let st = fstat_fd(m.dir.as_raw_fd()).unwrap();
+        // SAFETY: getuid/getgid cannot fail.
+        let (me, my_group) = unsafe { (libc::getuid(), libc::getgid()) };
+        let owner = if st.st_uid == 0 { me } else { st.st_uid };
+        let group = if st.st_gid == 0 { my_group } else { st.st_gid };
+        assert_eq!(shown(FileType::Directory), (0o700, owner, group));
+        assert_eq!(shown(FileType::RegularFile), (0o600, owner, group));
+        // A chmod of the directory is seen once the last reading is a second old.
+        set(0o2775);
+        assert_eq!(shown(FileType::Directory).0, 0o700, "read again at once");
+        if let Some(old) = std::time::Instant::now().checked_sub(PASS_TTL * 2) {
+            m.seen.lock().unwrap().0 = old;
+            assert_eq!(shown(FileType::Directory).0, 0o2775);
+            assert_eq!(shown(FileType::RegularFile).0, 0o664);
+        }
+    }
+
+    #[test]
+    fn chmod_without_fchmodat2_changes_the_name_itself() {
+        use std::os::unix::fs::{symlink, PermissionsExt};
+        let t = tempfile::tempdir().unwrap();
+        std::fs::write(t.path().join("f"), b"x").unwrap();
+        std::fs::write(t.path().join("target"), b"x").unwrap();
+        symlink(t.path().join("target"), t.path().join("l")).unwrap();
+        let p = Passthrough::new(t.path()).unwrap();
+        let mode = |n: &str| {
+            std::fs::symlink_metadata(t.path().join(n))
+                .unwrap()
+                .permissions()
+                .mode()
+                & 0o777
+        };
+        let before = mode("target");
+        p.at(b"f").unwrap().chmod_by_proc(0o640).unwrap();
+        assert_eq!(mode("f"), 0o640);
+        let e = p.at(b"l").unwrap().chmod_by_proc(0o777).unwrap_err();
+        assert_eq!(e.errno(), libc::ENOTSUP);
+        assert_eq!(mode("target"), before, "the link was followed");
+        assert_eq!(
+            p.at(b"l").unwrap().chmod(0o777).unwrap_err().errno(),
+            libc::ENOTSUP
+        );
+        assert_eq!(mode("target"), before, "the link was followed");
+    }
+
+    #[test]
+    fn swapped_directories_are_never_followed_openat2() {
+        swapped_directories_are_never_followed(false);
+    }
+
+    #[test]
+    fn swapped_directories_are_never_followed_walking() {
+        swapped_directories_are_never_followed(true);
     }
 
     #[test]

@@ -7,7 +7,7 @@
 use std::collections::HashMap;
 use std::num::NonZeroUsize;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use fuser::FileAttr;
@@ -18,6 +18,7 @@ use crate::fs::batch::BatchQueue;
 use crate::fs::error::FsError;
 use crate::fs::fuse::attr;
 use crate::fs::inode::{Inodes, OpenMode, ROOT};
+use crate::fs::passthrough::GitDirModes;
 use crate::fs::procfs;
 use crate::fs::source::RefSource;
 use crate::fs::view::{self, Kind, Listing, Scratch};
@@ -117,6 +118,9 @@ pub struct Shared {
     tgids: Mutex<HashMap<u32, (u32, Instant)>>,
     uid: u32,
     gid: u32,
+    /// GITDIR's mode and owner, which every node shows (unset: `0755`/`0644` and the
+    /// mounting user's).
+    gitdir_modes: OnceLock<Arc<GitDirModes>>,
     stopping: AtomicBool,
     /// An eventfd that wakes the watcher when a request handler found a stale kernel
     /// entry (`-1` if none could be made: the watcher then finds it at its next tick).
@@ -218,6 +222,7 @@ impl Shared {
             batch,
             uid,
             gid,
+            gitdir_modes: OnceLock::new(),
             stopping: AtomicBool::new(false),
             // SAFETY: a plain syscall; the descriptor is owned by `Shared`.
             wake_fd: unsafe { libc::eventfd(0, libc::EFD_NONBLOCK | libc::EFD_CLOEXEC) },
@@ -352,14 +357,27 @@ impl Shared {
         std::mem::take(&mut self.lock().needs_invalidation)
     }
 
+    /// Every node shows `modes` (GITDIR's mode and owner) from now on; set once, before
+    /// mounting.
+    pub fn set_gitdir_modes(&self, modes: Arc<GitDirModes>) {
+        let _ = self.gitdir_modes.set(modes);
+    }
+
+    fn moded(&self, mut a: FileAttr) -> FileAttr {
+        if let Some(m) = self.gitdir_modes.get() {
+            m.apply(&mut a);
+        }
+        a
+    }
+
     fn attr_of(&self, g: &Inner, ino: u64, kind: Kind, size: u64) -> FileAttr {
-        attr(ino, kind, size, g.changed_at, self.uid, self.gid)
+        self.moded(attr(ino, kind, size, g.changed_at, self.uid, self.gid))
     }
 
     /// [`Shared::attr_of`] with the file's own time (see [`Inner::mtime_of`]).
     fn attr_timed(&self, g: &mut Inner, ino: u64, path: &[u8], kind: Kind, size: u64) -> FileAttr {
         let mtime = g.mtime_of(path, kind);
-        attr(ino, kind, size, mtime, self.uid, self.gid)
+        self.moded(attr(ino, kind, size, mtime, self.uid, self.gid))
     }
 
     /// After the mount's own batch: the kernel may hold the attributes of the written
