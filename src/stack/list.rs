@@ -329,7 +329,7 @@ impl Stack {
     ///
     /// The list is unchanged when it is the same file with the same size, mtime and ctime
     /// (one `stat`), and, while its last change is too recent for a write since to have
-    /// changed them (see [`ListId::check`]), the same content (one read).
+    /// changed them (git's racy-file rule), the same content (one read).
     pub fn is_up_to_date(&self) -> Result<bool> {
         Ok(self.list_state()?.is_some() && !self.tables_changed())
     }
