@@ -11,6 +11,7 @@ mod clients;
 mod crash;
 mod differential;
 mod expected;
+mod foreign;
 mod lifecycle;
 mod packaging;
 mod read_path;
@@ -33,6 +34,7 @@ const SOURCES: &[(&str, &str)] = &[
     ("crash", include_str!("crash.rs")),
     ("differential", include_str!("differential.rs")),
     ("expected", include_str!("expected.rs")),
+    ("foreign", include_str!("foreign.rs")),
     ("lifecycle", include_str!("lifecycle.rs")),
     ("packaging", include_str!("packaging.rs")),
     ("read_path", include_str!("read_path.rs")),

@@ -319,3 +319,230 @@ fn unlock_removes_only_what_is_proven_stale() {
     assert_verifies(&dir);
     assert_eq!(repo.git_refs().len(), 2);
 }
+
+// ----- tables.list written in place --------------------------------------------------
+//
+// git replaces tables.list by a rename and so tests only its `(dev, ino)`; a tool that
+// appends a name to it (or rewrites it) in place keeps the inode. The stack must see such
+// a list at its next reload, and never write a list it did not read under the lock.
+
+/// `(dev, ino, size)` of `path`.
+fn inode_of(path: &Path) -> (u64, u64, u64) {
+    use std::os::unix::fs::MetadataExt;
+    let m = fs::metadata(path).unwrap();
+    (m.dev(), m.ino(), m.size())
+}
+
+/// A copy of the reftable directory `dir` (every file), in a new temporary directory.
+fn copy_stack(dir: &Path) -> tempfile::TempDir {
+    let copy = tempfile::tempdir().unwrap();
+    for e in fs::read_dir(dir).unwrap() {
+        let e = e.unwrap();
+        if e.file_type().unwrap().is_file() {
+            fs::copy(e.path(), copy.path().join(e.file_name())).unwrap();
+        }
+    }
+    copy
+}
+
+/// A valid next table for the stack in `dir` holding `name` → `id`: committed on a copy
+/// of the stack, and copied back beside it (not listed). Returns its file name.
+fn foreign_table(dir: &Path, opts: &StackOptions, name: &str, id: ObjectId) -> String {
+    let copy = copy_stack(dir);
+    let mut other = Stack::open(copy.path(), opts.clone()).unwrap();
+    commit_one(&mut other, name, id).unwrap();
+    let table = other.table_names().last().unwrap().clone();
+    fs::copy(copy.path().join(&table), dir.join(&table)).unwrap();
+    table
+}
+
+/// Appends `table` to `dir/tables.list` in place (same inode), as a foreign tool would.
+fn append_in_place(dir: &Path, table: &str) {
+    use std::io::Write;
+    let list = dir.join("tables.list");
+    let before = inode_of(&list);
+    let mut f = fs::OpenOptions::new().append(true).open(&list).unwrap();
+    f.write_all(format!("{table}\n").as_bytes()).unwrap();
+    drop(f);
+    let after = inode_of(&list);
+    assert_eq!((before.0, before.1), (after.0, after.1), "same inode");
+    assert!(after.2 > before.2);
+}
+
+fn listed(dir: &Path) -> Vec<String> {
+    fs::read_to_string(dir.join("tables.list"))
+        .unwrap()
+        .lines()
+        .filter(|l| !l.is_empty())
+        .map(str::to_owned)
+        .collect()
+}
+
+#[test]
+fn table_appended_to_the_list_in_place_is_seen_by_the_next_reload() {
+    let repo = Repo::new(HashKind::Sha1);
+    let ids = repo.commits(2);
+    let mut st = repo.open_with(|o| o.auto_compact = false);
+    commit_one(&mut st, "refs/heads/a", ids[0]).unwrap();
+    let dir = repo.reftable_dir();
+    let table = foreign_table(&dir, st.options(), "refs/heads/b", ids[1]);
+    append_in_place(&dir, &table);
+
+    assert!(!st.is_up_to_date().unwrap(), "the list grew in place");
+    assert!(st.reload().unwrap(), "reload sees the appended table");
+    assert_eq!(st.table_names().last(), Some(&table));
+    assert_eq!(value(&mut st, "refs/heads/b"), Some(ids[1]));
+    assert_eq!(value(&mut st, "refs/heads/a"), Some(ids[0]));
+    assert!(st.is_up_to_date().unwrap());
+    assert!(!st.reload().unwrap(), "and only once");
+    // git 2.47 reads the same stack.
+    assert_eq!(
+        repo.git(&["rev-parse", "refs/heads/b"]).trim(),
+        ids[1].to_hex()
+    );
+    repo.verify_integrity();
+}
+
+#[test]
+fn list_rewritten_in_place_to_the_same_size_is_seen_by_the_next_reload() {
+    let repo = Repo::new(HashKind::Sha1);
+    let ids = repo.commits(3);
+    let mut st = repo.open_with(|o| o.auto_compact = false);
+    commit_one(&mut st, "refs/heads/a", ids[0]).unwrap();
+    let dir = repo.reftable_dir();
+    // The table that will replace the next one: same update index, another ref.
+    let other = foreign_table(&dir, st.options(), "refs/heads/c", ids[2]);
+    commit_one(&mut st, "refs/heads/b", ids[1]).unwrap();
+    assert_eq!(value(&mut st, "refs/heads/b"), Some(ids[1]));
+    let list = dir.join("tables.list");
+    let old = fs::read(&list).unwrap();
+    let mtime = fs::metadata(&list).unwrap().modified().unwrap();
+    let mut names = listed(&dir);
+    *names.last_mut().unwrap() = other.clone();
+    let new = names.iter().map(|n| format!("{n}\n")).collect::<String>();
+    assert_eq!(new.len(), old.len(), "table names have one length");
+    assert_ne!(new.as_bytes(), &old[..]);
+
+    // Rewritten in place, its mtime put back: only the content and the ctime differ.
+    let before = inode_of(&list);
+    let f = fs::OpenOptions::new().write(true).open(&list).unwrap();
+    std::os::unix::fs::FileExt::write_all_at(&f, new.as_bytes(), 0).unwrap();
+    f.set_modified(mtime).unwrap();
+    drop(f);
+    assert_eq!(inode_of(&list), before, "same inode, same size");
+    assert_eq!(fs::metadata(&list).unwrap().modified().unwrap(), mtime);
+
+    assert!(st.reload().unwrap(), "reload sees the rewritten list");
+    assert_eq!(st.table_names(), names.as_slice());
+    assert_eq!(value(&mut st, "refs/heads/c"), Some(ids[2]));
+    assert_eq!(value(&mut st, "refs/heads/b"), None);
+    assert_eq!(
+        repo.git(&["rev-parse", "refs/heads/c"]).trim(),
+        ids[2].to_hex()
+    );
+    repo.verify_integrity();
+}
+
+#[test]
+fn commit_after_an_in_place_append_keeps_the_appended_table() {
+    for auto_compact in [false, true] {
+        let repo = Repo::new(HashKind::Sha1);
+        let ids = repo.commits(3);
+        let mut st = repo.open_with(|o| o.auto_compact = auto_compact);
+        commit_one(&mut st, "refs/heads/a", ids[0]).unwrap();
+        let dir = repo.reftable_dir();
+        let before = listed(&dir).len();
+        let table = foreign_table(&dir, st.options(), "refs/heads/b", ids[1]);
+        append_in_place(&dir, &table);
+        // No reload: the commit itself must read the list under its lock.
+        match commit_one(&mut st, "refs/heads/c", ids[2]) {
+            Ok(()) => {}
+            Err(e) => panic!("commit on an appended list (auto_compact {auto_compact}): {e}"),
+        }
+        if !auto_compact {
+            let names = listed(&dir);
+            assert!(names.contains(&table), "{table} dropped from {names:?}");
+            assert_eq!(names.len(), before + 2, "{names:?}");
+        }
+        let refs = repo.git_refs();
+        for (name, id) in [("a", ids[0]), ("b", ids[1]), ("c", ids[2])] {
+            let want = (format!("refs/heads/{name}"), id.to_hex());
+            assert!(
+                refs.contains(&want),
+                "auto_compact {auto_compact}: {want:?} not in {refs:?}"
+            );
+        }
+        assert_eq!(value(&mut st, "refs/heads/b"), Some(ids[1]));
+        listed_tables_exist(&dir);
+        repo.verify_integrity();
+    }
+}
+
+#[test]
+fn compaction_after_an_in_place_append_keeps_the_appended_table() {
+    let repo = Repo::new(HashKind::Sha1);
+    let ids = repo.commits(3);
+    let mut st = repo.open_with(|o| o.auto_compact = false);
+    commit_one(&mut st, "refs/heads/a", ids[0]).unwrap();
+    commit_one(&mut st, "refs/heads/c", ids[2]).unwrap();
+    let dir = repo.reftable_dir();
+    let table = foreign_table(&dir, st.options(), "refs/heads/b", ids[1]);
+    append_in_place(&dir, &table);
+    // The compaction was asked for on the stack as it was: it fails as outdated or
+    // compacts what the list now holds, and never writes a list without the table.
+    match st.compact_all() {
+        Ok(_) => {}
+        Err(reftablefs::Error::Outdated) => {
+            assert!(listed(&dir).contains(&table));
+            st.reload().unwrap();
+            assert!(st.compact_all().unwrap());
+        }
+        Err(e) => panic!("compaction: {e}"),
+    }
+    assert_eq!(listed(&dir).len(), 1, "compacted");
+    let refs = repo.git_refs();
+    for (name, id) in [("a", ids[0]), ("b", ids[1]), ("c", ids[2])] {
+        let want = (format!("refs/heads/{name}"), id.to_hex());
+        assert!(refs.contains(&want), "{want:?} not in {refs:?}");
+    }
+    listed_tables_exist(&dir);
+    repo.verify_integrity();
+}
+
+#[test]
+fn a_list_written_in_place_under_a_held_lock_is_not_overwritten() {
+    // A tool that ignores tables.list.lock appends while a transaction holds it: the
+    // commit fails before writing its list (the list is read again before the rename),
+    // and the appended table stays listed.
+    let repo = Repo::new(HashKind::Sha1);
+    let ids = repo.commits(3);
+    let mut st = repo.open_with(|o| o.auto_compact = false);
+    commit_one(&mut st, "refs/heads/a", ids[0]).unwrap();
+    let dir = repo.reftable_dir();
+    let before = listed(&dir).len();
+    let table = foreign_table(&dir, st.options(), "refs/heads/b", ids[1]);
+    let mut tx = st.transaction();
+    tx.edit(RefEdit::update("refs/heads/c", ids[2]));
+    let prepared = tx.prepare().unwrap();
+    append_in_place(&dir, &table);
+    let err = prepared
+        .commit(&mut st)
+        .expect_err("the list changed under the lock");
+    assert!(matches!(err, reftablefs::Error::Outdated), "{err}");
+    assert!(!dir.join("tables.list.lock").exists(), "lock released");
+    let names = listed(&dir);
+    assert_eq!(names.last(), Some(&table), "{names:?}");
+    assert_eq!(names.len(), before + 1, "{names:?}");
+    listed_tables_exist(&dir);
+    // No temporary or unlisted new table left behind.
+    let leftovers: Vec<String> = dir_listing(&dir)
+        .into_iter()
+        .filter(|n| n.contains(".temp.") || (n.ends_with(".ref") && !names.contains(n)))
+        .collect();
+    assert!(leftovers.is_empty(), "{leftovers:?}");
+    // The next commit writes on top of it.
+    commit_one(&mut st, "refs/heads/c", ids[2]).unwrap();
+    assert_eq!(value(&mut st, "refs/heads/b"), Some(ids[1]));
+    assert_eq!(value(&mut st, "refs/heads/c"), Some(ids[2]));
+    repo.verify_integrity();
+}

@@ -14,7 +14,7 @@ fn run_mount(args: Args) -> Result<ExitCode> {
 
 #[cfg(feature = "fuse")]
 fn run_unmount(args: Args) -> Result<ExitCode> {
-    super::mount::run_unmount(args)
+    super::unmount::run_unmount(args)
 }
 
 #[cfg(not(feature = "fuse"))]

@@ -25,6 +25,8 @@ pub mod status;
 pub mod store;
 pub mod table;
 pub mod unlock;
+#[cfg(feature = "fuse")]
+pub mod unmount;
 pub mod update_ref;
 pub mod update_ref_parse;
 pub mod verify;

@@ -1,5 +1,5 @@
 //! `reftablefs mount [--read-only] [--refs-only] [--no-kernel-passthrough] [--no-follow-cpu] [--daemon] [--batch-window MS] [--batch-max N] [--inode-cap N] [--no-fsync]
-//! (GITDIR MOUNTPOINT | --over WORKTREE)` and `reftablefs unmount MOUNTPOINT`.
+//! (GITDIR MOUNTPOINT | --over WORKTREE)` (`reftablefs unmount` is in `unmount.rs`).
 //!
 //! Foreground by default, one log line per error on stderr; exits 0 after a clean unmount.
 //! `--daemon` starts the same command in the background and returns once the mount is
@@ -100,7 +100,10 @@ pub fn run(mut args: Args) -> Result<ExitCode> {
     let reftable_dir = reftable_dir(gitdir)?;
     fs::check_mountpoint(mountpoint)?;
     let o = reftablefs::fs::stack_source::open(gitdir, &opts)?;
-    fs::mount(o.reader, o.writer, o.log, &reftable_dir, mountpoint, &opts)?;
+    let r = fs::mount(o.reader, o.writer, o.log, &reftable_dir, mountpoint, &opts);
+    // Everything is written and every lock released: tell a waiting `unmount`.
+    crate::cli::unmount::report_exit(&r);
+    r?;
     Ok(ExitCode::SUCCESS)
 }
 
@@ -128,6 +131,7 @@ fn run_over(dotgit: &Path, mut opts: MountOptions) -> Result<ExitCode> {
     let o = reftablefs::fs::stack_source::open(&gitdir, &opts)?;
     let r = fs::mount(o.reader, o.writer, o.log, &reftable_dir, dotgit, &opts);
     drop(real);
+    crate::cli::unmount::report_exit(&r);
     r?;
     Ok(ExitCode::SUCCESS)
 }
@@ -211,42 +215,4 @@ fn spawn_daemon(mountpoint: &Path, log: Option<PathBuf>) -> Result<ExitCode> {
         }
         std::thread::sleep(Duration::from_millis(10));
     }
-}
-
-/// Runs `reftablefs unmount MOUNTPOINT`: flushes pending writes (an fsync of the mount's
-/// root directory commits every pending batch), then unmounts.
-pub fn run_unmount(mut args: Args) -> Result<ExitCode> {
-    if args.peek_is_option() {
-        return Ok(crate::cli::common::unknown_option(&args, "unmount"));
-    }
-    let (Some(mountpoint), true) = (args.next_path(), args.is_empty()) else {
-        return Ok(crate::cli::common::usage_error(
-            "expected one <mountpoint>",
-            "unmount",
-        ));
-    };
-    if !fs::is_mounted(&mountpoint) {
-        eprintln!(
-            "reftablefs unmount: {} is not mounted",
-            mountpoint.display()
-        );
-        return Ok(ExitCode::from(1));
-    }
-    if let Ok(dir) = std::fs::File::open(&mountpoint) {
-        if let Err(e) = dir.sync_all() {
-            eprintln!("reftablefs unmount: flushing {}: {e}", mountpoint.display());
-        }
-    }
-    let status = Command::new("fusermount3")
-        .arg("-u")
-        .arg(&mountpoint)
-        .status();
-    if !matches!(status, Ok(s) if s.success()) && !fs::lazy_unmount(&mountpoint) {
-        return Err(fs::fail(format!(
-            "cannot unmount {}: {}",
-            mountpoint.display(),
-            std::io::Error::last_os_error()
-        )));
-    }
-    Ok(ExitCode::SUCCESS)
 }

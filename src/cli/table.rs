@@ -307,13 +307,17 @@ pub const COMMANDS: &[Command] = &[
     Command {
         name: "unmount",
         summary: "flush pending writes and unmount a reftablefs mount",
-        usage: &["<mountpoint>"],
-        description: "Commits every pending batch (an fsync of the mount's root), then unmounts \
-            with fusermount3 -u (a lazy unmount if that fails).",
-        options: &[],
+        usage: &["[--timeout=<seconds>] <mountpoint>"],
+        description: "Commits every pending batch (an fsync of the mount's root), unmounts \
+            with fusermount3 -u (a lazy unmount if that fails), then waits until the process \
+            that served the mount has written what was left, compacted the stack, released \
+            its locks and exited. Exits 0 only if all of that happened and the process said \
+            it wrote everything; 128, saying which, when a pending update was not written, the \
+            process did not exit within --timeout, or it ended with an error or was killed.",
+        options: &[Opt { spelling: "--timeout=<seconds>", help: "how long to wait for the mount's process to exit (default 60)" }],
         words: &[],
         operands: Operands::Mounts,
-        examples: &[("reftablefs unmount /mnt/repo", "flush and unmount")],
+        examples: &[("reftablefs unmount /mnt/repo", "flush, unmount, wait for the mount's process")],
         exit_codes: &[(1, "<mountpoint> is not mounted")],
     },
     Command {

@@ -12,12 +12,13 @@ use crate::table::Table;
 use crate::{Error, Result};
 
 impl Stack {
-    /// git's `reftable_stack_clean`: under the list lock, reload, then unlink every
-    /// unlisted `*.ref` file whose max update index is at most the stack's. Files that
-    /// do not parse, and files not ending in `.ref`, are left alone.
+    /// git's `reftable_stack_clean`: under the list lock, re-read the list, then unlink
+    /// every unlisted `*.ref` file whose max update index is at most the stack's. Files
+    /// that do not parse, and files not ending in `.ref`, are left alone.
     pub fn clean(&mut self) -> Result<()> {
         let _lock = self.lock_list()?;
-        self.reload()?;
+        // What is unlisted is decided on the list as read under the lock.
+        self.reload_now()?;
         let max = self.next_update_index() - 1;
         let entries = fsio::read_dir(&self.dir).map_err(|e| Error::io(&self.dir, e))?;
         for entry in entries.flatten() {
@@ -73,7 +74,7 @@ impl Stack {
     /// runs this too).
     pub fn clean_orphans(&mut self, stale_locks: Option<Duration>) -> Result<OrphanReport> {
         let _lock = self.lock_list()?;
-        self.reload()?;
+        self.reload_now()?;
         let mut report = OrphanReport::default();
         let mut temps = Vec::new();
         let mut listed_locks = 0usize;

@@ -4,7 +4,7 @@
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use super::list::read_list;
+use super::list::{list_is, read_list};
 use super::{table_name, CompactionProgress, LogExpiry, ProgressHook, Stack};
 use crate::fsio;
 use crate::lockfile::{self, LockFile};
@@ -162,7 +162,10 @@ impl Stack {
         if first > last || (expiry.is_none() && first == last) || last >= len {
             return Ok(false);
         }
-        if !self.is_up_to_date()? {
+        // The range names tables of the list the stack holds: it must still be the list
+        // on disk, read now under the lock (its identity alone could hide a list written
+        // in place).
+        if !list_is(&self.list_path, &self.names)? || self.tables_changed() {
             return Err(Error::Outdated);
         }
         // Lock the tables, newest first.
@@ -259,16 +262,13 @@ impl Stack {
                 return Err(e);
             }
         };
-        // The list may have grown (or been compacted) meanwhile: find our range again.
-        let current = if self.is_up_to_date()? {
-            self.names.clone()
-        } else {
-            match read_list(&self.list_path) {
-                Ok((n, _)) => n,
-                Err(e) => {
-                    cleanup(&new_name);
-                    return Err(e);
-                }
+        // The list may have grown (or been compacted) meanwhile: read it under the lock
+        // (never trusting its identity) and find our range again.
+        let current = match read_list(&self.list_path) {
+            Ok((n, _)) => n,
+            Err(e) => {
+                cleanup(&new_name);
+                return Err(e);
             }
         };
         let pos = current.iter().position(|n| Some(n) == old_names.first());
@@ -295,7 +295,7 @@ impl Stack {
             final_path = Some(path);
         }
         names.extend_from_slice(after);
-        if let Err(e) = self.commit_list(list_lock, &names) {
+        if let Err(e) = self.commit_list(list_lock, &current, &names) {
             if e.committed {
                 // The new list names the new table and no longer the old ones, but it is
                 // not known durable (a crash could bring the old list back): keep every

@@ -5,25 +5,33 @@ use std::io;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use super::{CompactionProgress, Stack, StackOptions, StackStats, TABLE_RECHECK_INTERVAL};
 use crate::fsio;
 use crate::lockfile::{self};
 use crate::table::Table;
 use crate::{Error, Result};
-/// An open `tables.list` and its `(dev, ino)`.
-pub(super) type ListHandle = (File, (u64, u64));
 
-/// What identifies a table file's content on disk: device, inode, size and
-/// modification time (seconds, nanoseconds). A table is reused across reloads only while
-/// its file keeps the identity it had when it was opened.
+/// An open `tables.list` and the identity of the content read through it.
+pub(super) type ListHandle = (File, ListId);
+
+/// What identifies a file's content on disk: device, inode, size, modification time and
+/// inode change time (seconds, nanoseconds). A table is reused across reloads only while
+/// its file keeps the identity it had when it was opened; `tables.list` is re-read when
+/// its identity changes.
+///
+/// `(dev, ino)` alone is git's test for `tables.list` (git always replaces it by a
+/// rename); a list written in place keeps its inode, so size and times are compared too.
+/// `ctime` cannot be set from user space: a rewrite that restores the old size and
+/// mtime still changes it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(super) struct FileId {
     dev: u64,
     ino: u64,
     size: u64,
     mtime: (i64, i64),
+    ctime: (i64, i64),
 }
 
 impl FileId {
@@ -33,8 +41,82 @@ impl FileId {
             ino: m.ino(),
             size: m.size(),
             mtime: (m.mtime(), m.mtime_nsec()),
+            ctime: (m.ctime(), m.ctime_nsec()),
         }
     }
+
+    /// The later of mtime and ctime, in nanoseconds since the epoch.
+    fn changed_ns(&self) -> i128 {
+        let ns = |(s, n): (i64, i64)| i128::from(s) * 1_000_000_000 + i128::from(n);
+        ns(self.mtime).max(ns(self.ctime))
+    }
+}
+
+/// How long after a file's last change a write may still leave its size, mtime and
+/// ctime as they were: the file system's timestamp granularity (a coarse clock tick of
+/// a few milliseconds on Linux; 1 or 2 s where timestamps have no nanoseconds), with
+/// room for the coarse clock lagging the one we read.
+fn racy_margin(id: &FileId) -> Duration {
+    if id.mtime.1 == 0 && id.ctime.1 == 0 {
+        Duration::from_secs(3)
+    } else {
+        Duration::from_millis(100)
+    }
+}
+
+/// The identity of the `tables.list` content a stack holds: the file's [`FileId`] (taken
+/// before its content was read) and when that content was last known to be the file's
+/// (read or compared, after the read).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) struct ListId {
+    file: FileId,
+    verified: SystemTime,
+}
+
+/// What one look at `tables.list` found, against the content a stack holds.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum ListCheck {
+    /// Same identity, changed too long before the content was read for a write since
+    /// to have left the identity as it was.
+    Unchanged,
+    /// Same identity, but changed so shortly before the content was read that a later
+    /// write could share its timestamps (git's "racy" files): compare the content.
+    Racy,
+    /// Another file or another identity: re-read it.
+    Changed,
+}
+
+impl ListId {
+    /// Compares `now`, the list's identity as just seen, with this one (the racy-git
+    /// rule: a write after the read that kept size, mtime and ctime must have come within
+    /// one timestamp tick of the change before it).
+    pub(super) fn check(&self, now: &FileId) -> ListCheck {
+        if *now != self.file {
+            return ListCheck::Changed;
+        }
+        let verified = match self.verified.duration_since(UNIX_EPOCH) {
+            Ok(d) => i128::try_from(d.as_nanos()).unwrap_or(i128::MAX),
+            Err(_) => return ListCheck::Racy,
+        };
+        let margin = i128::try_from(racy_margin(&self.file).as_nanos()).unwrap_or(i128::MAX);
+        if self.file.changed_ns().saturating_add(margin) >= verified {
+            ListCheck::Racy
+        } else {
+            ListCheck::Unchanged
+        }
+    }
+}
+
+/// Whether `content` (a `tables.list`) names exactly `names`, in order (no allocation).
+pub(super) fn lists_names(content: &[u8], names: &[String]) -> bool {
+    let mut want = names.iter();
+    for line in content.split(|&b| b == b'\n').filter(|l| !l.is_empty()) {
+        match want.next() {
+            Some(n) if n.as_bytes() == line => {}
+            _ => return false,
+        }
+    }
+    want.next().is_none()
 }
 
 /// Parses `tables.list` content: one name per line, empty lines skipped. Names must be
@@ -89,11 +171,30 @@ pub(super) fn read_list(path: &Path) -> Result<(Vec<String>, Option<ListHandle>)
         }
         Err(e) => return Err(Error::io(path, e)),
     };
+    // The identity is taken before the content is read: a write in between makes the
+    // next check see another identity (or a racy one), never miss the write.
     let meta = f.metadata().map_err(|e| Error::io(path, e))?;
     let mut content = Vec::with_capacity(meta.len().min(1 << 20) as usize);
     fsio::read_to_end(&mut f, path, &mut content).map_err(|e| Error::io(path, e))?;
+    let id = ListId {
+        file: FileId::of(&meta),
+        verified: SystemTime::now(),
+    };
     let names = parse_tables_list(&content, &path.display().to_string())?;
-    Ok((names, Some((f, (meta.dev(), meta.ino())))))
+    Ok((names, Some((f, id))))
+}
+
+/// Reads `tables.list` and says whether it names exactly `names` (a missing list names
+/// none). For checks under the list lock.
+pub(super) fn list_is(path: &Path, names: &[String]) -> Result<bool> {
+    let mut f = match fsio::open(path) {
+        Ok(f) => f,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(names.is_empty()),
+        Err(e) => return Err(Error::io(path, e)),
+    };
+    let mut content = Vec::with_capacity(names.len() * 43);
+    fsio::read_to_end(&mut f, path, &mut content).map_err(|e| Error::io(path, e))?;
+    Ok(lists_names(&content, names))
 }
 
 /// For a missing `tables.list`: `Ok` (an empty stack) when its directory holds no table,
@@ -223,23 +324,39 @@ impl Stack {
         self.tables.last().map_or(1, |t| t.max_update_index() + 1)
     }
 
-    /// Whether the loaded table set is current: `tables.list` unchanged (one `stat` when
-    /// its `(dev, ino)` is cached, else a comparison of its names) and every table file
-    /// still the file that was opened (device, inode, size, mtime).
+    /// Whether the loaded table set is current: `tables.list` unchanged and every table
+    /// file still the file that was opened (device, inode, size, mtime, ctime).
+    ///
+    /// The list is unchanged when it is the same file with the same size, mtime and ctime
+    /// (one `stat`), and, while its last change is too recent for a write since to have
+    /// changed them (git's racy-file rule), the same content (one read).
     pub fn is_up_to_date(&self) -> Result<bool> {
-        Ok(self.list_up_to_date()? && !self.tables_changed())
+        Ok(self.list_state()?.is_some() && !self.tables_changed())
     }
 
-    pub(super) fn list_up_to_date(&self) -> Result<bool> {
-        if let Some(id) = self.list_id {
-            return match fs::metadata(&self.list_path) {
-                Ok(m) => Ok((m.dev(), m.ino()) == id),
-                Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(self.names.is_empty()),
-                Err(e) => Err(Error::io(&self.list_path, e)),
+    /// `Some(verified)` when `tables.list` still holds the names the stack holds
+    /// (`verified`: the time its content was compared now, if it was), `None` when it
+    /// changed.
+    pub(super) fn list_state(&self) -> Result<Option<Option<SystemTime>>> {
+        if let Some(id) = &self.list_id {
+            let meta = match fs::metadata(&self.list_path) {
+                Ok(m) => m,
+                Err(e) if e.kind() == io::ErrorKind::NotFound => {
+                    return Ok(self.names.is_empty().then_some(None))
+                }
+                Err(e) => return Err(Error::io(&self.list_path, e)),
+            };
+            return match id.check(&FileId::of(&meta)) {
+                ListCheck::Unchanged => Ok(Some(None)),
+                ListCheck::Changed => Ok(None),
+                ListCheck::Racy => {
+                    let same = list_is(&self.list_path, &self.names)?;
+                    Ok(same.then(|| Some(SystemTime::now())))
+                }
             };
         }
         let (names, _) = read_list(&self.list_path)?;
-        Ok(names == self.names)
+        Ok((names == self.names).then_some(None))
     }
 
     /// Whether some table file is no longer the file that was opened (replaced,
@@ -250,18 +367,24 @@ impl Stack {
         })
     }
 
-    /// Reloads if `tables.list` changed, or (checked at most every
-    /// [`TABLE_RECHECK_INTERVAL`]) a table file changed on disk. Returns whether the
-    /// table set changed.
+    /// Reloads if `tables.list` changed (see [`is_up_to_date`](Self::is_up_to_date)),
+    /// or (checked at most every [`TABLE_RECHECK_INTERVAL`]) a table file changed on
+    /// disk. Returns whether the table set changed.
     pub fn reload(&mut self) -> Result<bool> {
-        if self.list_up_to_date()? {
-            if self.tables_checked.elapsed() < TABLE_RECHECK_INTERVAL {
-                return Ok(false);
+        match self.list_state()? {
+            None => return self.reload_now(),
+            Some(verified) => {
+                if let (Some(at), Some(id)) = (verified, self.list_id.as_mut()) {
+                    id.verified = at;
+                }
             }
-            self.tables_checked = Instant::now();
-            if !self.tables_changed() {
-                return Ok(false);
-            }
+        }
+        if self.tables_checked.elapsed() < TABLE_RECHECK_INTERVAL {
+            return Ok(false);
+        }
+        self.tables_checked = Instant::now();
+        if !self.tables_changed() {
+            return Ok(false);
         }
         self.reload_now()
     }
@@ -385,5 +508,101 @@ impl Stack {
             self.stats.reloads += 1;
             self.cached = None;
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn id(size: u64, mtime: (i64, i64), ctime: (i64, i64)) -> FileId {
+        FileId {
+            dev: 1,
+            ino: 2,
+            size,
+            mtime,
+            ctime,
+        }
+    }
+
+    fn at(secs: u64, nanos: u32) -> SystemTime {
+        UNIX_EPOCH + Duration::new(secs, nanos)
+    }
+
+    #[test]
+    fn list_identity_is_more_than_the_inode() {
+        let file = id(43, (1000, 5), (1000, 5));
+        let held = ListId {
+            file,
+            verified: at(2000, 0),
+        };
+        assert_eq!(held.check(&file), ListCheck::Unchanged);
+        // Appended in place: same inode, another size.
+        assert_eq!(
+            held.check(&id(86, (1000, 5), (1000, 5))),
+            ListCheck::Changed
+        );
+        // Rewritten in place to the same size.
+        assert_eq!(
+            held.check(&id(43, (1001, 5), (1001, 5))),
+            ListCheck::Changed
+        );
+        // ... with its mtime put back: the ctime still moved.
+        assert_eq!(
+            held.check(&id(43, (1000, 5), (1003, 7))),
+            ListCheck::Changed
+        );
+        // Nanoseconds count.
+        assert_eq!(
+            held.check(&id(43, (1000, 6), (1000, 6))),
+            ListCheck::Changed
+        );
+        let mut other_inode = file;
+        other_inode.ino = 3;
+        assert_eq!(held.check(&other_inode), ListCheck::Changed);
+    }
+
+    #[test]
+    fn a_list_changed_just_before_it_was_read_is_compared_by_content() {
+        // Changed 50 ms before the read: a write after it may share every timestamp.
+        let file = id(43, (1000, 950_000_000), (1000, 950_000_000));
+        let mut held = ListId {
+            file,
+            verified: at(1001, 0),
+        };
+        assert_eq!(held.check(&file), ListCheck::Racy);
+        // Compared again 200 ms after the change: settled.
+        held.verified = at(1001, 150_000_000);
+        assert_eq!(held.check(&file), ListCheck::Unchanged);
+        // A file system without sub-second timestamps: racy for seconds.
+        let coarse = id(43, (1000, 0), (1000, 0));
+        let held = ListId {
+            file: coarse,
+            verified: at(1002, 0),
+        };
+        assert_eq!(held.check(&coarse), ListCheck::Racy);
+        let held = ListId {
+            file: coarse,
+            verified: at(1004, 0),
+        };
+        assert_eq!(held.check(&coarse), ListCheck::Unchanged);
+        // A change time in the future (another clock): racy.
+        let held = ListId {
+            file,
+            verified: at(900, 0),
+        };
+        assert_eq!(held.check(&file), ListCheck::Racy);
+    }
+
+    #[test]
+    fn lists_names_compares_lines() {
+        let names = vec!["a.ref".to_owned(), "b.ref".to_owned()];
+        assert!(lists_names(b"a.ref\nb.ref\n", &names));
+        assert!(lists_names(b"a.ref\n\nb.ref", &names));
+        assert!(!lists_names(b"a.ref\n", &names));
+        assert!(!lists_names(b"a.ref\nb.ref\nc.ref\n", &names));
+        assert!(!lists_names(b"a.ref\nc.ref\n", &names));
+        assert!(lists_names(b"", &[]));
+        assert!(!lists_names(b"\xff\n", &[]));
     }
 }

@@ -40,8 +40,8 @@ mod write;
 
 pub use clean::OrphanReport;
 pub use compact::suggest_compaction_segment;
-use list::FileId;
 pub use list::{missing_list_error, parse_tables_list};
+use list::{FileId, ListId};
 pub use write::ListLock;
 
 use std::fs::File;
@@ -152,7 +152,9 @@ pub struct Stack {
     tables_checked: Instant,
     /// `tables.list` kept open after a reload so its inode cannot be reused while cached.
     list_file: Option<File>,
-    list_id: Option<(u64, u64)>,
+    /// The identity of the `tables.list` whose names the stack holds (`None`: compare
+    /// the names at the next check).
+    list_id: Option<ListId>,
     generation: u64,
     cached: Option<MergedRefIter>,
     writer: Option<TableWriter>,

@@ -4,6 +4,7 @@
 use std::fs::File;
 use std::path::Path;
 
+use super::list::list_is;
 use super::{table_name, Stack};
 use crate::fsio;
 use crate::lockfile::{self, LockFile};
@@ -19,13 +20,20 @@ pub(super) struct CommitError {
 
 /// A held `tables.list.lock`, taken by [`Stack::lock_for_write`]: nothing else can
 /// commit to the stack until it is given to [`Stack::add_table_locked`] or dropped
-/// (dropping releases it and writes nothing).
+/// (dropping releases it and writes nothing). It keeps the table names `tables.list`
+/// held when it was read under this lock: the list written is those plus the new table.
 #[must_use = "dropping the lock releases it"]
-pub struct ListLock(LockFile);
+pub struct ListLock {
+    lock: LockFile,
+    base: Vec<String>,
+}
 
 impl std::fmt::Debug for ListLock {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_tuple("ListLock").field(&self.0.path()).finish()
+        f.debug_struct("ListLock")
+            .field("path", &self.lock.path())
+            .field("base", &self.base)
+            .finish()
     }
 }
 
@@ -79,11 +87,32 @@ impl Stack {
     /// Writes `names` into the held list lock, fsyncs it, renames it over `tables.list`
     /// and fsyncs the directory. The error says whether the rename happened: once it
     /// did, the new list is what every reader sees, and the tables it names must stay.
+    ///
+    /// `base` is the list as read under this lock, which `names` was made from: the list
+    /// is read once more first, and if it no longer names `base` (a tool wrote it in
+    /// place, without the lock) nothing is written and the error is
+    /// [`Error::Outdated`].
     pub(super) fn commit_list(
         &mut self,
         mut lock: LockFile,
+        base: &[String],
         names: &[String],
     ) -> Result<(), CommitError> {
+        match list_is(&self.list_path, base) {
+            Ok(true) => {}
+            Ok(false) => {
+                return Err(CommitError {
+                    committed: false,
+                    error: Error::Outdated,
+                })
+            }
+            Err(error) => {
+                return Err(CommitError {
+                    committed: false,
+                    error,
+                })
+            }
+        }
         let mut content = Vec::with_capacity(names.len() * 48);
         for n in names {
             content.extend_from_slice(n.as_bytes());
@@ -126,11 +155,12 @@ impl Stack {
     }
 
     /// Adds the table `writer` just finished (or nothing for an empty table) under the
-    /// held `lock`: one fsync round, reload, then auto-compaction. Returns the new
-    /// table's name.
+    /// held `lock`, on top of `base` (the list read under it): one fsync round, reload,
+    /// then auto-compaction. Returns the new table's name.
     fn add_finished_table(
         &mut self,
         lock: LockFile,
+        base: Vec<String>,
         writer: &mut TableWriter,
         min: u64,
         max: u64,
@@ -140,6 +170,11 @@ impl Stack {
             Err(Error::EmptyTable) => return Ok(None),
             Err(e) => return Err(e),
         };
+        if self.names != base {
+            // Re-read since the lock was taken: what the table was built against (the
+            // caller's checks) is not what the stack holds now.
+            return Err(Error::Outdated);
+        }
         if min < self.next_update_index() {
             return Err(Error::Api(format!(
                 "table update index {min} below the stack's next {}",
@@ -147,9 +182,9 @@ impl Stack {
             )));
         }
         let name = self.write_table_file(bytes, min, max)?;
-        let mut names = self.names.clone();
+        let mut names = base.clone();
         names.push(name.clone());
-        if let Err(e) = self.commit_list(lock, &names) {
+        if let Err(e) = self.commit_list(lock, &base, &names) {
             if e.committed {
                 // tables.list names the new table: it stays. The commit is visible but
                 // not known durable; report that, and re-read the stack.
@@ -190,22 +225,26 @@ impl Stack {
     }
 
     /// The first half of [`add_table`](Self::add_table): takes `tables.list.lock` and
-    /// re-reads the stack if another writer changed it, so that what is read until the
-    /// lock is used or dropped is what the new table will be added on top of (a
-    /// transaction checks its expected values in between).
+    /// reads `tables.list` again under it (whatever its identity says: a list written in
+    /// place can keep it), re-reading the stack if another writer changed it, so that
+    /// what is read until the lock is used or dropped is what the new table will be
+    /// added on top of (a transaction checks its expected values in between).
     pub fn lock_for_write(&mut self) -> Result<ListLock> {
         let lock = self.lock_list()?;
-        if !self.is_up_to_date()? {
-            self.reload_now()?;
-        }
-        Ok(ListLock(lock))
+        self.reload_now()?;
+        Ok(ListLock {
+            lock,
+            base: self.names.clone(),
+        })
     }
 
     /// The second half of [`add_table`](Self::add_table): `build` writes the records of
     /// one table with update indexes `[min, max]` into the stack's reused writer, then
     /// the table is added under `lock` (one fsync round, reload, auto-compaction).
     /// Returns the new table's name, `None` when `build` wrote nothing. On error the
-    /// table is not added (and the lock is released).
+    /// table is not added (and the lock is released); [`Error::Outdated`] when the stack
+    /// was re-read since `lock` was taken, or `tables.list` no longer holds what was
+    /// read under it.
     pub fn add_table_locked(
         &mut self,
         lock: ListLock,
@@ -213,10 +252,10 @@ impl Stack {
         max: u64,
         build: impl FnOnce(&mut TableWriter) -> Result<()>,
     ) -> Result<Option<String>> {
-        let ListLock(lock) = lock;
+        let ListLock { lock, base } = lock;
         let mut w = self.take_writer();
         let r = w.begin(min, max).and_then(|()| build(&mut w));
-        let r = r.and_then(|()| self.add_finished_table(lock, &mut w, min, max));
+        let r = r.and_then(|()| self.add_finished_table(lock, base, &mut w, min, max));
         self.put_writer(w);
         r
     }
