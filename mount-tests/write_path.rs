@@ -11,7 +11,7 @@ use std::collections::{BTreeMap, HashSet};
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, Write};
 use std::path::Path;
-use std::process::{Command, Stdio};
+use std::process::{Command, Output, Stdio};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -2171,3 +2171,205 @@ pub fn never_refs_fail_at_the_call(ctx: &Ctx) -> TestResult {
     verify_stack(&repo)
 }
 mount_test!(never_refs_fail_at_the_call, timeout = 60);
+
+/// A size-limited tmpfs mounted for one test, unmounted (lazily) on every exit path.
+struct SmallFs(std::path::PathBuf);
+
+impl SmallFs {
+    /// Mounts a tmpfs of `size` (e.g. "20m") on `dir`; `None` when not root.
+    fn mount(dir: &Path, size: &str) -> TestResult<Option<SmallFs>> {
+        // SAFETY: geteuid has no preconditions.
+        if unsafe { libc::geteuid() } != 0 {
+            return Ok(None);
+        }
+        fs::create_dir_all(dir)?;
+        let out = Command::new("mount")
+            .args(["-t", "tmpfs", "-o", &format!("size={size}"), "tmpfs"])
+            .arg(dir)
+            .output()?;
+        crate::harness::check(&out, "mount -t tmpfs")?;
+        Ok(Some(SmallFs(dir.to_path_buf())))
+    }
+
+    /// Fills the file system: a file grown until the disk is full. Returns its path.
+    fn fill(&self) -> TestResult<std::path::PathBuf> {
+        let path = self.0.join("filler");
+        let mut f = File::create(&path)?;
+        for chunk in [1 << 20, 4096, 512] {
+            let buf = vec![b'x'; chunk];
+            loop {
+                match f.write_all(&buf) {
+                    Ok(()) => {}
+                    Err(e) if e.raw_os_error() == Some(libc::ENOSPC) => break,
+                    Err(e) => return Err(e.into()),
+                }
+            }
+        }
+        Ok(path)
+    }
+}
+
+impl Drop for SmallFs {
+    fn drop(&mut self) {
+        let _ = Command::new("umount").arg("-l").arg(&self.0).status();
+    }
+}
+
+/// Issue 23, a full disk: with the git directory on a full 20 MiB file system, every
+/// update a client was told succeeded is in the stack and every other one failed at a
+/// system call — clients that never fsync (git 2.39, dulwich, pygit2) included. A
+/// client's lock/write/rename loop runs until a call fails (the mount held space when it
+/// started, so the first ones succeed and are written); then git 2.39 (`branch`,
+/// `update-ref`, `tag`), dulwich and pygit2 fail, `status` records ENOSPC, the stack
+/// holds exactly the acknowledged refs, and once there is room again a write succeeds.
+pub fn full_disk_fails_at_the_call(ctx: &Ctx) -> TestResult {
+    let Some(small) = SmallFs::mount(&ctx.path("small"), "20m")? else {
+        note("SKIP: needs root to mount a size-limited tmpfs");
+        return Ok(());
+    };
+    let repo = Repo::init(&small.0.join("repo"), "reftable")?;
+    let base = repo.commit("base")?;
+    let m = Mount::start(&repo.gitdir, &ctx.path("mnt"), &[])?;
+    let filler = small.fill()?;
+    // A files-protocol client without fsync: lock, write, rename until a call fails.
+    let out = Command::new("python3")
+        .arg("-c")
+        .arg(
+            r#"
+import os, sys
+mnt, val = sys.argv[1], sys.argv[2]
+ok = 0
+for i in range(20000):
+    path = os.path.join(mnt, 'refs/heads/f%05d' % i)
+    try:
+        fd = os.open(path + '.lock', os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+        os.write(fd, (val + '\n').encode()); os.close(fd)
+        os.rename(path + '.lock', path)
+    except OSError as e:
+        print(ok, e.errno); break
+    ok += 1
+"#,
+        )
+        .arg(&m.mnt)
+        .arg(&base)
+        .output()?;
+    crate::harness::check(&out, "the lock/write/rename loop")?;
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    let mut it = text.split_whitespace();
+    let acked: usize = it.next().and_then(|v| v.parse().ok()).unwrap_or(0);
+    let errno: i32 = it.next().and_then(|v| v.parse().ok()).unwrap_or(0);
+    ensure!(
+        errno == libc::ENOSPC && acked < 20_000,
+        "the loop ended with {text:?}, want ENOSPC before 20,000 updates"
+    );
+    let home = ctx.path("home239");
+    fs::create_dir_all(&home)?;
+    let git239 = |args: &[&str]| -> TestResult<Output> {
+        let mut c = Command::new("/usr/bin/git");
+        crate::harness::git_env(&mut c, &home, "1700000000 +0000");
+        Ok(c.args(args).env("GIT_DIR", &m.mnt).output()?)
+    };
+    // Every other client: success means written, failure means nothing written. The
+    // mount may still hold room for some (what it holds is really written).
+    let mut want: Vec<String> = (0..acked).map(|i| format!("refs/heads/f{i:05}")).collect();
+    let mut failed = 0usize;
+    for (args, name) in [
+        (&["branch", "b"][..], "refs/heads/b"),
+        (&["update-ref", "refs/heads/c", "HEAD"], "refs/heads/c"),
+        (&["tag", "t"], "refs/tags/t"),
+    ] {
+        if git239(args)?.status.success() {
+            want.push(name.into());
+        } else {
+            failed += 1;
+        }
+    }
+    let py = |code: &str| -> TestResult<Output> {
+        Ok(Command::new("python3")
+            .arg("-c")
+            .arg(code)
+            .arg(&m.mnt)
+            .arg(&base)
+            .output()?)
+    };
+    for (code, name) in [
+        ("import sys\nfrom dulwich.repo import Repo\nRepo(sys.argv[1]).refs[b'refs/heads/d'] = sys.argv[2].encode()", "refs/heads/d"),
+        ("import sys, pygit2\npygit2.Repository(sys.argv[1]).references.create('refs/heads/e', sys.argv[2])", "refs/heads/e"),
+    ] {
+        if py(code)?.status.success() {
+            want.push(name.into());
+        } else {
+            failed += 1;
+        }
+    }
+    // git 2.39 until it fails: it must, within bounds, and the mount records ENOSPC for
+    // the ref it refused.
+    let mut git_ok = 0usize;
+    let mut refused = None;
+    for i in 0..3000 {
+        let name = format!("refs/heads/g{i:04}");
+        let out = git239(&["update-ref", &name, "HEAD"])?;
+        if !out.status.success() {
+            refused = Some(name);
+            break;
+        }
+        want.push(name);
+        git_ok += 1;
+    }
+    let Some(refused) = refused else {
+        bail!("git 2.39 update-ref succeeded 3,000 times on a full disk");
+    };
+    let status = fs::read_to_string(m.path(".reftablefs/status"))?;
+    ensure!(
+        status
+            .lines()
+            .any(|l| l.contains(&refused[5..]) && l.contains("ENOSPC")),
+        "status records no ENOSPC for {refused}:\n{status}"
+    );
+    let status = fs::read_to_string(m.path(".reftablefs/status"))?;
+    ensure!(
+        status.contains("ENOSPC"),
+        "status records no ENOSPC:\n{status}"
+    );
+    // Exactly the acknowledged updates reached the stack (once everything pending is
+    // written: the fsync of a reader reports nothing of the clients above).
+    File::open(&m.mnt)?.sync_all()?;
+    let refs = repo.git(&["for-each-ref", "--format=%(refname)"])?;
+    want.push("refs/heads/main".into());
+    want.sort();
+    let have: Vec<String> = refs.lines().map(str::to_string).collect();
+    ensure!(
+        have == want,
+        "{} updates were acknowledged; the stack holds {} refs: {:?}…\nthe mount's log:\n{}",
+        want.len() - 1,
+        have.len(),
+        have.iter()
+            .filter(|r| !want.contains(r))
+            .take(5)
+            .collect::<Vec<_>>(),
+        m.log()
+            .lines()
+            .rev()
+            .take(30)
+            .collect::<Vec<_>>()
+            .join("\n")
+    );
+    // Room again: the same write succeeds.
+    fs::remove_file(&filler)?;
+    let out = git239(&["branch", "room-again"])?;
+    crate::harness::check(&out, "git 2.39 branch room-again with room again")?;
+    sync_ref(&m, "refs/heads/room-again")?;
+    ensure!(
+        repo.rev_parse("refs/heads/room-again")? == base,
+        "refs/heads/room-again not written once there was room"
+    );
+    note(&format!(
+        "{acked} updates acknowledged and written before ENOSPC; then {failed} of 5 clients \
+         failed, git 2.39 update-ref succeeded {git_ok} times before ENOSPC"
+    ));
+    m.unmount()?;
+    verify_stack(&repo)?;
+    drop(small);
+    Ok(())
+}
+mount_test!(full_disk_fails_at_the_call, timeout = 120);

@@ -370,6 +370,8 @@ fn next_batch(shared: &Shared, writer: &mut Writer) -> Option<Batch> {
 
 fn run(shared: &Shared, writer: &mut Writer) {
     while let Some(batch) = next_batch(shared, writer) {
+        // The space held for this batch goes back to the file system, for its table.
+        shared.lock().reserve.make_room(batch.seq);
         let result = commit(writer, &batch);
         // Before the state lock: the request threads need it, and the diagnosis of a
         // held lock must never wait for them.
@@ -427,6 +429,8 @@ fn run(shared: &Shared, writer: &mut Writer) {
             g.mark_handles_failed(edit);
         }
         g.w.batch_done(batch.seq, &names);
+        let idle = g.w.open.is_empty() && shared.queue.sealed_len() == 0;
+        g.reserve.written(batch.seq, idle);
         drop(g);
         let by_process = lost_by_process(&lost);
         let names: Vec<&[u8]> = batch.edits.iter().map(|e| e.name.as_slice()).collect();

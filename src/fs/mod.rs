@@ -57,6 +57,7 @@ pub mod inode;
 pub mod passthrough;
 pub mod procfs;
 pub mod ref_times;
+pub mod reserve;
 pub mod source;
 pub mod stack_source;
 pub mod status;
@@ -248,6 +249,7 @@ pub fn mount(
         },
     );
     shared.set_inode_cap(opts.inode_cap);
+    shared.reserve_space_in(reftable_dir);
     // The mount root and the ref view show GITDIR's mode and owner.
     if let Some(gitdir) = reftable_dir.parent() {
         let modes = passthrough::GitDirModes::open(gitdir).map_err(|e| Error::io(gitdir, e))?;

@@ -20,6 +20,7 @@ use crate::fs::fuse::attr;
 use crate::fs::inode::{Inodes, OpenMode, ROOT};
 use crate::fs::passthrough::GitDirModes;
 use crate::fs::procfs;
+use crate::fs::reserve::{self, Reserve};
 use crate::fs::source::RefSource;
 use crate::fs::view::{self, Kind, Listing, Scratch};
 use crate::fs::write::{ref_name_of, LogSettings, Refusal, WriteState};
@@ -88,6 +89,8 @@ pub struct Inner {
     needs_invalidation: bool,
     /// The write overlay (with the open batch; sealed ones are in [`Shared::queue`]).
     pub(crate) w: WriteState,
+    /// Disk space held for the edits the overlay acknowledged (`reserve.rs`).
+    pub(crate) reserve: Reserve,
     /// Why the last reload failed (a corrupt or missing table): requests fail with EIO
     /// until a reload succeeds again.
     broken: Option<String>,
@@ -212,6 +215,7 @@ impl Shared {
                 log_index_seen,
                 needs_invalidation: false,
                 w,
+                reserve: Reserve::none(),
                 broken: None,
                 stale_names: Vec::new(),
                 stale_attrs: Vec::new(),
@@ -457,6 +461,14 @@ impl Shared {
         (g.inodes.len(), g.inodes.dropping(), g.inodes.cap())
     }
 
+    /// Holds disk space on the file system of `dir` (the stack's `reftable/`) for every
+    /// edit acknowledged and not yet written (`reserve.rs`); a read-only mount holds none.
+    pub fn reserve_space_in(&self, dir: &std::path::Path) {
+        if !self.read_only {
+            self.lock().reserve = Reserve::open(dir);
+        }
+    }
+
     /// Sets the inode table's cap (`mount --inode-cap`).
     pub fn set_inode_cap(&self, cap: usize) {
         self.lock().inodes.set_cap(cap);
@@ -575,6 +587,7 @@ impl Shared {
         }
         let target = match view::area(&path) {
             view::Area::Logs(Some(n)) if !is_lockish(n) && crate::fs::write::valid_ref_name(n) => {
+                g.promise("create", &path, reserve::edit_bytes(path.len(), 0))?;
                 g.w.note_new_log(n);
                 Target::Log { name: n.to_vec() }
             }
@@ -663,6 +676,7 @@ impl Shared {
                 let path = path.clone();
                 g.w.actor = actor;
                 g.w.actor_handles = vec![fh];
+                g.promise("append", &path, reserve::edit_bytes(name.len(), data.len()))?;
                 g.w.append_log(&name, data)
                     .map_err(|r| refuse("append", &path, r))?;
                 g.after_staging(self.batch.max);
@@ -814,8 +828,10 @@ impl Shared {
                 // empty, and what is written next is appended.
                 Target::Log { name } if size == 0 => {
                     let name = name.clone();
+                    let path = path.clone();
                     g.w.actor = actor;
                     g.w.actor_handles = fh.into_iter().collect();
+                    g.promise("truncate", &path, reserve::edit_bytes(name.len(), 0))?;
                     g.w.replace_log(&name, Vec::new());
                     g.after_staging(self.batch.max);
                 }
@@ -1000,6 +1016,9 @@ impl Shared {
                 },
             ));
         }
+        if matches!(kind, Kind::Ref | Kind::Log) {
+            g.promise("unlink", &path, reserve::edit_bytes(path.len(), 0))?;
+        }
         let Inner { w, src, .. } = &mut *g;
         w.actor = actor;
         w.actor_handles.clear();
@@ -1120,6 +1139,15 @@ impl Shared {
         if to_kind == Some(Kind::Dir) && kind != Kind::Dir {
             return Err(FsError::EISDIR);
         }
+        let content = match kind {
+            Kind::Scratch | Kind::Log => g.size_of(&from, kind).unwrap_or(0) as usize,
+            _ => 0,
+        };
+        g.promise(
+            "rename",
+            &from,
+            reserve::edit_bytes(from.len() + to.len(), content),
+        )?;
         let r = g.do_rename(&from, kind, &to, to_kind);
         if let Err(e) = r {
             return Err(refuse("rename", &from, e));
@@ -1428,6 +1456,25 @@ impl Inner {
         self.w.queue().kick();
     }
 
+    /// Before an edit is staged: holds the disk space its table can take (`reserve.rs`),
+    /// or refuses the call with the file system's errno (no space, quota, read-only, …),
+    /// as a files backend's write of the lock would fail.
+    fn promise(&mut self, op: &str, path: &[u8], bytes: u64) -> Result<(), FsError> {
+        let seq = self.w.open.seq + 1;
+        self.reserve.promise(seq, bytes).map_err(|errno| {
+            refuse_for(
+                op,
+                path,
+                errno,
+                format!(
+                    "the stack's file system cannot take this update ({}): nothing was \
+                     staged, as a files backend's write of the lock would fail",
+                    std::io::Error::from_raw_os_error(errno)
+                ),
+            )
+        })
+    }
+
     fn add_handle(&mut self, h: Handle) -> u64 {
         let fh = self.next_fh;
         self.next_fh += 1;
@@ -1614,9 +1661,12 @@ impl Inner {
             }
             return Ok(());
         }
-        *dirty = false;
         let (path, name, data, placeholder) =
             (path.clone(), name.clone(), data.clone(), *placeholder);
+        self.promise("write", &path, reserve::edit_bytes(name.len(), data.len()))?;
+        if let Some(Handle::Write { dirty, .. }) = self.handles.get_mut(&fh) {
+            *dirty = false;
+        }
         let Inner { w, src, .. } = self;
         let staged = w
             .parse_ref_content(&data)

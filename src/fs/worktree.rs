@@ -319,6 +319,7 @@ impl Worktrees {
             },
         );
         shared.set_inode_cap(self.opts.inode_cap);
+        shared.reserve_space_in(stack);
         let dir = Arc::new(AtomicU64::new(dir));
         let mut threads = Vec::new();
         if let Some(n) = self.notifier.get() {
