@@ -181,6 +181,15 @@ impl BatchQueue {
         Ok(())
     }
 
+    /// Waits until a batch is written (or `timeout` passes).
+    pub fn wait_progress(&self, timeout: Duration) {
+        let q = self.lock();
+        if q.batcher_gone {
+            return;
+        }
+        let _ = self.written.wait_timeout(q, timeout);
+    }
+
     /// Whether a batch numbered `seq` or later failed in part or whole.
     pub fn failed_since(&self, seq: u64) -> bool {
         self.lock().failed.range(seq..).next().is_some()

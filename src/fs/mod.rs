@@ -51,6 +51,7 @@
 //!
 //! Order: worktrees → state; state → queue; state → own tables; never queue → state.
 
+pub mod budget;
 pub mod config_view;
 pub mod error;
 pub mod inode;

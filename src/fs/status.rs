@@ -119,6 +119,10 @@ pub fn errno_name(e: i32) -> String {
         libc::ENAMETOOLONG => "ENAMETOOLONG",
         libc::ENOTEMPTY => "ENOTEMPTY",
         libc::ENOTSUP => "ENOTSUP",
+        libc::ENFILE => "ENFILE",
+        libc::ENOMEM => "ENOMEM",
+        libc::EDQUOT => "EDQUOT",
+        libc::ELOOP => "ELOOP",
         _ => return e.to_string(),
     };
     name.to_owned()

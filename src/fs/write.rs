@@ -15,6 +15,7 @@ use std::sync::Arc;
 use crate::files::{self, LooseRef};
 use crate::format::{HashKind, LogRecord, ObjectId, RefRecord, RefValue};
 use crate::fs::batch::BatchQueue;
+use crate::fs::budget::ScratchFiles;
 use crate::fs::source::{BatchEdit, RefSource};
 use crate::fs::view::{self, Entry, Kind, Scratch, NEXT_NAME};
 use crate::refname::{check_for_update, check_refname_format, RefnameFlags};
@@ -169,7 +170,7 @@ pub struct WriteState {
     pub log: LogSettings,
     /// Created files that are not refs (yet): `*.lock`, `packed-refs.new`, temporary
     /// reflogs. Content in memory; gone at unmount.
-    pub files: BTreeMap<Vec<u8>, Vec<u8>>,
+    pub files: ScratchFiles,
     /// Directories made by `mkdir` (they exist until `rmdir`, empty or not).
     pub vdirs: BTreeSet<Vec<u8>>,
     /// Ref values accepted at a commit point, not yet in the stack (read-your-writes).
@@ -264,11 +265,6 @@ pub fn valid_ref_name(name: &[u8]) -> bool {
 }
 
 impl WriteState {
-    /// Bytes held by scratch files.
-    pub fn scratch_bytes(&self) -> usize {
-        self.files.values().map(Vec::len).sum()
-    }
-
     /// Whether the overlay is empty (reads can skip it).
     pub fn is_idle(&self) -> bool {
         self.files.is_empty()
@@ -373,9 +369,9 @@ impl WriteState {
 
     fn any_path_below(&self, prefix: &[u8]) -> bool {
         self.files
-            .range(prefix.to_vec()..)
+            .paths_from(prefix)
             .next()
-            .is_some_and(|(p, _)| p.starts_with(prefix))
+            .is_some_and(|p| p.starts_with(prefix))
             || self
                 .vdirs
                 .range(prefix.to_vec()..)
@@ -495,10 +491,10 @@ impl WriteState {
                 }),
             }
         }
-        for (p, _) in self
+        for p in self
             .files
-            .range(prefix.clone()..)
-            .take_while(|(p, _)| p.starts_with(&prefix))
+            .paths_from(&prefix)
+            .take_while(|p| p.starts_with(&prefix))
         {
             add(out, &p[prefix.len()..], Kind::Scratch);
         }
