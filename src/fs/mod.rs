@@ -252,9 +252,14 @@ pub fn mount(
     shared.set_inode_cap(opts.inode_cap);
     shared.reserve_space_in(reftable_dir);
     // The mount root and the ref view show GITDIR's mode and owner.
-    if let Some(gitdir) = reftable_dir.parent() {
-        let modes = passthrough::GitDirModes::open(gitdir).map_err(|e| Error::io(gitdir, e))?;
-        shared.set_gitdir_modes(std::sync::Arc::new(modes));
+    let modes = match reftable_dir.parent() {
+        Some(gitdir) => Some(std::sync::Arc::new(
+            passthrough::GitDirModes::open(gitdir).map_err(|e| Error::io(gitdir, e))?,
+        )),
+        None => None,
+    };
+    if let Some(m) = &modes {
+        shared.set_gitdir_modes(m.clone());
     }
     // The real git directory, opened before mounting: passthrough never goes through
     // the mount.
@@ -265,12 +270,13 @@ pub fn mount(
         _ => None,
     };
     // Linked worktrees' ref views, started at their first request (`worktree.rs`).
-    let wts = match (&pass, reftable_dir.parent()) {
-        (Some(_), Some(gitdir)) => {
-            Some(std::sync::Arc::new(worktree::Worktrees::new(gitdir, opts)?))
-        }
-        _ => None,
-    };
+    let wts =
+        match (&pass, &modes, reftable_dir.parent()) {
+            (Some(p), Some(m), Some(gitdir)) => Some(std::sync::Arc::new(
+                worktree::Worktrees::new(gitdir, p.clone(), m.clone(), opts)?,
+            )),
+            _ => None,
+        };
     let fs = fuse::RefFs {
         shared: shared.clone(),
         pass,

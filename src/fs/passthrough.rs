@@ -652,6 +652,13 @@ impl Passthrough {
         })
     }
 
+    /// [`Self::open_dir`] for other views of the mount (a linked worktree's stack): an
+    /// `O_PATH` descriptor of the directory `path` beneath the git directory, no symbolic
+    /// link followed in any component.
+    pub(crate) fn dir_beneath(&self, path: &[u8]) -> Result<OwnedFd, FsError> {
+        self.open_dir(path)
+    }
+
     /// An `O_PATH` descriptor of the directory `path` beneath the git directory: one
     /// `openat2`, or (without it) a walk from the git directory's descriptor, one
     /// component at a time, each opened `O_NOFOLLOW` and checked to be a directory.

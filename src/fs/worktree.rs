@@ -94,6 +94,8 @@ pub struct Worktree {
     /// (st_dev, st_ino) of the stack's directory: a worktree removed and made again under
     /// the same id has another.
     real: (u64, u64),
+    /// The stack directory's descriptor, which its `/proc/self/fd/N` path names.
+    _stack: std::os::fd::OwnedFd,
     /// The mount's inode of `worktrees/<id>` as last seen (the passthrough may give the
     /// directory a new number after the kernel forgot it).
     dir: Arc<AtomicU64>,
@@ -144,8 +146,11 @@ struct Inner {
 
 /// The linked worktrees of one mount.
 pub struct Worktrees {
-    /// The real git directory (the caller's spelling: `/proc/self/fd/N` over `.git`).
-    gitdir: PathBuf,
+    /// The passthrough, through which each worktree's stack directory is reached beneath
+    /// the git directory.
+    pass: Arc<crate::fs::passthrough::Passthrough>,
+    /// GITDIR's modes, which every view shows.
+    modes: Arc<crate::fs::passthrough::GitDirModes>,
     /// The repository's settings, read before mounting (`stack_source::open_dir`).
     repo: crate::repo::Repo,
     opts: MountOptions,
@@ -180,16 +185,44 @@ fn identity(dir: &Path) -> Option<(u64, u64)> {
     std::fs::metadata(dir).ok().map(|m| (m.dev(), m.ino()))
 }
 
+/// A worktree's stack directory, reached beneath the git directory with no symbolic link
+/// followed (a `worktrees/<id>` swapped for a link to a directory outside is never
+/// served): its descriptor, and the path that names it for as long as the descriptor is
+/// open (`/proc/self/fd/N`, as `--over` names the real `.git`).
+struct StackDir {
+    fd: std::os::fd::OwnedFd,
+    path: PathBuf,
+}
+
+impl StackDir {
+    fn open(pass: &crate::fs::passthrough::Passthrough, id: &[u8]) -> Option<StackDir> {
+        use std::os::fd::AsRawFd;
+        let mut rel = b"worktrees/".to_vec();
+        rel.extend_from_slice(id);
+        rel.extend_from_slice(b"/reftable");
+        let fd = pass.dir_beneath(&rel).ok()?;
+        let path = PathBuf::from(format!("/proc/self/fd/{}", fd.as_raw_fd()));
+        Some(StackDir { fd, path })
+    }
+}
+
 /// Whether `id` can name a worktree directory (one path component).
 fn valid_id(id: &[u8]) -> bool {
     crate::fs::view::is_component(id) && id != b"." && id != b".."
 }
 
 impl Worktrees {
-    /// The worktrees of the repository at `gitdir` (to be called before mounting).
-    pub fn new(gitdir: &Path, opts: &MountOptions) -> crate::Result<Worktrees> {
+    /// The worktrees of the repository at `gitdir` (to be called before mounting); their
+    /// stacks are found through `pass`, beneath the git directory.
+    pub fn new(
+        gitdir: &Path,
+        pass: Arc<crate::fs::passthrough::Passthrough>,
+        modes: Arc<crate::fs::passthrough::GitDirModes>,
+        opts: &MountOptions,
+    ) -> crate::Result<Worktrees> {
         Ok(Worktrees {
-            gitdir: gitdir.to_path_buf(),
+            pass,
+            modes,
             repo: crate::repo::Repo::open(gitdir)?,
             opts: opts.clone(),
             notifier: OnceLock::new(),
@@ -212,14 +245,6 @@ impl Worktrees {
         self.lock().slots.get(slot_of(ino)).cloned()
     }
 
-    fn stack_dir(&self, id: &[u8]) -> PathBuf {
-        use std::os::unix::ffi::OsStrExt;
-        self.gitdir
-            .join("worktrees")
-            .join(std::ffi::OsStr::from_bytes(id))
-            .join("reftable")
-    }
-
     /// The view of worktree `id`, whose directory is the mount's inode `dir`; started now
     /// if it is not served yet. `create`: the request writes a ref name, so a worktree
     /// without a stack (being created by a files-backend git) gets one as git 2.47 makes
@@ -228,8 +253,8 @@ impl Worktrees {
         if !valid_id(id) {
             return Err(FsError::ENOENT);
         }
-        let stack = self.stack_dir(id);
-        let real = identity(&stack);
+        let stack = StackDir::open(&self.pass, id);
+        let real = stack.as_ref().and_then(|s| identity(&s.path));
         let mut g = self.lock();
         if let Some(&k) = g.by_id.get(id) {
             let w = g.slots.get(k).cloned().ok_or(FsError::EIO)?;
@@ -257,7 +282,7 @@ impl Worktrees {
                 }
             }
         }
-        if !stack.join("tables.list").is_file() {
+        let Some(stack) = stack.filter(|s| s.path.join("tables.list").is_file()) else {
             if create {
                 // A files-backend git creating a worktree (`git worktree add` writes
                 // `worktrees/<id>/HEAD` as a plain file holding the null id, which no
@@ -277,7 +302,7 @@ impl Worktrees {
                 ));
             }
             return Err(FsError::ENOENT);
-        }
+        };
         if g.slots.len() >= SLOTS_MAX {
             log_error(
                 "serve worktree",
@@ -287,7 +312,7 @@ impl Worktrees {
             return Err(FsError::ENOSPC);
         }
         let k = g.slots.len();
-        let w = self.start(id, dir, k as u64, &stack, real.unwrap_or_default())?;
+        let w = self.start(id, dir, k as u64, stack, real.unwrap_or_default())?;
         g.by_id.insert(id.to_vec(), k);
         g.slots.push(w.clone());
         Ok(w)
@@ -299,9 +324,10 @@ impl Worktrees {
         id: &[u8],
         dir: u64,
         slot: u64,
-        stack: &Path,
+        stack_dir: StackDir,
         real: (u64, u64),
     ) -> Result<Arc<Worktree>, FsError> {
+        let stack = stack_dir.path.as_path();
         let fail = |what: &str, e: &dyn std::fmt::Display| {
             log_error(what, stack.as_os_str().as_encoded_bytes(), e);
             FsError::EIO
@@ -320,6 +346,7 @@ impl Worktrees {
         );
         shared.set_inode_cap(self.opts.inode_cap);
         shared.reserve_space_in(stack);
+        shared.set_gitdir_modes(self.modes.clone());
         let dir = Arc::new(AtomicU64::new(dir));
         let mut threads = Vec::new();
         if let Some(n) = self.notifier.get() {
@@ -349,6 +376,7 @@ impl Worktrees {
             shared,
             slot,
             real,
+            _stack: stack_dir.fd,
             dir,
             threads: Mutex::new(threads),
         }))
