@@ -193,7 +193,7 @@ pub fn check_mountpoint(mountpoint: &Path) -> Result<()> {
     Ok(())
 }
 
-/// Blocks SIGINT and SIGTERM in the calling thread (and so in every thread it spawns
+/// Blocks SIGINT, SIGTERM and SIGHUP in the calling thread (and so in every thread it spawns
 /// afterwards), so that one dedicated thread can wait for them.
 fn block_signals() -> libc::sigset_t {
     // SAFETY: sigset manipulation on a local set; pthread_sigmask on the current thread.
@@ -202,6 +202,8 @@ fn block_signals() -> libc::sigset_t {
         libc::sigemptyset(&mut set);
         libc::sigaddset(&mut set, libc::SIGINT);
         libc::sigaddset(&mut set, libc::SIGTERM);
+        // A foreground mount whose terminal closes: flush and unmount, as on SIGTERM.
+        libc::sigaddset(&mut set, libc::SIGHUP);
         libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut());
         set
     }
@@ -325,7 +327,7 @@ pub fn mount(
         .map_err(|e| Error::io(reftable_dir, e))?;
     let batcher = batch::spawn(shared.clone(), writer).map_err(|e| Error::io(mountpoint, e))?;
     let mp: PathBuf = mountpoint.to_path_buf();
-    // The signal thread: on SIGINT/SIGTERM, unmount; the session loop then ends.
+    // The signal thread: on SIGINT/SIGTERM/SIGHUP, unmount; the session loop then ends.
     std::thread::Builder::new()
         .name("reftablefs-signals".into())
         .spawn(move || {
