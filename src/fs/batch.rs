@@ -483,7 +483,7 @@ mod tests {
     use std::sync::mpsc;
 
     use crate::format::{HashKind, LogRecord, ObjectId, RefRecord, RefValue};
-    use crate::fs::inode::ROOT;
+    use crate::fs::ino::ROOT;
     use crate::fs::source::MemSource;
     use crate::fs::state::BatchSettings;
     use crate::fs::write::LogSettings;

@@ -15,12 +15,13 @@ use fuser::{
 
 use crate::fs::cpu;
 use crate::fs::error::FsError;
-use crate::fs::inode::{OpenMode, ROOT};
-use crate::fs::passthrough::{self, is_pass_ino, Opened, Passthrough, PASS_TTL};
+use crate::fs::ino::{self, Map, ROOT};
+use crate::fs::inode::OpenMode;
+use crate::fs::passthrough::{self, Opened, Passthrough, PASS_TTL};
 use crate::fs::state::{Handle, Shared, REF_ATTR_TTL};
 use crate::fs::status::{self, serve as status_fs};
 use crate::fs::view::Kind;
-use crate::fs::worktree::{self, Map, Worktree, Worktrees};
+use crate::fs::worktree::{Worktree, Worktrees};
 
 /// Entry TTL for directories and ref files. A name that vanishes or changes kind is
 /// invalidated by the watcher; new names are never negatively cached; every open reaches
@@ -79,7 +80,7 @@ impl std::ops::Deref for ViewRef<'_> {
 impl RefFs {
     /// The passthrough, if `ino` is one of its nodes.
     fn pass_ino(&self, ino: INodeNo) -> Option<&Passthrough> {
-        self.pass.as_deref().filter(|_| is_pass_ino(ino.0))
+        self.pass.as_deref().filter(|_| ino::is_pass(ino.0))
     }
 
     /// The passthrough, if `parent/name` belongs to it (ref names in a linked worktree's
@@ -87,7 +88,7 @@ impl RefFs {
     fn pass_child(&self, parent: INodeNo, name: &OsStr) -> Option<&Passthrough> {
         let p = self.pass.as_deref()?;
         let ref_name = passthrough::is_ref_name_at_root(name.as_bytes());
-        if is_pass_ino(parent.0) {
+        if ino::is_pass(parent.0) {
             if ref_name && self.wts.is_some() && p.worktree_of(parent.0).is_some() {
                 return None;
             }
@@ -119,7 +120,7 @@ impl RefFs {
 
     /// The ref view serving inode `ino` (not passed through), with its inode map.
     fn view(&self, ino: u64) -> Result<(ViewRef<'_>, Map), Errno> {
-        if !worktree::is_wt_ino(ino) {
+        if !ino::is_worktree(ino) {
             return Ok((ViewRef::Main(&self.shared), Map::MAIN));
         }
         match self.wts.as_deref().and_then(|w| w.by_ino(ino)) {
@@ -134,7 +135,7 @@ impl RefFs {
     /// The ref view `parent/name` belongs to (`pass_child` said it is not passed
     /// through). `create`: the request writes the name (see `Worktrees::serve`).
     fn view_child(&self, parent: u64, create: bool) -> Result<(ViewRef<'_>, Map), Errno> {
-        if !is_pass_ino(parent) {
+        if !ino::is_pass(parent) {
             return self.view(parent);
         }
         let (Some(p), Some(w)) = (self.pass.as_deref(), self.wts.as_deref()) else {
@@ -311,7 +312,7 @@ impl Filesystem for RefFs {
     }
 
     fn forget(&self, _req: &Request, ino: INodeNo, nlookup: u64) {
-        if status::is_status_ino(ino.0) {
+        if ino::is_status(ino.0) {
             return;
         }
         if let Some(p) = self.pass_ino(ino) {
@@ -324,7 +325,7 @@ impl Filesystem for RefFs {
 
     fn getattr(&self, req: &Request, ino: INodeNo, fh: Option<FileHandle>, reply: ReplyAttr) {
         cpu::on_request(req.pid());
-        if status::is_status_ino(ino.0) {
+        if ino::is_status(ino.0) {
             return status_fs::getattr(&self.shared, ino.0, reply);
         }
         if let Some(p) = self.pass_ino(ino) {
@@ -353,7 +354,7 @@ impl Filesystem for RefFs {
 
     fn open(&self, req: &Request, ino: INodeNo, open_flags: OpenFlags, reply: ReplyOpen) {
         cpu::on_request(req.pid());
-        if status::is_status_ino(ino.0) {
+        if ino::is_status(ino.0) {
             return status_fs::open(&self.shared, ino.0, open_flags.0, reply);
         }
         if let Some(p) = self.pass_ino(ino) {
@@ -462,7 +463,7 @@ impl Filesystem for RefFs {
         reply: ReplyEmpty,
     ) {
         cpu::on_request(req.pid());
-        if status::is_status_ino(ino.0) {
+        if ino::is_status(ino.0) {
             return reply.ok();
         }
         if self.pass_ino(ino).is_some() {
@@ -485,7 +486,7 @@ impl Filesystem for RefFs {
         reply: ReplyEmpty,
     ) {
         cpu::on_request(req.pid());
-        if status::is_status_ino(ino.0) {
+        if ino::is_status(ino.0) {
             return reply.ok();
         }
         if let Some(p) = self.pass_ino(ino) {
@@ -638,8 +639,8 @@ impl Filesystem for RefFs {
         reply: ReplyAttr,
     ) {
         cpu::on_request(req.pid());
-        if status::is_status_ino(ino.0) {
-            let name = if ino.0 == status::DIR_INO {
+        if ino::is_status(ino.0) {
+            let name = if ino.0 == ino::STATUS_DIR {
                 status::DIR_NAME
             } else {
                 status::FILE_NAME
@@ -824,7 +825,7 @@ impl Filesystem for RefFs {
 
     fn opendir(&self, req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
         cpu::on_request(req.pid());
-        if status::is_status_ino(ino.0) {
+        if ino::is_status(ino.0) {
             return status_fs::opendir(ino.0, reply);
         }
         if let Some(p) = self.pass_ino(ino) {
@@ -863,7 +864,7 @@ impl Filesystem for RefFs {
         mut reply: ReplyDirectory,
     ) {
         cpu::on_request(req.pid());
-        if ino.0 == status::DIR_INO {
+        if ino.0 == ino::STATUS_DIR {
             return status_fs::readdir(offset, reply);
         }
         if let Some(p) = self.pass_ino(ino) {
@@ -935,7 +936,7 @@ impl Filesystem for RefFs {
         _flags: OpenFlags,
         reply: ReplyEmpty,
     ) {
-        if status::is_status_ino(ino.0) {
+        if ino::is_status(ino.0) {
             return reply.ok();
         }
         if let Some(p) = self.pass_ino(ino) {

@@ -54,6 +54,7 @@
 pub mod budget;
 pub mod config_view;
 pub mod error;
+pub mod ino;
 pub mod inode;
 pub mod passthrough;
 pub mod procfs;

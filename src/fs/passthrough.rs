@@ -17,8 +17,8 @@
 //! visible and cannot be created; `config` is served without `extensions.refStorage` and
 //! written back with it (`config_view.rs`).
 //!
-//! Inode numbers have the top bit set ([`PASS_BIT`]), disjoint from the ref inodes
-//! (`inode.rs` keeps theirs below it). A node is remembered as (parent, name) while the
+//! Inode numbers have the top bit set (`ino::PASS_BIT`), disjoint from the ref views'
+//! (`ino.rs`). A node is remembered as (parent, name) while the
 //! kernel holds it, so a path is rebuilt from the parents at each request and a renamed
 //! directory takes its children along. Regular files are opened with the kernel's FUSE
 //! passthrough (reads, writes and mmap go straight to the real file) when the kernel and
@@ -39,20 +39,12 @@ use fuser::{BackingId, FileAttr, FileType, INodeNo};
 
 use crate::fs::config_view;
 use crate::fs::error::FsError;
-use crate::fs::inode::ROOT;
-
-/// The top bit: set in every passed-through inode number, clear in every ref inode.
-pub const PASS_BIT: u64 = 1 << 63;
+use crate::fs::ino::{pass_ino, ROOT};
 
 /// Entry and attribute TTL of passed-through nodes. Changes made through the mount are
 /// seen at once (the kernel updates its own view); a change made directly in the git
 /// directory is seen within this time.
 pub const PASS_TTL: Duration = Duration::from_secs(1);
-
-/// Whether `ino` is a passed-through node.
-pub fn is_pass_ino(ino: u64) -> bool {
-    ino & PASS_BIT != 0
-}
 
 /// The real git directory's own mode and owner, which the mount's root and every node of
 /// its ref view show (`Shared::set_gitdir_modes`): directories GITDIR's mode, files the same without execute, setgid
@@ -488,7 +480,7 @@ impl Inner {
             }
         }
         self.next_ino += 1;
-        let ino = PASS_BIT | self.next_ino;
+        let ino = pass_ino(self.next_ino);
         self.nodes.insert(
             ino,
             Node {
@@ -1344,7 +1336,7 @@ impl Passthrough {
                 _ => FileType::RegularFile,
             };
             // Informational only (readdir's d_ino): the real number in our range.
-            let ino = PASS_BIT | (d_ino & !PASS_BIT);
+            let ino = pass_ino(d_ino);
             out.push(DirEntry {
                 name: name.into(),
                 kind,

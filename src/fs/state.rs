@@ -21,7 +21,8 @@ use crate::fs::budget::{
 };
 use crate::fs::error::FsError;
 use crate::fs::fuse::attr;
-use crate::fs::inode::{Inodes, OpenMode, ROOT};
+use crate::fs::ino::ROOT;
+use crate::fs::inode::{Inodes, OpenMode};
 use crate::fs::passthrough::GitDirModes;
 use crate::fs::procfs;
 use crate::fs::reserve::{self, Reserve};

@@ -24,11 +24,8 @@ use crate::json::Value;
 pub const DIR_NAME: &[u8] = b".reftablefs";
 /// The name of the status file in it.
 pub const FILE_NAME: &[u8] = b"status";
-/// The directory's inode number (ref inodes are path hashes `>= 2`; these two numbers
-/// are taken by this directory and its file).
-pub const DIR_INO: u64 = 2;
-/// The status file's inode number.
-pub const FILE_INO: u64 = 3;
+/// The directory's and the file's inode numbers (`ino.rs`).
+use crate::fs::ino::{STATUS_DIR as DIR_INO, STATUS_FILE as FILE_INO};
 /// How many entries of each event list are kept.
 pub const KEEP: usize = 100;
 /// The largest document served (the lists are bounded well below it).
@@ -307,12 +304,7 @@ fn stale_locks(lock: &std::path::Path) -> Vec<Value> {
 
 /// Whether `parent/name` is the status directory or lies in it.
 pub fn is_status_name(parent: u64, name: &[u8]) -> bool {
-    (parent == crate::fs::inode::ROOT && name == DIR_NAME) || parent == DIR_INO
-}
-
-/// Whether `ino` is the status directory or its file.
-pub fn is_status_ino(ino: u64) -> bool {
-    ino == DIR_INO || ino == FILE_INO
+    (parent == crate::fs::ino::ROOT && name == DIR_NAME) || parent == DIR_INO
 }
 
 #[cfg(test)]
@@ -351,7 +343,7 @@ pub(crate) mod serve {
     };
 
     use super::{recorder, Recorder, DIR_INO, DIR_NAME, FILE_INO, FILE_NAME};
-    use crate::fs::inode::ROOT;
+    use crate::fs::ino::ROOT;
     use crate::fs::state::Shared;
     use crate::fs::view::Kind;
 

@@ -8,7 +8,7 @@
 //! batcher and watcher — exactly as the main view, started at the first request that
 //! reaches one of its ref names. Its inode numbers are the main view's scheme shifted into
 //! their own range: bit 62 set, the worktree's slot in bits 48..62, the view's own
-//! number (at most [`REF_INO_MAX`]) below; its root (`ROOT` inside the view) is the
+//! number (at most `ino::REF_INO_MAX`) below; its root (`ROOT` inside the view) is the
 //! passed-through directory `worktrees/<id>` itself. [`Map`] translates both ways.
 //!
 //! A worktree is served once its stack exists (`tables.list`), so one that git 2.47 adds
@@ -26,65 +26,9 @@ use std::thread::JoinHandle;
 use fuser::Notifier;
 
 use crate::fs::error::FsError;
-use crate::fs::inode::{REF_INO_MAX, ROOT};
+use crate::fs::ino::{slot_of, Map, ROOT, SLOTS_MAX};
 use crate::fs::state::{log_error, BatchSettings, Shared};
 use crate::fs::{batch, stack_source, watch, MountOptions};
-
-/// Set in every inode number of a linked worktree's ref view (never together with
-/// `passthrough::PASS_BIT`).
-pub const WT_BIT: u64 = 1 << 62;
-/// The slot sits above the view's own inode numbers.
-const SLOT_SHIFT: u32 = 48;
-/// How many worktrees one mount serves at most (slots are not reused while mounted).
-const SLOTS_MAX: usize = 1 << (62 - SLOT_SHIFT);
-
-const _: () = assert!(REF_INO_MAX < 1 << SLOT_SHIFT);
-
-/// Whether `ino` belongs to a linked worktree's ref view.
-pub fn is_wt_ino(ino: u64) -> bool {
-    ino & WT_BIT != 0 && ino & crate::fs::passthrough::PASS_BIT == 0
-}
-
-fn slot_of(ino: u64) -> usize {
-    usize::try_from((ino & !WT_BIT) >> SLOT_SHIFT).unwrap_or(usize::MAX)
-}
-
-/// How a ref view's inode numbers map to the mount's: the identity for the main view; for
-/// a worktree, its slot above the view's numbers and its root at the worktree directory.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Map {
-    slot: Option<u64>,
-    /// The mount's inode of `worktrees/<id>` (passed through).
-    dir: u64,
-}
-
-impl Map {
-    /// The main view's (identity) map.
-    pub const MAIN: Map = Map { slot: None, dir: 0 };
-
-    /// The mount's inode number → the view's.
-    pub fn inn(&self, ino: u64) -> u64 {
-        match self.slot {
-            None => ino,
-            Some(_) if ino == self.dir => ROOT,
-            Some(_) => ino & REF_INO_MAX,
-        }
-    }
-
-    /// Whether `other` maps the same view.
-    pub fn same_view(&self, other: &Map) -> bool {
-        self.slot == other.slot
-    }
-
-    /// The view's inode number → the mount's.
-    pub fn out(&self, ino: u64) -> u64 {
-        match self.slot {
-            None => ino,
-            Some(_) if ino == ROOT => self.dir,
-            Some(s) => WT_BIT | s << SLOT_SHIFT | (ino & REF_INO_MAX),
-        }
-    }
-}
 
 /// One served linked worktree.
 pub struct Worktree {
@@ -131,10 +75,7 @@ impl Worktree {
 
     /// The map of this view, with its directory's current inode.
     pub fn map(&self) -> Map {
-        Map {
-            slot: Some(self.slot),
-            dir: self.dir.load(Ordering::SeqCst),
-        }
+        Map::worktree(self.slot, self.dir.load(Ordering::SeqCst))
     }
 }
 
@@ -240,7 +181,7 @@ impl Worktrees {
         let _ = self.notifier.set(n);
     }
 
-    /// The worktree view owning the mount inode `ino` (a [`WT_BIT`] number).
+    /// The worktree view owning the mount inode `ino` (an `ino::WT_BIT` number).
     pub fn by_ino(&self, ino: u64) -> Option<Arc<Worktree>> {
         self.lock().slots.get(slot_of(ino)).cloned()
     }
@@ -351,13 +292,7 @@ impl Worktrees {
         let mut threads = Vec::new();
         if let Some(n) = self.notifier.get() {
             let d = dir.clone();
-            let map = move |ino: u64| {
-                Map {
-                    slot: Some(slot),
-                    dir: d.load(Ordering::SeqCst),
-                }
-                .out(ino)
-            };
+            let map = move |ino: u64| Map::worktree(slot, d.load(Ordering::SeqCst)).out(ino);
             threads.push(
                 watch::spawn_mapped(shared.clone(), stack, n.clone(), Box::new(map))
                     .map_err(|e| fail("start worktree watcher", &e))?,
@@ -445,26 +380,5 @@ mod tests {
         ] {
             assert!(!is_worktree_path(no), "{}", String::from_utf8_lossy(no));
         }
-    }
-
-    #[test]
-    fn maps_are_disjoint_and_invertible() {
-        let m = Map {
-            slot: Some(3),
-            dir: crate::fs::passthrough::PASS_BIT | 17,
-        };
-        for inner in [2u64, 99, REF_INO_MAX] {
-            let o = m.out(inner);
-            assert!(is_wt_ino(o));
-            assert!(!crate::fs::passthrough::is_pass_ino(o));
-            assert!(o > REF_INO_MAX);
-            assert_eq!(slot_of(o), 3);
-            assert_eq!(m.inn(o), inner);
-        }
-        assert_eq!(m.out(ROOT), m.dir);
-        assert_eq!(m.inn(m.dir), ROOT);
-        assert_eq!(Map::MAIN.out(12345), 12345);
-        assert!(!is_wt_ino(crate::fs::passthrough::PASS_BIT | WT_BIT | 5));
-        assert!(!is_wt_ino(REF_INO_MAX));
     }
 }
