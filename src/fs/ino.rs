@@ -17,8 +17,10 @@ pub const ROOT: u64 = 1;
 pub const STATUS_DIR: u64 = 2;
 /// `.reftablefs/status`.
 pub const STATUS_FILE: u64 = 3;
-/// The smallest number a ref view's node gets.
-pub const FIRST_REF: u64 = 2;
+/// The smallest number a ref view's node gets: above the status directory's and file's,
+/// which a hash landing on 2 or 3 took before (such a ref was answered by the status
+/// node).
+pub const FIRST_REF: u64 = 4;
 /// The largest number of a ref view's node (48 bits).
 pub const REF_INO_MAX: u64 = (1 << 48) - 1;
 /// Set in every number of a linked worktree's ref view.
@@ -148,6 +150,9 @@ mod tests {
         assert_eq!(space_of(ROOT), Space::Main);
         assert_eq!(space_of(STATUS_DIR), Space::Status);
         assert_eq!(space_of(STATUS_FILE), Space::Status);
+        for h in [0, 1, 2, 3, 1 << 48, (1 << 48) | 3] {
+            assert_eq!(space_of(ref_ino(h)), Space::Main, "hash {h:#x}");
+        }
         assert_eq!(space_of(pass_ino(7)), Space::Pass);
         assert_eq!(space_of(pass_ino(u64::MAX)), Space::Pass);
         let m = Map::worktree(3, pass_ino(17));
