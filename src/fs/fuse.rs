@@ -13,6 +13,7 @@ use fuser::{
     WriteFlags,
 };
 
+use crate::fs::attr::file_type;
 use crate::fs::cpu;
 use crate::fs::error::FsError;
 use crate::fs::ino::{self, Map, ROOT};
@@ -180,44 +181,6 @@ fn pass_reply_entry(r: Result<FileAttr, FsError>, reply: ReplyEntry) {
 /// The reply's errno: [`FsError::errno`].
 fn errno(e: FsError) -> Errno {
     Errno::from_i32(e.errno())
-}
-
-pub(crate) fn attr(
-    ino: u64,
-    kind: Kind,
-    size: u64,
-    mtime: SystemTime,
-    uid: u32,
-    gid: u32,
-) -> FileAttr {
-    let (ft, perm, nlink) = match kind {
-        Kind::Dir => (FileType::Directory, 0o755, 2),
-        _ => (FileType::RegularFile, 0o644, 1),
-    };
-    FileAttr {
-        ino: INodeNo(ino),
-        size,
-        blocks: size.div_ceil(512),
-        atime: mtime,
-        mtime,
-        ctime: mtime,
-        crtime: mtime,
-        kind: ft,
-        perm,
-        nlink,
-        uid,
-        gid,
-        rdev: 0,
-        blksize: 4096,
-        flags: 0,
-    }
-}
-
-pub(crate) fn file_type(kind: Kind) -> FileType {
-    match kind {
-        Kind::Dir => FileType::Directory,
-        _ => FileType::RegularFile,
-    }
 }
 
 /// (attribute TTL, entry TTL) for a node of `kind`; `cache`: the attributes of a ref
@@ -774,7 +737,7 @@ impl Filesystem for RefFs {
             }
             (None, None) => {}
             _ => {
-                crate::fs::state::log_error(
+                crate::fs::record::log_error(
                     "rename",
                     name.as_bytes(),
                     &format!(
@@ -799,7 +762,7 @@ impl Filesystem for RefFs {
                 }
             }
             Ok(_) => {
-                crate::fs::state::log_error(
+                crate::fs::record::log_error(
                     "rename",
                     name.as_bytes(),
                     &format!(

@@ -14,21 +14,24 @@ use fuser::FileAttr;
 use lru::LruCache;
 
 use crate::format::{HashKind, RefValue};
-use crate::fs::batch::BatchQueue;
+use crate::fs::attr::attr;
+use crate::fs::attr::GitDirModes;
 use crate::fs::budget::{
     resize_bounded, splice, HANDLES_MAX, HELD_BYTES_MAX, REF_FILE_MAX, SCRATCH_FILES_MAX,
     SCRATCH_FILE_MAX, STAGED_BYTES_MAX, VDIRS_MAX,
 };
 use crate::fs::error::FsError;
-use crate::fs::fuse::attr;
+use crate::fs::error::Refusal;
 use crate::fs::ino::ROOT;
 use crate::fs::inode::{Inodes, OpenMode};
-use crate::fs::passthrough::GitDirModes;
 use crate::fs::procfs;
+use crate::fs::queue::BatchQueue;
+use crate::fs::record::{log_error, refuse, refuse_for};
 use crate::fs::reserve::{self, Reserve};
+use crate::fs::source::LogSettings;
 use crate::fs::source::RefSource;
 use crate::fs::view::{self, Kind, Listing, Scratch};
-use crate::fs::write::{ref_name_of, LogSettings, Refusal, WriteState};
+use crate::fs::write::{ref_name_of, WriteState};
 
 /// How many directory listings are cached at most (each sorted once, dropped on reload).
 const DIR_CACHE_DIRS: usize = 4096;
@@ -160,28 +163,6 @@ impl Drop for Shared {
             }
         }
     }
-}
-
-/// Logs one error line: what failed, on which path, and why.
-pub fn log_error(op: &str, path: &[u8], err: &dyn std::fmt::Display) {
-    eprintln!("reftablefs: {op} {}: {err}", String::from_utf8_lossy(path));
-}
-
-/// A refused request: logged, recorded for `reftablefs status`, and returned as
-/// [`FsError::Refused`] (so it is recorded once, here). Every refusal with a reason goes
-/// through here.
-pub(crate) fn refuse(op: &str, path: &[u8], r: Refusal) -> FsError {
-    log_error(op, path, &r.reason);
-    crate::fs::status::recorder().refused(op, path, r.errno, &r.reason);
-    FsError::Refused {
-        errno: r.errno,
-        reason: r.reason,
-    }
-}
-
-/// [`refuse`] with the errno and the reason given apart.
-pub(crate) fn refuse_for(op: &str, path: &[u8], errno: i32, reason: impl Into<String>) -> FsError {
-    refuse(op, path, Refusal::new(errno, reason))
 }
 
 /// An `EFBIG` from [`splice`] or [`resize_bounded`] as a recorded refusal (other errnos

@@ -27,7 +27,8 @@ use fuser::Notifier;
 
 use crate::fs::error::FsError;
 use crate::fs::ino::{slot_of, Map, ROOT, SLOTS_MAX};
-use crate::fs::state::{log_error, BatchSettings, Shared};
+use crate::fs::record::log_error;
+use crate::fs::state::{BatchSettings, Shared};
 use crate::fs::{batch, stack_source, watch, MountOptions};
 
 /// One served linked worktree.
@@ -69,7 +70,7 @@ impl Worktree {
                    refs/rewritten/) and their reflogs live in a worktree's stack: shared refs \
                    are written in the common directory";
         log_error("create", &shown, &why);
-        crate::fs::status::recorder().refused("create", &shown, libc::EPERM, why);
+        crate::fs::record::recorder().refused("create", &shown, libc::EPERM, why);
         Err(FsError::EPERM)
     }
 
@@ -91,7 +92,7 @@ pub struct Worktrees {
     /// the git directory.
     pass: Arc<crate::fs::passthrough::Passthrough>,
     /// GITDIR's modes, which every view shows.
-    modes: Arc<crate::fs::passthrough::GitDirModes>,
+    modes: Arc<crate::fs::attr::GitDirModes>,
     /// The repository's settings, read before mounting (`stack_source::open_dir`).
     repo: crate::repo::Repo,
     opts: MountOptions,
@@ -158,7 +159,7 @@ impl Worktrees {
     pub fn new(
         gitdir: &Path,
         pass: Arc<crate::fs::passthrough::Passthrough>,
-        modes: Arc<crate::fs::passthrough::GitDirModes>,
+        modes: Arc<crate::fs::attr::GitDirModes>,
         opts: &MountOptions,
     ) -> crate::Result<Worktrees> {
         Ok(Worktrees {
@@ -235,7 +236,7 @@ impl Worktrees {
                            (its HEAD would need a stack of its own): run `git worktree add` \
                            with git >= 2.45 on the real git directory, then use the worktree \
                            through the mount";
-                return Err(crate::fs::state::refuse_for(
+                return Err(crate::fs::record::refuse_for(
                     "create",
                     &path,
                     libc::EPERM,

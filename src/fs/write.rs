@@ -14,33 +14,17 @@ use std::sync::Arc;
 
 use crate::files::{self, LooseRef};
 use crate::format::{HashKind, LogRecord, ObjectId, RefRecord, RefValue};
-use crate::fs::batch::BatchQueue;
 use crate::fs::budget::ScratchFiles;
+use crate::fs::error::Refusal;
+use crate::fs::queue::{Batch, BatchQueue};
+use crate::fs::source::LogSettings;
+use crate::fs::source::NEXT_NAME;
 use crate::fs::source::{BatchEdit, RefSource};
-use crate::fs::view::{self, Entry, Kind, Scratch, NEXT_NAME};
+use crate::fs::view::{self, Entry, Kind, Scratch};
 use crate::refname::{check_for_update, check_refname_format, RefnameFlags};
-use crate::transaction::LogAllRefUpdates;
 
 /// How long a reflog line waits in the open batch for the rename that commits its update.
 pub const LINE_WAITS_FOR_RENAME: std::time::Duration = std::time::Duration::from_millis(100);
-
-/// A refusal: the errno for the caller and the reason for the log line. Not recorded yet:
-/// `state::refuse` logs and records it with its operation and path, making it an
-/// [`FsError::Refused`](crate::fs::error::FsError::Refused).
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Refusal {
-    pub errno: i32,
-    pub reason: String,
-}
-
-impl Refusal {
-    pub(crate) fn new(errno: i32, reason: impl Into<String>) -> Refusal {
-        Refusal {
-            errno,
-            reason: reason.into(),
-        }
-    }
-}
 
 /// A source error as a refusal (EIO and the message).
 fn source_err(e: crate::Error) -> Refusal {
@@ -51,26 +35,6 @@ fn source_err(e: crate::Error) -> Refusal {
 }
 
 type R<T> = std::result::Result<T, Refusal>;
-
-/// How generated reflog entries are written (commit points without an appended line).
-#[derive(Clone, Debug)]
-pub struct LogSettings {
-    /// `core.logAllRefUpdates`.
-    pub log_all: LogAllRefUpdates,
-    /// Committer name and email for generated entries.
-    pub name: Vec<u8>,
-    pub email: Vec<u8>,
-}
-
-impl Default for LogSettings {
-    fn default() -> Self {
-        LogSettings {
-            log_all: LogAllRefUpdates::True,
-            name: b"reftablefs".to_vec(),
-            email: b"reftablefs@localhost".to_vec(),
-        }
-    }
-}
 
 /// A packed-layer entry.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -133,34 +97,6 @@ pub struct LockBase {
     /// A commit point through the mount changed the ref since (a files-backend client
     /// ignoring the lock: as on disk, its change is simply overwritten by the rename).
     pub changed_through_mount: bool,
-}
-
-/// One batch under construction or waiting to be written.
-#[derive(Debug, Default)]
-pub struct Batch {
-    pub seq: u64,
-    pub edits: Vec<BatchEdit>,
-    index: HashMap<Vec<u8>, usize>,
-    /// Names whose log-only edit holds a line a writer appended and whose commit point
-    /// (the rename that follows it in git's protocol) has not arrived yet.
-    awaiting: HashMap<Vec<u8>, std::time::Instant>,
-}
-
-impl Batch {
-    fn new(seq: u64) -> Batch {
-        Batch {
-            seq,
-            ..Default::default()
-        }
-    }
-    /// Number of edits.
-    pub fn len(&self) -> usize {
-        self.edits.len()
-    }
-    /// Whether the batch holds nothing.
-    pub fn is_empty(&self) -> bool {
-        self.edits.is_empty()
-    }
 }
 
 /// The overlay of in-flight writes.
