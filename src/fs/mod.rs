@@ -16,7 +16,7 @@
 //! | [`attr`], [`config_view`], [`ref_times`] | attributes and GITDIR's modes; `config` without the extension; ref times |
 //! | [`inode`] | the ref view's inode table (stable numbers, sizes, the kernel's pages) |
 //! | [`queue`] | the batch queue (its own lock): sealed batches, written, failed, waiters |
-//! | [`write`] | the write overlay: what files-backend calls mean, staged as edits |
+//! | [`write`](mod@write) | the write overlay: what files-backend calls mean, staged as edits |
 //! | [`passthrough`] | everything else of the git directory, resolved beneath it |
 //! | `state` | one ref view's caches and handles behind one mutex |
 //! | `batch`, `watch`, [`stack_source`] | the batcher thread; inotify → reload → invalidation; the real stack |
