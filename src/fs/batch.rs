@@ -384,8 +384,13 @@ mod tests {
         let mut m = MemSource::new();
         m.set("refs/heads/a", RefValue::Val1(id(1)));
         for n in 2..5 {
-            w.commit_ref(&mut m, b"refs/heads/a", RefValue::Val1(id(n)))
-                .expect("staged");
+            w.commit_ref(
+                &mut m,
+                &crate::fs::write::Caller::default(),
+                b"refs/heads/a",
+                RefValue::Val1(id(n)),
+            )
+            .expect("staged");
             w.seal_all();
         }
         let q = w.queue().clone();
@@ -601,6 +606,7 @@ mod tests {
                     self.heads,
                     lock.as_bytes(),
                     libc::O_CREAT | libc::O_EXCL | libc::O_WRONLY,
+                    0,
                 )
                 .expect("create the lock");
             let content = format!("{}\n", id(n));
@@ -709,6 +715,7 @@ mod tests {
                     heads,
                     b"other.lock",
                     libc::O_CREAT | libc::O_EXCL | libc::O_WRONLY,
+                    0,
                 )
                 .map(|(_, fh)| shared.release(fh));
             let _ = tx2.send((looked, created));

@@ -534,7 +534,7 @@ impl Filesystem for RefFs {
         if let Err(e) = sh.check_creatable(m.inn(parent.0), name.as_bytes()) {
             return reply.error(errno(e));
         }
-        match sh.create(m.inn(parent.0), name.as_bytes(), flags) {
+        match sh.create(m.inn(parent.0), name.as_bytes(), flags, req.pid()) {
             Ok((mut a, fh)) => {
                 a.ino = INodeNo(m.out(a.ino.0));
                 let ttl = if a.kind == FileType::Directory {

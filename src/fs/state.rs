@@ -31,7 +31,7 @@ use crate::fs::reserve::{self, Reserve};
 use crate::fs::source::LogSettings;
 use crate::fs::source::RefSource;
 use crate::fs::view::{self, Kind, Listing, Scratch};
-use crate::fs::write::{ref_name_of, WriteState};
+use crate::fs::write::{ref_name_of, Caller, WriteState};
 
 /// How many directory listings are cached at most (each sorted once, dropped on reload).
 const DIR_CACHE_DIRS: usize = 4096;
@@ -565,6 +565,7 @@ impl Shared {
         parent: u64,
         name: &[u8],
         flags: i32,
+        pid: u32,
     ) -> Result<(FileAttr, u64), FsError> {
         if self.read_only() {
             return Err(FsError::EROFS);
@@ -613,7 +614,6 @@ impl Shared {
         let target = match view::area(&path) {
             view::Area::Logs(Some(n)) if !is_lockish(n) && crate::fs::write::valid_ref_name(n) => {
                 g.promise("create", &path, reserve::edit_bytes(path.len(), 0))?;
-                g.w.note_new_log(n);
                 Target::Log { name: n.to_vec() }
             }
             view::Area::Refs(n)
@@ -660,6 +660,10 @@ impl Shared {
                 Kind::Scratch
             }
         };
+        let new_log = match &target {
+            Target::Log { name } => Some(name.clone()),
+            _ => None,
+        };
         let fh = g.add_handle(
             &path,
             Handle::Write {
@@ -670,6 +674,12 @@ impl Shared {
                 failed: false,
             },
         )?;
+        if let Some(n) = new_log {
+            // The reflog exists from now on (an edit: git's existence marker), staged for
+            // this process through this file.
+            let who = Caller::new(self.tgid(pid), vec![fh]);
+            g.w.note_new_log(&who, &n);
+        }
         let ino = g.inodes.remember(parent, name, &path, kind, None);
         Ok((self.attr_of(&g, ino, kind, 0), fh))
     }
@@ -703,10 +713,9 @@ impl Shared {
             Target::Log { name } => {
                 let name = name.clone();
                 let path = path.clone();
-                g.w.actor = actor;
-                g.w.actor_handles = vec![fh];
+                let who = Caller::new(actor, vec![fh]);
                 g.promise("append", &path, reserve::edit_bytes(name.len(), data.len()))?;
-                g.w.append_log(&name, data)
+                g.w.append_log(&who, &name, data)
                     .map_err(|r| refuse("append", &path, r))?;
                 g.after_staging(self.batch.max);
                 return Ok(n);
@@ -771,9 +780,7 @@ impl Shared {
         if let Some(Handle::Write { failed: true, .. }) = g.handles.get(&fh) {
             return Err(FsError::EIO);
         }
-        g.w.actor = actor;
-        g.w.actor_handles = vec![fh];
-        g.commit_direct(fh, self.batch.max)
+        g.commit_direct(fh, &Caller::new(actor, vec![fh]), self.batch.max)
     }
 
     /// `fsync` of a file: commits a ref written in place, then waits until everything
@@ -783,9 +790,7 @@ impl Shared {
         let actor = self.tgid(pid);
         let handle_failed = {
             let mut g = self.lock();
-            g.w.actor = actor;
-            g.w.actor_handles = vec![fh];
-            g.commit_direct(fh, self.batch.max)?;
+            g.commit_direct(fh, &Caller::new(actor, vec![fh]), self.batch.max)?;
             matches!(g.handles.get(&fh), Some(Handle::Write { failed: true, .. }))
         };
         let own = self.sync_for(actor);
@@ -860,10 +865,9 @@ impl Shared {
                 Target::Log { name } if size == 0 => {
                     let name = name.clone();
                     let path = path.clone();
-                    g.w.actor = actor;
-                    g.w.actor_handles = fh.into_iter().collect();
+                    let who = Caller::new(actor, fh.into_iter().collect());
                     g.promise("truncate", &path, reserve::edit_bytes(name.len(), 0))?;
-                    g.w.replace_log(&name, Vec::new());
+                    g.w.replace_log(&who, &name, Vec::new());
                     g.after_staging(self.batch.max);
                 }
                 Target::Log { .. } => {
@@ -1053,19 +1057,18 @@ impl Shared {
         if matches!(kind, Kind::Ref | Kind::Log) {
             g.promise("unlink", &path, reserve::edit_bytes(path.len(), 0))?;
         }
+        let who = Caller::new(actor, Vec::new());
         let Inner { w, src, .. } = &mut *g;
-        w.actor = actor;
-        w.actor_handles.clear();
         let r = match kind {
             Kind::Scratch => {
                 w.files.remove(&path);
                 w.locks.remove(&path);
                 Ok(())
             }
-            Kind::Ref => w.unlink_ref(src.as_mut(), &path),
+            Kind::Ref => w.unlink_ref(src.as_mut(), &who, &path),
             Kind::Log => {
                 let n = path.get(5..).unwrap_or_default().to_vec();
-                w.delete_log(&n);
+                w.delete_log(&who, &n);
                 Ok(())
             }
             Kind::Dir => return Err(FsError::EISDIR),
@@ -1165,8 +1168,6 @@ impl Shared {
         let actor = self.tgid(pid);
         let mut g = self.lock();
         g.fresh()?;
-        g.w.actor = actor;
-        g.w.actor_handles.clear();
         let from = g.child_path(parent, name)?;
         let to = g.child_path(newparent, newname)?;
         // Handles still open on the renamed file (a lock written and not yet closed).
@@ -1176,7 +1177,7 @@ impl Shared {
             .filter(|(_, h)| matches!(h, Handle::Write { path, .. } if *path == from))
             .map(|(fh, _)| *fh)
             .collect();
-        g.w.actor_handles = open_on_from;
+        let who = Caller::new(actor, open_on_from);
         let kind = g.classify(&from)?.ok_or(FsError::ENOENT)?;
         let to_kind = g.classify(&to)?;
         if to_kind == Some(Kind::Dir) && kind != Kind::Dir {
@@ -1191,7 +1192,7 @@ impl Shared {
             &from,
             reserve::edit_bytes(from.len() + to.len(), content),
         )?;
-        let r = g.do_rename(&from, kind, &to, to_kind);
+        let r = g.do_rename(&who, &from, kind, &to, to_kind);
         if let Err(e) = r {
             return Err(refuse("rename", &from, e));
         }
@@ -1668,7 +1669,7 @@ impl Inner {
     }
 
     /// Commits a ref written in place (on flush or fsync), if its handle is dirty.
-    fn commit_direct(&mut self, fh: u64, max: usize) -> Result<(), FsError> {
+    fn commit_direct(&mut self, fh: u64, who: &Caller, max: usize) -> Result<(), FsError> {
         let Some(Handle::Write {
             path,
             target: Target::Ref { name, placeholder },
@@ -1707,7 +1708,7 @@ impl Inner {
                 if placeholder {
                     w.files.remove(&path);
                 }
-                let r = w.commit_ref(src.as_mut(), &name, v);
+                let r = w.commit_ref(src.as_mut(), who, &name, v);
                 if r.is_err() && placeholder {
                     w.files.insert(path.clone(), Vec::new());
                 }
@@ -1729,6 +1730,7 @@ impl Inner {
 
     fn do_rename(
         &mut self,
+        who: &Caller,
         from: &[u8],
         kind: Kind,
         to: &[u8],
@@ -1754,16 +1756,16 @@ impl Inner {
             Kind::Scratch => {
                 let content = w.files.get(from).cloned().unwrap_or_default();
                 if to == b"packed-refs" {
-                    w.commit_packed_refs(src, &content)?;
+                    w.commit_packed_refs(src, who, &content)?;
                 } else if let Some(n) = to_log {
                     let entries = w.parse_log_text(&content)?;
-                    w.replace_log(n, entries);
+                    w.replace_log(who, n, entries);
                 } else if let Some(n) = to_ref {
                     let v = w.parse_ref_content(&content)?;
                     if from.strip_suffix(b".lock") == Some(n) {
                         w.check_lock_base(src, from)?;
                     }
-                    w.commit_ref(src, n, v)?;
+                    w.commit_ref(src, who, n, v)?;
                 } else if to_kind.is_none_or(is_scratch_kind) {
                     w.files.insert(to.to_vec(), content);
                 } else {
@@ -1779,13 +1781,13 @@ impl Inner {
                 w.render_log(src, &name, &mut text)?;
                 if let Some(n) = to_log {
                     let entries = w.parse_log_text(&text)?;
-                    w.delete_log(&name);
-                    w.replace_log(n, entries);
+                    w.delete_log(who, &name);
+                    w.replace_log(who, n, entries);
                 } else if to_kind.is_none_or(is_scratch_kind)
                     && !matches!(view::area(to), view::Area::Refs(_))
                 {
                     w.files.insert(to.to_vec(), text);
-                    w.delete_log(&name);
+                    w.delete_log(who, &name);
                 } else {
                     return Err(bad(
                         "a reflog can only move to another reflog or a temporary name",
@@ -1798,8 +1800,8 @@ impl Inner {
                     return Err(bad("a ref can only be renamed to another ref name"));
                 };
                 let v = w.effective(src, from)?.unwrap_or(RefValue::Deletion);
-                w.commit_ref(src, n, v)?;
-                w.commit_ref(src, from, RefValue::Deletion)
+                w.commit_ref(src, who, n, v)?;
+                w.commit_ref(src, who, from, RefValue::Deletion)
             }
             Kind::Dir => Err(Refusal {
                 errno: libc::EXDEV,
@@ -1821,6 +1823,54 @@ mod tests {
 
     fn oid(b: u8) -> RefValue {
         RefValue::Val1(ObjectId::from_bytes(&[b; 20]).expect("sha-1 id"))
+    }
+
+    /// A reflog created in place (`open(logs/x, O_CREAT|O_APPEND)`) is staged for the
+    /// process that created it, through the file it opened: if its batch fails, that
+    /// process's `fsync` and that file's `close` are told (it was staged under whichever
+    /// process the previous request served).
+    #[test]
+    fn a_created_reflog_is_staged_for_its_creator() {
+        let mut mem = MemSource::new();
+        mem.set("refs/heads/x", oid(1));
+        mem.add_log(crate::format::LogRecord {
+            refname: b"refs/heads/y".to_vec(),
+            update_index: 1,
+            ..Default::default()
+        });
+        let shared = Shared::new(
+            Box::new(mem),
+            false,
+            LogSettings::default(),
+            BatchSettings {
+                window: Duration::from_secs(60),
+                max: 1000,
+            },
+        );
+        let me = std::process::id();
+        let logs = shared.lookup(ROOT, b"logs").expect("logs").0.ino.0;
+        let refs = shared.lookup(logs, b"refs").expect("refs").0.ino.0;
+        let heads = shared.lookup(refs, b"heads").expect("heads").0.ino.0;
+        // Another process's request first.
+        let _ = shared.unlink(heads, b"nothing", 1);
+        let (_, fh) = shared
+            .create(
+                heads,
+                b"x",
+                libc::O_CREAT | libc::O_WRONLY | libc::O_APPEND,
+                me,
+            )
+            .expect("create the reflog");
+        let tgid = shared.tgid(me);
+        let g = shared.lock();
+        let e =
+            g.w.open
+                .edits
+                .iter()
+                .find(|e| e.name == b"refs/heads/x")
+                .expect("the creation is staged");
+        assert_eq!(e.pids, vec![tgid]);
+        assert_eq!(e.handles, vec![fh]);
     }
 
     /// Staging waits, holding no lock, while the edits staged and not yet written are
