@@ -18,7 +18,7 @@
 //! | [`queue`] | the batch queue (its own lock): sealed batches, written, failed, waiters |
 //! | [`write`](mod@write) | the write overlay: what files-backend calls mean, staged as edits |
 //! | [`passthrough`] | everything else of the git directory, resolved beneath it |
-//! | `state` | one ref view's caches and handles behind one mutex |
+//! | `state` | one ref view: its caches behind one mutex (`mod.rs`), open files (`handles.rs`), what each call means (`calls.rs`), what went stale (`invalidate.rs`) |
 //! | `batch`, `watch`, [`stack_source`] | the batcher thread; inotify → reload → invalidation; the real stack |
 //! | [`status`], [`worktree`] | the status node; linked worktrees' ref views |
 //! | `fuse` | the request handlers |

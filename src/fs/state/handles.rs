@@ -1,0 +1,280 @@
+//! Open files of a ref view: what an open handle holds (`Handle`), opening for reading
+//! (the page-cache rules: a ref file's pages kept only for the content last filled) and
+//! for writing, reads, and release.
+
+use std::sync::Arc;
+
+use crate::fs::budget::{HANDLES_MAX, HELD_BYTES_MAX};
+use crate::fs::error::FsError;
+use crate::fs::inode::OpenMode;
+use crate::fs::record::refuse_for;
+use crate::fs::view::{Kind, Listing};
+
+use super::{Inner, Shared};
+
+/// What an open-for-writing handle writes to.
+#[derive(Debug, Clone)]
+pub enum Target {
+    /// A scratch file (content in the overlay's `files`).
+    Scratch,
+    /// A ref written in place (`echo <hex> > refs/heads/x`): committed at flush.
+    Ref { name: Vec<u8>, placeholder: bool },
+    /// A reflog opened for appending: every write is parsed into log records.
+    Log { name: Vec<u8> },
+}
+
+/// An open file or directory.
+pub enum Handle {
+    /// A file opened for reading: its content as of `open`, so a reader never sees a torn
+    /// value however the ref changes meanwhile. `fp` is the content's fingerprint when
+    /// the handle fills the page cache of a ref file.
+    File { data: Vec<u8>, fp: Option<u64> },
+    /// An open directory: the listing as of `opendir`.
+    Dir {
+        path: Vec<u8>,
+        entries: Arc<Listing>,
+    },
+    /// A file opened for writing. `failed`: an edit staged through this file could not
+    /// be written; every later `flush` (close) and `fsync` of it reports EIO.
+    Write {
+        path: Vec<u8>,
+        target: Target,
+        data: Vec<u8>,
+        dirty: bool,
+        failed: bool,
+    },
+}
+
+impl Handle {
+    /// Bytes this handle holds (`budget.rs`).
+    pub(super) fn held(&self) -> usize {
+        match self {
+            Handle::File { data, .. } => data.capacity(),
+            Handle::Dir { path, entries } => path.capacity() + entries.len() * 32,
+            Handle::Write { path, data, .. } => path.capacity() + data.capacity(),
+        }
+    }
+}
+
+/// Ref files up to this size (one page: one read request fills it at once) go through
+/// the page cache; longer ones (only a symref to a very long name) are direct-IO.
+pub(super) const PAGE_CACHED_MAX: usize = 4096;
+
+/// A 64-bit FNV-1a fingerprint of a file's content.
+pub(super) fn fingerprint(data: &[u8]) -> u64 {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for &b in data {
+        h ^= u64::from(b);
+        h = h.wrapping_mul(0x0000_0100_0000_01b3);
+    }
+    h
+}
+
+impl Shared {
+    /// Opens a file. Returns the handle and how the kernel may cache its content: ref
+    /// files of a stable size through the page cache (kept while their content is what
+    /// the kernel's pages hold), `packed-refs` through the page cache refilled at every
+    /// open (git may mmap it), everything else direct-IO.
+    pub(crate) fn open(&self, ino: u64, flags: i32) -> Result<(u64, OpenMode), FsError> {
+        let writing = flags & libc::O_ACCMODE != libc::O_RDONLY;
+        if writing && self.read_only() {
+            return Err(FsError::EROFS);
+        }
+        let mut g = self.lock();
+        g.fresh()?;
+        let (path, kind) = g.path_of(ino)?;
+        if kind == Kind::Dir {
+            return Err(FsError::EISDIR);
+        }
+        if !writing {
+            let mut data = Vec::new();
+            g.render(&path, kind, &mut data)?;
+            let (mode, fp) = match kind {
+                Kind::Ref if data.len() <= PAGE_CACHED_MAX => {
+                    let fp = fingerprint(&data);
+                    let size = data.len() as u64;
+                    let mode = g.inodes.open_for_read(ino, size, fp);
+                    if g.inodes.fixed_size(ino).is_some_and(|f| f != size) {
+                        self.name_is_stale(&mut g, ino);
+                    }
+                    (mode, (mode != OpenMode::Direct).then_some(fp))
+                }
+                Kind::PackedRefs => (OpenMode::Refill, None),
+                _ => (OpenMode::Direct, None),
+            };
+            let fh = g.add_handle(&path, Handle::File { data, fp })?;
+            return Ok((fh, mode));
+        }
+        g.still(&path, kind)?;
+        let fh = g.open_for_write(&path, kind, flags)?;
+        // Writes through the kernel move its idea of the size.
+        g.inodes.suspect(ino);
+        Ok((fh, OpenMode::Direct))
+    }
+
+    /// The bytes a read of an open file returns. A direct-IO read handle answers from its
+    /// content as of `open` (a reader never sees a torn value however the ref changes
+    /// meanwhile); a page-cache read handle fills the inode's one page, which every later
+    /// open of the inode may keep, so it answers with the ref's content now (one read
+    /// fills the whole file: never torn), or with its own snapshot when the ref's size
+    /// has moved on (the page then belongs to an inode no open keeps any more). `direct`:
+    /// the read bypasses the page cache (`O_DIRECT`), so it fills no page. A read-write
+    /// handle (a reflog opened `rb+`) answers from the file as it is now through the
+    /// overlay.
+    pub(crate) fn read_file(
+        &self,
+        ino: u64,
+        fh: u64,
+        offset: u64,
+        size: u32,
+        direct: bool,
+    ) -> Result<Vec<u8>, FsError> {
+        let mut g = self.lock();
+        let slice = |data: &[u8]| -> Vec<u8> {
+            let start = usize::try_from(offset)
+                .unwrap_or(usize::MAX)
+                .min(data.len());
+            let end = start.saturating_add(size as usize).min(data.len());
+            data.get(start..end).unwrap_or_default().to_vec()
+        };
+        match g.handles.get(&fh) {
+            Some(Handle::File { fp: None, data }) => Ok(slice(data)),
+            Some(Handle::File { fp: Some(fp), data }) => {
+                let (own_fp, own) = (*fp, slice(data));
+                let len = data.len();
+                let mut now = Vec::new();
+                let current = match g.path_of(ino) {
+                    Ok((path, Kind::Ref)) => g.render(&path, Kind::Ref, &mut now).is_ok(),
+                    _ => false,
+                };
+                let (out, filled) = if current && now.len() == len {
+                    (slice(&now), fingerprint(&now))
+                } else {
+                    (own, own_fp)
+                };
+                if !direct {
+                    g.inodes.pages_filled(ino, filled);
+                }
+                Ok(out)
+            }
+            Some(Handle::Write {
+                target: Target::Ref { .. },
+                data,
+                ..
+            }) => Ok(slice(data)),
+            Some(Handle::Write {
+                path,
+                target: Target::Scratch,
+                ..
+            }) => Ok(slice(g.w.files.get(path).ok_or(FsError::ENOENT)?)),
+            Some(Handle::Write { path, .. }) => {
+                let path = path.clone();
+                let mut buf = Vec::new();
+                g.render(&path, Kind::Log, &mut buf)?;
+                Ok(slice(&buf))
+            }
+            _ => Err(FsError::EBADF),
+        }
+    }
+
+    pub(crate) fn with_handle<R>(&self, fh: u64, f: impl FnOnce(Option<&Handle>) -> R) -> R {
+        let g = self.lock();
+        f(g.handles.get(&fh))
+    }
+
+    pub(crate) fn release(&self, fh: u64) {
+        let mut g = self.lock();
+        if let Some(Handle::Write {
+            path,
+            target: Target::Ref {
+                placeholder: true, ..
+            },
+            ..
+        }) = g.remove_handle(fh)
+        {
+            // A ref created in place but never validly written (e.g. `touch`) vanishes.
+            g.w.files.remove(&path);
+        }
+    }
+}
+
+impl Inner {
+    /// Registers an open file: `ENFILE` beyond [`HANDLES_MAX`] open files, `ENOMEM` when
+    /// its content would take the bytes held beyond [`HELD_BYTES_MAX`] (`budget.rs`).
+    pub(super) fn add_handle(&mut self, path: &[u8], h: Handle) -> Result<u64, FsError> {
+        if self.handles.len() >= HANDLES_MAX {
+            return Err(refuse_for(
+                "open",
+                path,
+                libc::ENFILE,
+                format!("{HANDLES_MAX} files are open on the mount already"),
+            ));
+        }
+        let held = h.held();
+        if self.w.files.bytes() + self.handle_bytes + held > HELD_BYTES_MAX {
+            return Err(refuse_for(
+                "open",
+                path,
+                libc::ENOMEM,
+                format!(
+                    "lock, scratch and open files hold {HELD_BYTES_MAX} bytes at most, and this \
+                     open would pass that"
+                ),
+            ));
+        }
+        let fh = self.next_fh;
+        self.next_fh += 1;
+        self.handle_bytes += held;
+        self.handles.insert(fh, h);
+        Ok(fh)
+    }
+
+    /// Closes an open file's handle.
+    pub(super) fn remove_handle(&mut self, fh: u64) -> Option<Handle> {
+        let h = self.handles.remove(&fh)?;
+        self.handle_bytes -= h.held();
+        Some(h)
+    }
+
+    pub(super) fn open_for_write(
+        &mut self,
+        path: &[u8],
+        kind: Kind,
+        flags: i32,
+    ) -> Result<u64, FsError> {
+        let trunc = flags & libc::O_TRUNC != 0;
+        let target = match kind {
+            Kind::Scratch => {
+                if trunc {
+                    self.w.files.update(path, Vec::clear);
+                }
+                Target::Scratch
+            }
+            Kind::Ref => Target::Ref {
+                name: path.to_vec(),
+                placeholder: false,
+            },
+            Kind::Log => Target::Log {
+                name: path.get(5..).unwrap_or_default().to_vec(),
+            },
+            Kind::PackedRefs => {
+                return Err(refuse_for("open for writing", path, libc::EPERM, "packed-refs is replaced through packed-refs.lock and a rename, not written in place"))
+            }
+            Kind::Dir => return Err(FsError::EISDIR),
+        };
+        let mut data = Vec::new();
+        if let (Target::Ref { .. }, false) = (&target, trunc) {
+            self.render(path, kind, &mut data)?;
+        }
+        self.add_handle(
+            path,
+            Handle::Write {
+                path: path.to_vec(),
+                target,
+                data,
+                dirty: trunc,
+                failed: false,
+            },
+        )
+    }
+}

@@ -1,0 +1,630 @@
+//! The mount's shared state: the reader source behind one mutex, the inode table, the
+//! per-directory listing caches, the open handles and the write overlay. Request handlers
+//! call into it; the watcher thread calls [`Shared::refresh`] and sends kernel
+//! invalidations itself; the batcher thread (`batch.rs`) writes sealed batches through the
+//! separate writer source.
+
+use std::collections::HashMap;
+use std::num::NonZeroUsize;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use fuser::FileAttr;
+use lru::LruCache;
+
+use crate::format::HashKind;
+use crate::fs::attr::attr;
+use crate::fs::attr::GitDirModes;
+use crate::fs::budget::STAGED_BYTES_MAX;
+use crate::fs::error::FsError;
+use crate::fs::ino::ROOT;
+use crate::fs::inode::Inodes;
+use crate::fs::procfs;
+use crate::fs::queue::BatchQueue;
+use crate::fs::record::{log_error, refuse, refuse_for};
+use crate::fs::reserve::Reserve;
+use crate::fs::source::LogSettings;
+use crate::fs::source::RefSource;
+use crate::fs::view::{self, Kind, Listing, Scratch};
+use crate::fs::write::WriteState;
+
+mod calls;
+mod handles;
+mod invalidate;
+#[cfg(test)]
+mod tests;
+
+pub use handles::Handle;
+
+/// How many directory listings are cached at most (each sorted once, dropped on reload).
+const DIR_CACHE_DIRS: usize = 4096;
+/// The cache holds at most this many entries in all (about 14 bytes each, 3.5 MB); the
+/// least recently used listings go first. Open handles keep their own listing. A listing
+/// is rebuilt by one pass over the directory's refs (a reseek past every subtree), so a
+/// walk that lists each directory once gains nothing from more.
+const DIR_CACHE_MAX_ENTRIES: usize = 1 << 18;
+
+/// Everything behind the state mutex.
+pub struct Inner {
+    pub(crate) src: Box<dyn RefSource>,
+    scratch: Scratch,
+    pub(crate) inodes: Inodes,
+    dirs: LruCache<Vec<u8>, Arc<Listing>>,
+    /// Entries in `dirs`, for the budget.
+    dirs_entries: usize,
+    /// The generation the caches were built for.
+    generation: u64,
+    handles: HashMap<u64, Handle>,
+    /// Bytes the open handles hold ([`Handle::held`]).
+    handle_bytes: usize,
+    next_fh: u64,
+    buf: Vec<u8>,
+    /// Bumped whenever what the mount shows may have changed: the mtime of directories
+    /// and of files without a time of their own (see [`Inner::mtime_of`]).
+    pub(crate) changed_at: SystemTime,
+    /// The stack's highest update index when the watcher last looked for refs whose
+    /// reflog (hence mtime) changed.
+    log_index_seen: u64,
+    /// Set by a reload that changed the view, taken by the watcher (kernel invalidation).
+    needs_invalidation: bool,
+    /// The write overlay (with the open batch; sealed ones are in [`Shared::queue`]).
+    pub(crate) w: WriteState,
+    /// Disk space held for the edits the overlay acknowledged (`reserve.rs`).
+    pub(crate) reserve: Reserve,
+    /// Why the last reload failed (a corrupt or missing table): requests fail with EIO
+    /// until a reload succeeds again.
+    broken: Option<String>,
+    /// Names a request found resolved to an inode of a ref's old size: the watcher sends
+    /// `inval_entry` for them.
+    stale_names: Vec<(u64, Vec<u8>)>,
+    /// Ref file inodes whose cached attributes (mtime) went stale with their content
+    /// unchanged: the watcher sends an attributes-only `inval_inode` for them.
+    stale_attrs: Vec<u64>,
+}
+
+/// Batching settings.
+#[derive(Clone, Copy, Debug)]
+pub struct BatchSettings {
+    pub window: Duration,
+    pub max: usize,
+}
+
+/// State shared by the request handlers and the helper threads.
+pub struct Shared {
+    inner: Mutex<Inner>,
+    /// The batch queue (its own lock; see `batch.rs`), shared with the overlay, which
+    /// seals batches into it.
+    pub(crate) queue: Arc<BatchQueue>,
+    pub(crate) batch: BatchSettings,
+    read_only: bool,
+    /// Thread id → thread group id, cached for a second (see [`Shared::tgid`]).
+    tgids: Mutex<HashMap<u32, (u32, Instant)>>,
+    uid: u32,
+    gid: u32,
+    /// GITDIR's mode and owner, which every node shows (unset: `0755`/`0644` and the
+    /// mounting user's).
+    gitdir_modes: OnceLock<Arc<GitDirModes>>,
+    stopping: AtomicBool,
+    /// Bytes staged and not yet written ([`Reserve::staged`]): staging waits while they
+    /// are over [`STAGED_BYTES_MAX`].
+    staged: Arc<std::sync::atomic::AtomicU64>,
+    /// An eventfd that wakes the watcher when a request handler found a stale kernel
+    /// entry (`-1` if none could be made: the watcher then finds it at its next tick).
+    wake_fd: libc::c_int,
+}
+
+impl Drop for Shared {
+    fn drop(&mut self) {
+        if self.wake_fd >= 0 {
+            // SAFETY: closing the descriptor we own, once.
+            unsafe {
+                libc::close(self.wake_fd);
+            }
+        }
+    }
+}
+
+impl Shared {
+    /// Wraps the reader source. A writable mount's writer source (another stack object
+    /// on the same stack) goes to the batcher thread (`batch::spawn`).
+    pub fn new(
+        src: Box<dyn RefSource>,
+        read_only: bool,
+        log: LogSettings,
+        batch: BatchSettings,
+    ) -> Arc<Shared> {
+        // SAFETY: getuid/getgid cannot fail and have no preconditions.
+        let (uid, gid) = unsafe { (libc::getuid(), libc::getgid()) };
+        let generation = src.generation();
+        let hash: HashKind = src.hash_kind();
+        let log_index_seen = src.max_update_index();
+        let w = WriteState::new(hash, log);
+        let queue = w.queue().clone();
+        let reserve = Reserve::none();
+        let staged = reserve.staged();
+        Arc::new(Shared {
+            inner: Mutex::new(Inner {
+                src,
+                scratch: Scratch::default(),
+                inodes: Inodes::new(),
+                dirs: LruCache::new(NonZeroUsize::new(DIR_CACHE_DIRS).unwrap_or(NonZeroUsize::MIN)),
+                dirs_entries: 0,
+                generation,
+                handles: HashMap::new(),
+                handle_bytes: 0,
+                next_fh: 1,
+                buf: Vec::new(),
+                changed_at: SystemTime::now(),
+                log_index_seen,
+                needs_invalidation: false,
+                w,
+                reserve,
+                broken: None,
+                stale_names: Vec::new(),
+                stale_attrs: Vec::new(),
+            }),
+            queue,
+            read_only,
+            tgids: Mutex::new(HashMap::new()),
+            batch,
+            uid,
+            gid,
+            gitdir_modes: OnceLock::new(),
+            stopping: AtomicBool::new(false),
+            staged,
+            // SAFETY: a plain syscall; the descriptor is owned by `Shared`.
+            wake_fd: unsafe { libc::eventfd(0, libc::EFD_NONBLOCK | libc::EFD_CLOEXEC) },
+        })
+    }
+
+    /// Locks the state (a poisoned lock is taken over: every mutation is one step).
+    pub(crate) fn lock(&self) -> MutexGuard<'_, Inner> {
+        self.inner.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Whether the mount is shutting down.
+    pub fn stopping(&self) -> bool {
+        self.stopping.load(Ordering::SeqCst)
+    }
+
+    /// Marks the mount as shutting down (helper threads exit once drained).
+    pub fn shutdown(&self) {
+        self.stopping.store(true, Ordering::SeqCst);
+        self.queue.kick();
+    }
+
+    fn read_only(&self) -> bool {
+        self.read_only
+    }
+
+    /// The owner (uid, gid) of every file of the mount.
+    pub(crate) fn owner(&self) -> (u32, u32) {
+        (self.uid, self.gid)
+    }
+
+    /// The thread group (process) of the thread `pid` that sent a request: FUSE
+    /// requests carry the calling thread's id. Cached for a second per thread id.
+    pub(crate) fn tgid(&self, pid: u32) -> u32 {
+        if pid == 0 {
+            return 0;
+        }
+        let mut cache = self.tgids.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(&(tgid, at)) = cache.get(&pid) {
+            if at.elapsed() < Duration::from_secs(1) {
+                return tgid;
+            }
+        }
+        let tgid = procfs::tgid(pid).unwrap_or(pid);
+        if cache.len() >= 1024 {
+            cache.retain(|_, (_, at)| at.elapsed() < Duration::from_secs(1));
+        }
+        cache.insert(pid, (tgid, Instant::now()));
+        tgid
+    }
+
+    /// Reloads the source if the stack changed; drops caches when it did.
+    pub fn refresh(&self) -> Result<Option<u64>, FsError> {
+        self.lock().refresh()
+    }
+
+    /// Ref edits accepted and not yet in a committed table (refs with a pending value or
+    /// reflog), and the age of the open batch (`None` when none is open).
+    pub(crate) fn pending_status(&self) -> (u64, Option<Duration>) {
+        let g = self.lock();
+        let w = &g.w;
+        let logs_only = w
+            .pending_logs
+            .keys()
+            .filter(|k| !w.pending.contains_key(*k))
+            .count();
+        let n = (w.pending.len() + logs_only) as u64;
+        let age = if w.open.is_empty() {
+            None
+        } else {
+            self.queue.window_age(w.open.seq)
+        };
+        (n, age)
+    }
+
+    /// Whether a reload changed the view since the last call (for the watcher).
+    pub fn take_changed(&self) -> bool {
+        std::mem::take(&mut self.lock().needs_invalidation)
+    }
+
+    /// Every node shows `modes` (GITDIR's mode and owner) from now on; set once, before
+    /// mounting.
+    pub fn set_gitdir_modes(&self, modes: Arc<GitDirModes>) {
+        let _ = self.gitdir_modes.set(modes);
+    }
+
+    fn moded(&self, mut a: FileAttr) -> FileAttr {
+        if let Some(m) = self.gitdir_modes.get() {
+            m.apply(&mut a);
+        }
+        a
+    }
+
+    fn attr_of(&self, g: &Inner, ino: u64, kind: Kind, size: u64) -> FileAttr {
+        self.moded(attr(ino, kind, size, g.changed_at, self.uid, self.gid))
+    }
+
+    /// [`Shared::attr_of`] with the file's own time (see [`Inner::mtime_of`]).
+    fn attr_timed(&self, g: &mut Inner, ino: u64, path: &[u8], kind: Kind, size: u64) -> FileAttr {
+        let mtime = g.mtime_of(path, kind);
+        self.moded(attr(ino, kind, size, mtime, self.uid, self.gid))
+    }
+
+    pub(crate) fn forget(&self, ino: u64, n: u64) {
+        self.lock().inodes.forget(ino, n);
+    }
+
+    /// Up to `max` of the oldest known names for `inval_entry` while the inode table is
+    /// above its cap (see [`crate::fs::inode::INODE_CAP`]).
+    pub fn evictable(&self, max: usize) -> Vec<(u64, Box<[u8]>)> {
+        self.lock().inodes.evictable_over_cap(max)
+    }
+
+    /// The inode table for `reftablefs status`: (known names, of them being dropped, cap).
+    pub(crate) fn inode_status(&self) -> (usize, usize, usize) {
+        let g = self.lock();
+        (g.inodes.len(), g.inodes.dropping(), g.inodes.cap())
+    }
+
+    /// Holds disk space on the file system of `dir` (the stack's `reftable/`) for every
+    /// edit acknowledged and not yet written (`reserve.rs`); a read-only mount holds none.
+    pub fn reserve_space_in(&self, dir: &std::path::Path) {
+        if !self.read_only {
+            self.lock().reserve = Reserve::open(dir).with_counter(self.staged.clone());
+        }
+    }
+
+    /// Before a call that may stage an edit: while the edits staged and not yet written
+    /// are over [`STAGED_BYTES_MAX`], waits for the batcher (as a write waits for
+    /// writeback), holding no lock.
+    fn wait_staging_room(&self) {
+        while self.staged.load(Ordering::Relaxed) >= STAGED_BYTES_MAX && !self.stopping() {
+            self.queue.request_flush();
+            self.queue.wait_progress(Duration::from_millis(100));
+        }
+    }
+
+    /// Sets the inode table's cap (`mount --inode-cap`).
+    pub fn set_inode_cap(&self, cap: usize) {
+        self.lock().inodes.set_cap(cap);
+    }
+
+    pub(crate) fn parent_of(&self, ino: u64) -> u64 {
+        self.lock()
+            .inodes
+            .parent_and_name(ino)
+            .map_or(ROOT, |(p, _)| p)
+    }
+
+    /// Waits until everything staged so far is written (group commit), then reports the
+    /// failures of process `actor`'s edits (EIO, once).
+    pub(crate) fn sync_for(&self, actor: u32) -> Result<(), FsError> {
+        self.wait_written()?;
+        match self.queue.take_failures(actor) {
+            Some(f) if f.start == procfs::start_time(actor) => {
+                let names: Vec<_> = f.names.iter().map(|n| String::from_utf8_lossy(n)).collect();
+                eprintln!(
+                    "reftablefs: fsync by process {actor}: EIO, its updates of {} were not \
+                     written (logged above)",
+                    names.join(", ")
+                );
+                Err(FsError::EIO)
+            }
+            _ => Ok(()),
+        }
+    }
+
+    /// Wakes the watcher thread.
+    pub(crate) fn wake_watcher(&self) {
+        if self.wake_fd >= 0 {
+            let one: u64 = 1;
+            // SAFETY: writing 8 bytes from a local to our eventfd.
+            unsafe {
+                libc::write(self.wake_fd, (&one as *const u64).cast(), 8);
+            }
+        }
+    }
+
+    /// The watcher's wake-up descriptor (`-1` if none).
+    pub(crate) fn wake_fd(&self) -> libc::c_int {
+        self.wake_fd
+    }
+
+    /// Seals the open batch and waits until everything staged so far is written
+    /// (group commit: every waiter shares the next batch), on the queue's lock, not the
+    /// state lock. EIO if the batcher is gone with batches unwritten.
+    fn wait_written(&self) -> Result<(), FsError> {
+        let target = {
+            let mut g = self.lock();
+            let target = g.w.seal_all();
+            self.queue.request_flush();
+            target
+        };
+        self.queue.wait_written(target)
+    }
+
+    /// Writes everything staged (unmount): EIO if a batch written meanwhile failed in
+    /// part or whole (each failure was logged).
+    pub fn flush_all(&self) -> Result<(), FsError> {
+        let first_unwritten = self.queue.durable_seq() + 1;
+        self.wait_written()?;
+        if self.queue.failed_since(first_unwritten) {
+            Err(FsError::EIO)
+        } else {
+            Ok(())
+        }
+    }
+}
+
+/// Attribute and entry TTL of ref files of a fixed size (see `inode.rs`).
+pub const REF_ATTR_TTL: Duration = Duration::from_secs(10);
+
+impl Inner {
+    /// An edit could not be written: the next `close` (and `fsync`) of every file still
+    /// open on its ref, lock or reflog fails. (The processes that staged it are told by
+    /// the batch queue.)
+    pub(crate) fn mark_handles_failed(&mut self, edit: &crate::fs::source::BatchEdit) {
+        for fh in &edit.handles {
+            if let Some(Handle::Write { failed, .. }) = self.handles.get_mut(fh) {
+                *failed = true;
+            }
+        }
+    }
+
+    pub(crate) fn refresh(&mut self) -> Result<Option<u64>, FsError> {
+        if let Err(e) = self.src.reload() {
+            let msg = e.to_string();
+            if self.broken.as_deref() != Some(msg.as_str()) {
+                log_error("reload", b"tables.list", &msg);
+                self.broken = Some(msg);
+            }
+            return Err(FsError::EIO);
+        }
+        if self.broken.take().is_some() {
+            eprintln!("reftablefs: reload tables.list: the stack is readable again");
+            self.dirs.clear();
+            self.dirs_entries = 0;
+            self.needs_invalidation = true;
+        }
+        let gen = self.src.generation();
+        if gen != self.generation {
+            self.generation = gen;
+            self.dirs.clear();
+            self.dirs_entries = 0;
+            self.changed_at = SystemTime::now();
+            if self.src.last_change_external() {
+                self.needs_invalidation = true;
+                // Another writer: packed entries it contradicts would resurface on `rm`.
+                // (The mount's own batches leave the packed layer as a files backend
+                // leaves packed-refs: shadowed by loose values.)
+                let Inner { w, src, .. } = self;
+                w.revalidate_packed(src.as_mut());
+            }
+            return Ok(Some(gen));
+        }
+        Ok(None)
+    }
+
+    /// A file's mtime and ctime: for a ref, when it last changed — a pending reflog line
+    /// first, else the time of the transaction that wrote its record, known from the
+    /// lookup that just found it without a further seek (`ref_times.rs`; a symref such as
+    /// `HEAD`, whose record rarely changes while its reflog moves, takes its newest reflog
+    /// entry); for a reflog, its newest entry (one seek of the log index); for everything
+    /// else (directories, `packed-refs`, lock files, refs whose time is unknown, a pending
+    /// value without a line), when the view last changed.
+    pub(crate) fn mtime_of(&mut self, path: &[u8], kind: Kind) -> SystemTime {
+        let name = match kind {
+            Kind::Ref => path,
+            Kind::Log => path.strip_prefix(b"logs/").unwrap_or(path),
+            _ => return self.changed_at,
+        };
+        let secs = match self.w.pending_logs.get(name) {
+            Some(pl) if !pl.appended.is_empty() => pl.appended.last().map(|(_, l)| l.time),
+            Some(pl) if pl.deleted => None,
+            Some(pl) if pl.base.is_some() => pl.base.as_ref().and_then(|b| {
+                b.iter()
+                    .find(|l| !l.deleted && !crate::stack::is_existence_marker(l))
+                    .map(|l| l.time)
+            }),
+            _ if kind == Kind::Ref && self.w.pending.contains_key(name) => None,
+            _ if kind == Kind::Ref => self.src.ref_time(name).ok().flatten(),
+            _ => self.src.newest_log(name).ok().flatten().map(|(_, t)| t),
+        };
+        secs.map_or(self.changed_at, |s| UNIX_EPOCH + Duration::from_secs(s))
+    }
+
+    /// Whether the ref at `path` has a reflog entry newer than update index `since`.
+    fn log_changed_since(&mut self, path: &[u8], since: u64) -> bool {
+        matches!(self.src.newest_log(path), Ok(Some((ui, _))) if ui > since)
+    }
+
+    /// Reloads before serving a request: EIO while the stack cannot be read (the reason
+    /// was logged once), so nothing stale or half-read is served.
+    fn fresh(&mut self) -> Result<(), FsError> {
+        self.refresh().map(|_| ())
+    }
+
+    /// After an edit was staged: the view changed (mtimes), seal a full batch, wake the
+    /// batcher.
+    pub(crate) fn after_staging(&mut self, max: usize) {
+        self.changed_at = SystemTime::now();
+        if self.w.open.len() >= max {
+            self.w.seal_all();
+        }
+        self.w.queue().kick();
+    }
+
+    /// Before an edit is staged: holds the disk space its table can take (`reserve.rs`),
+    /// or refuses the call with the file system's errno (no space, quota, read-only, …),
+    /// as a files backend's write of the lock would fail.
+    fn promise(&mut self, op: &str, path: &[u8], bytes: u64) -> Result<(), FsError> {
+        let seq = self.w.open.seq + 1;
+        self.reserve.promise(seq, bytes).map_err(|errno| {
+            refuse_for(
+                op,
+                path,
+                errno,
+                format!(
+                    "the stack's file system cannot take this update ({}): nothing was \
+                     staged, as a files backend's write of the lock would fail",
+                    std::io::Error::from_raw_os_error(errno)
+                ),
+            )
+        })
+    }
+
+    fn path_of(&self, ino: u64) -> Result<(Vec<u8>, Kind), FsError> {
+        let mut path = Vec::new();
+        let kind = self.inodes.path(ino, &mut path).ok_or(FsError::ENOENT)?;
+        Ok((path, kind))
+    }
+
+    fn child_path(&self, parent: u64, name: &[u8]) -> Result<Vec<u8>, FsError> {
+        let mut dir = Vec::new();
+        if self.inodes.path(parent, &mut dir).ok_or(FsError::ENOENT)? != Kind::Dir {
+            return Err(FsError::ENOTDIR);
+        }
+        if !view::is_component(name) {
+            return Err(FsError::EINVAL);
+        }
+        Ok(view::join(&dir, name))
+    }
+
+    /// Classifies `path` through the overlay, logging source errors (EIO).
+    fn classify(&mut self, path: &[u8]) -> Result<Option<Kind>, FsError> {
+        let Inner {
+            w, src, scratch, ..
+        } = self;
+        w.classify(src.as_mut(), scratch, path)
+            .map_err(|r| refuse("lookup", path, r))
+    }
+
+    /// Checks that `path` is still what the kernel thinks it is.
+    fn still(&mut self, path: &[u8], kind: Kind) -> Result<(), FsError> {
+        match self.classify(path)? {
+            Some(k) if k == kind => Ok(()),
+            _ => Err(FsError::ENOENT),
+        }
+    }
+
+    fn size_of(&mut self, path: &[u8], kind: Kind) -> Result<u64, FsError> {
+        match kind {
+            Kind::Dir => return Ok(4096),
+            // Measured where it is: a scratch file may hold hundreds of MiB.
+            Kind::Scratch => {
+                return self
+                    .w
+                    .files
+                    .get(path)
+                    .map(|c| c.len() as u64)
+                    .ok_or(FsError::ENOENT)
+            }
+            _ => {}
+        }
+        let mut buf = std::mem::take(&mut self.buf);
+        let r = self.render(path, kind, &mut buf);
+        let n = buf.len() as u64;
+        if buf.capacity() > 64 << 10 {
+            // A large rendering (packed-refs, a long reflog) is not kept around.
+            buf = Vec::new();
+        }
+        self.buf = buf;
+        r.map(|_| n)
+    }
+
+    /// Renders a file's content.
+    fn render(&mut self, path: &[u8], kind: Kind, out: &mut Vec<u8>) -> Result<(), FsError> {
+        out.clear();
+        let Inner { w, src, .. } = self;
+        match kind {
+            Kind::Dir => Err(FsError::EISDIR),
+            Kind::PackedRefs => {
+                w.render_packed(out);
+                Ok(())
+            }
+            Kind::Scratch => {
+                out.extend_from_slice(w.files.get(path).ok_or(FsError::ENOENT)?);
+                Ok(())
+            }
+            Kind::Ref => {
+                let v = w
+                    .effective(src.as_mut(), path)
+                    .map_err(|r| refuse("read", path, r))?;
+                view::render_ref(&v.ok_or(FsError::ENOENT)?, out);
+                Ok(())
+            }
+            Kind::Log => {
+                let name = path.strip_prefix(b"logs/").unwrap_or(path);
+                w.render_log(src.as_mut(), name, out)
+                    .map_err(|r| refuse("read", path, r))
+            }
+        }
+    }
+
+    /// The listing of a directory: the stack part from the cache (or built now, by
+    /// reseeking, and cached), then the write overlay.
+    fn listing(&mut self, path: &[u8]) -> Result<Arc<Listing>, FsError> {
+        self.still(path, Kind::Dir)?;
+        let stack = match self.dirs.get(path) {
+            Some(e) => e.clone(),
+            None => {
+                let mut out = Vec::new();
+                view::list_dir(self.src.as_mut(), &mut self.scratch, path, &mut out).map_err(
+                    |e| {
+                        log_error("readdir", path, &e);
+                        FsError::Storage(e)
+                    },
+                )?;
+                let arc = Arc::new(Listing::from_entries(&out));
+                if arc.len() <= DIR_CACHE_MAX_ENTRIES {
+                    while self.dirs_entries + arc.len() > DIR_CACHE_MAX_ENTRIES {
+                        match self.dirs.pop_lru() {
+                            Some((_, old)) => self.dirs_entries -= old.len(),
+                            None => break,
+                        }
+                    }
+                    if let Some((_, old)) = self.dirs.push(path.to_vec(), arc.clone()) {
+                        self.dirs_entries -= old.len();
+                    }
+                    self.dirs_entries += arc.len();
+                }
+                arc
+            }
+        };
+        if self.w.is_idle() {
+            return Ok(stack);
+        }
+        let mut out = Vec::new();
+        let Inner {
+            w, src, scratch, ..
+        } = self;
+        w.overlay_listing(src.as_mut(), scratch, path, &stack.to_entries(), &mut out)
+            .map_err(|r| refuse("readdir", path, r))?;
+        Ok(Arc::new(Listing::from_entries(&out)))
+    }
+}
