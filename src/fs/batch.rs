@@ -380,13 +380,13 @@ mod tests {
 
     #[test]
     fn sealed_batches_come_out_in_order_and_failures_stay_bounded() {
-        let mut w = crate::fs::write::WriteState::new(HashKind::Sha1, LogSettings::default());
+        let mut w = crate::fs::protocol::WriteState::new(HashKind::Sha1, LogSettings::default());
         let mut m = MemSource::new();
         m.set("refs/heads/a", RefValue::Val1(id(1)));
         for n in 2..5 {
             w.commit_ref(
                 &mut m,
-                &crate::fs::write::Caller::default(),
+                &crate::fs::protocol::Caller::default(),
                 b"refs/heads/a",
                 RefValue::Val1(id(n)),
             )

@@ -16,7 +16,7 @@
 //! | [`attr`], [`config_view`], [`ref_times`] | attributes and GITDIR's modes; `config` without the extension; ref times |
 //! | [`inode`] | the ref view's inode table (stable numbers, sizes, the kernel's pages) |
 //! | [`queue`] | the batch queue (its own lock): sealed batches, written, failed, waiters |
-//! | [`write`](mod@write) | the write overlay: what files-backend calls mean, staged as edits |
+//! | [`protocol`] | the files-backend protocol, pure: the overlay, commit points staged as edits |
 //! | [`passthrough`] | everything else of the git directory, resolved beneath it |
 //! | `state` | one ref view: its caches behind one mutex (`mod.rs`), open files (`handles.rs`), what each call means (`calls.rs`), what went stale (`invalidate.rs`) |
 //! | `batch`, `watch`, [`stack_source`] | the batcher thread; inotify → reload → invalidation; the real stack |
@@ -30,7 +30,7 @@
 //! (errno and reason, logged and recorded for `reftablefs status` by `state::refuse`, the
 //! only place that makes one), a storage error ([`crate::Error`]) or an I/O error of the
 //! real git directory. [`error::FsError::errno`] is the one mapping to the errno the
-//! kernel gets; `fuse.rs` replies with it. The write state's own checks (`write.rs`)
+//! kernel gets; `fuse.rs` replies with it. The protocol's own checks (`protocol/`)
 //! return an [`error::Refusal`] (errno and reason, not yet recorded), which `state` turns
 //! into a recorded refusal with the operation and path it concerns.
 
@@ -73,6 +73,7 @@ pub mod ino;
 pub mod inode;
 pub mod passthrough;
 pub mod procfs;
+pub mod protocol;
 pub mod queue;
 pub mod record;
 pub mod ref_times;
@@ -82,7 +83,6 @@ pub mod stack_source;
 pub mod status;
 pub mod view;
 pub mod worktree;
-pub mod write;
 
 mod batch;
 pub mod cpu;

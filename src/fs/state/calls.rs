@@ -11,10 +11,10 @@ use crate::fs::budget::{
     SCRATCH_FILE_MAX, VDIRS_MAX,
 };
 use crate::fs::error::{FsError, Refusal};
+use crate::fs::protocol::{ref_name_of, Caller};
 use crate::fs::record::{refuse, refuse_for};
 use crate::fs::reserve;
 use crate::fs::view::{self, Kind};
-use crate::fs::write::{ref_name_of, Caller};
 
 use super::handles::{Handle, Target, PAGE_CACHED_MAX};
 use super::{Inner, Shared};
@@ -48,7 +48,7 @@ pub(super) fn is_lockish(name: &[u8]) -> bool {
 /// The size limit of scratch file `path`: a ref's lock is a ref file.
 pub(super) fn scratch_limit(path: &[u8]) -> usize {
     let base = path.strip_suffix(b".lock").unwrap_or(path);
-    if crate::fs::write::valid_ref_name(base) {
+    if crate::fs::protocol::valid_ref_name(base) {
         REF_FILE_MAX
     } else {
         SCRATCH_FILE_MAX
@@ -59,10 +59,10 @@ pub(super) fn scratch_limit(path: &[u8]) -> usize {
 /// valid ref value (shells ignore errors from `close`, so `write` must say it).
 pub(super) fn check_ref_prefix(path: &[u8], data: &[u8], hash: HashKind) -> Result<(), String> {
     let base = path.strip_suffix(b".lock").unwrap_or(path);
-    if !crate::fs::write::valid_ref_name(base) {
+    if !crate::fs::protocol::valid_ref_name(base) {
         return Ok(());
     }
-    crate::fs::write::ref_content_prefix_ok(data, hash)
+    crate::fs::protocol::ref_content_prefix_ok(data, hash)
 }
 
 impl Shared {
@@ -161,7 +161,7 @@ impl Shared {
         // `refs/` only a valid ref name or its lock can ever be a file.
         if let view::Area::Refs(n) = view::area(&path) {
             let base = n.strip_suffix(b".lock").unwrap_or(n);
-            if n.starts_with(b"refs/") && !crate::fs::write::valid_ref_name(base) {
+            if n.starts_with(b"refs/") && !crate::fs::protocol::valid_ref_name(base) {
                 return Err(refuse(
                     "create",
                     &path,
@@ -173,14 +173,16 @@ impl Shared {
             }
         }
         let target = match view::area(&path) {
-            view::Area::Logs(Some(n)) if !is_lockish(n) && crate::fs::write::valid_ref_name(n) => {
+            view::Area::Logs(Some(n))
+                if !is_lockish(n) && crate::fs::protocol::valid_ref_name(n) =>
+            {
                 g.promise("create", &path, reserve::edit_bytes(path.len(), 0))?;
                 Target::Log { name: n.to_vec() }
             }
             view::Area::Refs(n)
                 if !is_lockish(n)
                     && ref_name_of(n).is_some()
-                    && crate::fs::write::valid_ref_name(n) =>
+                    && crate::fs::protocol::valid_ref_name(n) =>
             {
                 Target::Ref {
                     name: n.to_vec(),
@@ -705,7 +707,9 @@ impl Inner {
         let Inner { w, src, .. } = self;
         let src = src.as_mut();
         let to_log = match view::area(to) {
-            view::Area::Logs(Some(n)) if crate::fs::write::valid_ref_name(n) && !is_lockish(n) => {
+            view::Area::Logs(Some(n))
+                if crate::fs::protocol::valid_ref_name(n) && !is_lockish(n) =>
+            {
                 Some(n)
             }
             _ => None,

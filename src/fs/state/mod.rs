@@ -21,13 +21,13 @@ use crate::fs::error::FsError;
 use crate::fs::ino::ROOT;
 use crate::fs::inode::Inodes;
 use crate::fs::procfs;
+use crate::fs::protocol::WriteState;
 use crate::fs::queue::BatchQueue;
 use crate::fs::record::{log_error, refuse, refuse_for};
 use crate::fs::reserve::Reserve;
 use crate::fs::source::LogSettings;
 use crate::fs::source::RefSource;
 use crate::fs::view::{self, Kind, Listing, Scratch};
-use crate::fs::write::WriteState;
 
 mod calls;
 mod handles;
