@@ -60,15 +60,6 @@ impl BatchEdit {
     /// must not exist, an id must match, a symref must have that target.
     pub fn expected(&self) -> Expected {
         match &self.expected_old {
-            // Deleting a symref: it must still exist. Its target is not compared, because
-            // a transaction checks an expected target by resolving the chain, and a
-            // symref that points to itself (t3200's `git branch -d self`) never resolves:
-            // git 2.47 refuses that deletion ("error reading reference"), while the files
-            // backend git 2.39 speaks deletes the file. (A lock's rename is still checked
-            // against the value the lock saw, in the overlay.)
-            Some(RefValue::Symref(_)) if matches!(self.new, Some(RefValue::Deletion)) => {
-                Expected::MustExist
-            }
             None | Some(RefValue::Deletion) => Expected::MustNotExist,
             Some(RefValue::Val1(id)) | Some(RefValue::Val2 { value: id, .. }) => Expected::Oid(*id),
             Some(RefValue::Symref(t)) => Expected::Symref(t.clone()),

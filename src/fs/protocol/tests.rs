@@ -2,8 +2,8 @@
 
 use super::*;
 use crate::format::{HashKind, ObjectId, RefValue};
-use crate::fs::source::{LogSettings, RefSource};
 use crate::fs::source::{Conflict, MemSource};
+use crate::fs::source::{LogSettings, RefSource};
 use crate::fs::view::{self, Kind, Scratch};
 use crate::transaction::Expected;
 
