@@ -59,7 +59,7 @@ pub fn fatal(msg: &str) -> std::process::ExitCode {
 /// A usage error of the command `cmd`: `error: <msg>` and the command's usage on stderr,
 /// exit code 129.
 pub fn usage_error(msg: &str, cmd: &str) -> std::process::ExitCode {
-    super::commands::misuse(cmd, msg)
+    super::help::misuse(cmd, msg)
 }
 
 /// The usage error for the option `args` is looking at (exit 129); `-h` and `--help`
@@ -68,7 +68,7 @@ pub fn unknown_option(args: &crate::cli::Args, cmd: &str) -> std::process::ExitC
     let opt = args.peek().unwrap_or_default();
     if opt == "-h" || opt == "--help" {
         if let Some(c) = super::table::find(cmd) {
-            return super::commands::print_help(c);
+            return super::help::print_help(c);
         }
     }
     usage_error(&format!("unknown option '{opt}'"), cmd)

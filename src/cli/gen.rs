@@ -5,7 +5,7 @@
 use std::io::Write;
 use std::process::ExitCode;
 
-use super::commands::{self, exit_codes, main_usage};
+use super::help::{self, exit_codes, main_usage};
 use super::table::{find, Command, Operands, Opt, COMMANDS, COMMON_EXIT_CODES, GLOBAL_OPTIONS};
 use super::Args;
 use reftablefs::{Error, Result};
@@ -28,10 +28,10 @@ pub fn run_help(mut args: Args) -> Result<ExitCode> {
         return print(&main_usage());
     };
     if !args.is_empty() {
-        return Ok(commands::misuse("help", "too many arguments"));
+        return Ok(help::misuse("help", "too many arguments"));
     }
     match find(&name) {
-        Some(c) => print(&commands::help(c)),
+        Some(c) => print(&help::help(c)),
         None => {
             eprintln!("reftablefs: '{name}' is not a reftablefs command. See 'reftablefs help'.");
             Ok(ExitCode::from(1))
@@ -46,17 +46,17 @@ pub fn run_completions(mut args: Args) -> Result<ExitCode> {
     }
     let shell = args.next_positional();
     if !args.is_empty() {
-        return Ok(commands::misuse("completions", "too many arguments"));
+        return Ok(help::misuse("completions", "too many arguments"));
     }
     match shell.as_deref() {
         Some("bash") => print(&bash()),
         Some("zsh") => print(&zsh()),
         Some("fish") => print(&fish()),
-        Some(other) => Ok(commands::misuse(
+        Some(other) => Ok(help::misuse(
             "completions",
             &format!("unknown shell '{other}' (bash, zsh or fish)"),
         )),
-        None => Ok(commands::misuse(
+        None => Ok(help::misuse(
             "completions",
             "which shell? (bash, zsh or fish)",
         )),
@@ -69,7 +69,7 @@ pub fn run_man(args: Args) -> Result<ExitCode> {
         return Ok(super::common::unknown_option(&args, "man"));
     }
     if !args.is_empty() {
-        return Ok(commands::misuse("man", "too many arguments"));
+        return Ok(help::misuse("man", "too many arguments"));
     }
     print(&man())
 }

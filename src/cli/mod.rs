@@ -13,6 +13,7 @@ pub mod compact;
 pub mod dump;
 pub mod for_each_ref;
 pub mod gen;
+pub mod help;
 pub mod migrate;
 #[cfg(feature = "fuse")]
 pub mod mount;
@@ -39,7 +40,7 @@ pub use args::Args;
 pub fn main_with_args(argv: Vec<std::ffi::OsString>) -> ExitCode {
     let mut args = Args::new(argv);
     if let Err(msg) = common::parse_global_options(&mut args) {
-        eprint!("error: {msg}\n{}", commands::main_usage());
+        eprint!("error: {msg}\n{}", help::main_usage());
         return ExitCode::from(129);
     }
     if args.flag("--version") {
@@ -47,29 +48,29 @@ pub fn main_with_args(argv: Vec<std::ffi::OsString>) -> ExitCode {
         return ExitCode::SUCCESS;
     }
     if args.flag("-h") || args.flag("--help") {
-        print!("{}", commands::main_usage());
+        print!("{}", help::main_usage());
         return ExitCode::SUCCESS;
     }
     if args.peek_is_option() {
         let opt = args.peek().unwrap_or_default();
-        eprint!("error: unknown option '{opt}'\n{}", commands::main_usage());
+        eprint!("error: unknown option '{opt}'\n{}", help::main_usage());
         return ExitCode::from(129);
     }
     let Some(name) = args.next_positional() else {
-        eprint!("{}", commands::main_usage());
+        eprint!("{}", help::main_usage());
         return ExitCode::from(129);
     };
     let (Some(cmd), Some(run)) = (table::find(&name), commands::runner(&name)) else {
         eprint!(
             "reftablefs: '{name}' is not a reftablefs command. See 'reftablefs help'.\n\n{}",
-            commands::main_usage()
+            help::main_usage()
         );
         return ExitCode::from(129);
     };
     // `CMD -h` and `CMD --help` print the command's help (an option spelled so later on
     // the line does too, through `common::unknown_option`).
     if args.flag("-h") || args.flag("--help") {
-        return commands::print_help(cmd);
+        return help::print_help(cmd);
     }
     match run(args) {
         Ok(code) => code,
