@@ -20,34 +20,33 @@ fn print(text: &str) -> Result<ExitCode> {
 }
 
 /// `reftablefs help [COMMAND]`.
-pub fn run_help(mut args: Args) -> Result<ExitCode> {
-    if args.peek_is_option() {
-        return Ok(super::common::unknown_option(&args, "help"));
-    }
-    let Some(name) = args.next_positional() else {
-        return print(&main_usage());
+pub fn run_help(args: Args) -> Result<ExitCode> {
+    let name = match args.operands() {
+        [] => return print(&main_usage()),
+        [name] => name,
+        _ => return Ok(help::misuse("help", "too many arguments")),
     };
-    if !args.is_empty() {
-        return Ok(help::misuse("help", "too many arguments"));
-    }
-    match find(&name) {
+    match name.to_str().and_then(find) {
         Some(c) => print(&help::help(c)),
         None => {
-            eprintln!("reftablefs: '{name}' is not a reftablefs command. See 'reftablefs help'.");
+            eprintln!(
+                "reftablefs: '{}' is not a reftablefs command. See 'reftablefs help'.",
+                name.to_string_lossy()
+            );
             Ok(ExitCode::from(1))
         }
     }
 }
 
 /// `reftablefs completions bash|zsh|fish`.
-pub fn run_completions(mut args: Args) -> Result<ExitCode> {
-    if args.peek_is_option() {
-        return Ok(super::common::unknown_option(&args, "completions"));
-    }
-    let shell = args.next_positional();
-    if !args.is_empty() {
-        return Ok(help::misuse("completions", "too many arguments"));
-    }
+pub fn run_completions(args: Args) -> Result<ExitCode> {
+    // The shell is the command's word when it is one it knows, else an operand.
+    let shell = match (args.word(), args.operands()) {
+        (Some(w), []) => Some(w.to_owned()),
+        (None, []) => None,
+        (None, [s]) => Some(s.to_string_lossy().into_owned()),
+        _ => return Ok(help::misuse("completions", "too many arguments")),
+    };
     match shell.as_deref() {
         Some("bash") => print(&bash()),
         Some("zsh") => print(&zsh()),
@@ -65,22 +64,19 @@ pub fn run_completions(mut args: Args) -> Result<ExitCode> {
 
 /// `reftablefs man`.
 pub fn run_man(args: Args) -> Result<ExitCode> {
-    if args.peek_is_option() {
-        return Ok(super::common::unknown_option(&args, "man"));
-    }
-    if !args.is_empty() {
+    if !args.operands().is_empty() {
         return Ok(help::misuse("man", "too many arguments"));
     }
     print(&man())
 }
 
 /// Every name of every option of `opts`, with `=` appended to those that take an
-/// attached value.
+/// attached value (not to those whose value may be left out, as git's completion).
 fn option_words(opts: &[Opt]) -> Vec<String> {
     opts.iter()
         .flat_map(Opt::names)
         .map(|n| {
-            if n.equals {
+            if n.equals && !n.optional {
                 format!("{}=", n.name)
             } else {
                 n.name
@@ -211,10 +207,13 @@ fn zsh_specs(opts: &[Opt]) -> Vec<String> {
     for o in opts {
         let help = zsh_text(o.help);
         for n in o.names() {
-            let spec = match (&n.value, n.equals) {
-                (None, _) => format!("'{}[{help}]'", n.name),
-                (Some(val), true) => format!("'{}=[{help}]:{}:'", n.name, zsh_text(val)),
-                (Some(val), false) => format!("'{}[{help}]:{}:'", n.name, zsh_text(val)),
+            let spec = match (&n.value, n.equals, n.optional) {
+                (None, _, _) => format!("'{}[{help}]'", n.name),
+                // An optional value only attached: `--hash=7`, `-s7`.
+                (Some(val), true, true) => format!("'{}=-[{help}]::{}:'", n.name, zsh_text(val)),
+                (Some(val), false, true) => format!("'{}-[{help}]::{}:'", n.name, zsh_text(val)),
+                (Some(val), true, false) => format!("'{}=[{help}]:{}:'", n.name, zsh_text(val)),
+                (Some(val), false, false) => format!("'{}[{help}]:{}:'", n.name, zsh_text(val)),
             };
             v.push(spec);
         }
@@ -341,7 +340,7 @@ fn fish_option(cond: &str, o: &Opt) -> String {
     let mut flags = String::new();
     let mut takes_value = false;
     for n in o.names() {
-        takes_value |= n.value.is_some();
+        takes_value |= n.value.is_some() && !n.optional;
         if let Some(long) = n.name.strip_prefix("--") {
             flags.push_str(&format!(" -l {long}"));
         } else if let Some(short) = n.name.strip_prefix('-') {

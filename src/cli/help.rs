@@ -4,6 +4,7 @@
 
 use std::process::ExitCode;
 
+use super::parse::ParseError;
 use super::table::{find, Command, Opt, COMMANDS, COMMON_EXIT_CODES, GLOBAL_OPTIONS};
 
 /// Usage lines and options, as git prints them for `-h` and on misuse.
@@ -120,6 +121,23 @@ pub fn misuse(cmd: &str, msg: &str) -> ExitCode {
     ExitCode::from(129)
 }
 
+/// What a command line that did not parse gets: `cmd`'s help on stdout (exit 0) for `-h`
+/// and `--help`, else git's `error: ...` line, with the usage after it where git prints
+/// it (exit 129).
+pub fn parse_error(cmd: &Command, e: ParseError) -> ExitCode {
+    match e {
+        ParseError::Help => print_help(cmd),
+        ParseError::Usage {
+            message,
+            usage: true,
+        } => misuse(cmd.name, &message),
+        ParseError::Usage { message, .. } => {
+            eprintln!("error: {message}");
+            ExitCode::from(129)
+        }
+    }
+}
+
 /// Prints the help of `cmd` on stdout; exit code 0.
 pub fn print_help(cmd: &Command) -> ExitCode {
     use std::io::Write;
@@ -131,38 +149,8 @@ pub fn print_help(cmd: &Command) -> ExitCode {
 
 #[cfg(test)]
 mod tests {
-    use super::super::table::OptName;
+    use super::super::table::{opt, Id};
     use super::*;
-
-    #[test]
-    fn spellings_parse_into_names() {
-        let o = |s| Opt {
-            spelling: s,
-            help: "",
-        };
-        let n = o("-d, --dereference").names();
-        assert_eq!(
-            n.iter().map(|n| n.name.as_str()).collect::<Vec<_>>(),
-            ["-d", "--dereference"]
-        );
-        assert!(n.iter().all(|n| n.value.is_none()));
-        let n = o("--format=<format>").names();
-        assert_eq!(
-            n,
-            [OptName {
-                name: "--format".into(),
-                value: Some("<format>".into()),
-                equals: true
-            }]
-        );
-        let n = o("-m <reason>").names();
-        assert_eq!((n[0].name.as_str(), n[0].equals), ("-m", false));
-        let n = o("--[no-]progress").names();
-        assert_eq!(
-            n.iter().map(|n| n.name.as_str()).collect::<Vec<_>>(),
-            ["--progress", "--no-progress"]
-        );
-    }
 
     #[test]
     fn every_command_is_complete_and_unique() {
@@ -193,14 +181,8 @@ mod tests {
         options_block(
             &mut s,
             &[
-                Opt {
-                    spelling: "-m <reason>",
-                    help: "reason of the update",
-                },
-                Opt {
-                    spelling: "--a-very-long-option=<value>",
-                    help: "x",
-                },
+                opt(Id::Message, "-m <reason>", "reason of the update"),
+                opt(Id::Format, "--a-very-long-option=<value>", "x"),
             ],
         );
         assert_eq!(
