@@ -287,4 +287,32 @@ fn completions_complete_in_bash_zsh_and_fish() {
             assert_eq!(shells::fish(&fish, bin_dir, &line), [want], "fish {line:?}");
         }
     }
+    // The items of mount's `-o` list, after the last comma (no space after them: the
+    // list, or the item's value, goes on).
+    let lists = [
+        (
+            &["reftablefs", "mount", "-o", "batch_w"][..],
+            "batch_window=",
+        ),
+        (&["reftablefs", "mount", "-o", "ro,refs_o"], "ro,refs_only"),
+    ];
+    for (words, want) in lists {
+        assert_eq!(shells::bash(&bash, bin_dir, words), want, "bash {words:?}");
+    }
+    if shells::have("zsh") {
+        let zsh = script("zsh");
+        // zsh's _values puts the comma after a finished item.
+        for (words, want) in [(lists[0].0, "batch_window="), (lists[1].0, "ro,refs_only,")] {
+            let line = words.join(" ");
+            let done = format!("{} {want}", words[..words.len() - 1].join(" "));
+            assert_eq!(shells::zsh(&zsh, bin_dir, &line), done, "zsh {line:?}");
+        }
+    }
+    if shells::have("fish") {
+        let fish = script("fish");
+        for (words, want) in lists {
+            let line = words.join(" ");
+            assert_eq!(shells::fish(&fish, bin_dir, &line), [want], "fish {line:?}");
+        }
+    }
 }

@@ -85,6 +85,27 @@ fn option_words(opts: &[Opt]) -> Vec<String> {
         .collect()
 }
 
+/// A command's `-o` list ([`Command::sub_options`]): the option's name and the items it
+/// takes, each the long name of another option with `_` for `-` (`=` after those that take
+/// a value), and the aliases.
+fn list_option(c: &Command) -> Option<(String, Vec<String>)> {
+    let so = c.sub_options?;
+    let list = c.options.iter().find(|o| o.id == so.option)?;
+    let name = list.names().into_iter().next()?.name;
+    let mut items: Vec<String> = so.aliases.iter().map(|(a, _)| (*a).to_owned()).collect();
+    for o in c.options.iter().filter(|o| o.id != so.option) {
+        for long in o.longs() {
+            let eq = if o.takes_value() == Some(false) {
+                "="
+            } else {
+                ""
+            };
+            items.push(format!("{}{eq}", long.replace('-', "_")));
+        }
+    }
+    Some((name, items))
+}
+
 /// The shell command that lists ref names (run by the completion scripts).
 const LIST_REFS: &str = "reftablefs for-each-ref --format='%(refname)' 2>/dev/null";
 /// The shell command that lists reftablefs mount points: field 5 of the mountinfo lines
@@ -148,12 +169,17 @@ pub fn bash() -> String {
         "        fi\n\
          \x20       return\n\
          \x20   fi\n\
-         \x20   local opts=\"\" words=\"\" operands=none\n\
+         \x20   local opts=\"\" words=\"\" operands=none list=\"\" items=\"\"\n\
          \x20   case \"$cmd\" in\n",
     );
     for c in COMMANDS {
+        // A `-o` list: its option, and the items it takes.
+        let list = match list_option(c) {
+            Some((o, items)) => format!("; list=\"{o}\"; items=\"{}\"", items.join(" ")),
+            None => String::new(),
+        };
         s.push_str(&format!(
-            "        {}) opts=\"{}\"; words=\"{}\"; operands={} ;;\n",
+            "        {}) opts=\"{}\"; words=\"{}\"; operands={}{list} ;;\n",
             c.name,
             option_words(c.options).join(" "),
             c.words.join(" "),
@@ -162,6 +188,13 @@ pub fn bash() -> String {
     }
     s.push_str(
         "    esac\n\
+         \x20   if [[ -n $list && $prev == \"$list\" ]]; then\n\
+         \x20       local head=\"\"\n\
+         \x20       [[ $cur == *,* ]] && head=\"${cur%,*},\"\n\
+         \x20       COMPREPLY=($(compgen -P \"$head\" -W \"$items\" -- \"${cur##*,}\"))\n\
+         \x20       compopt -o nospace 2>/dev/null\n\
+         \x20       return\n\
+         \x20   fi\n\
          \x20   if [[ $cur == -* ]]; then\n\
          \x20       COMPREPLY=($(compgen -W \"$opts\" -- \"$cur\"))\n\
          \x20       [[ ${COMPREPLY[0]} == *= ]] && compopt -o nospace 2>/dev/null\n\
@@ -202,12 +235,18 @@ fn zsh_text(t: &str) -> String {
         .replace(':', "\\:")
 }
 
-fn zsh_specs(opts: &[Opt]) -> Vec<String> {
+/// The `_arguments` specs of `opts`; `list` is a `-o` list option's name and the function
+/// completing its items.
+fn zsh_specs(opts: &[Opt], list: Option<(&str, &str)>) -> Vec<String> {
     let mut v = Vec::new();
     for o in opts {
         let help = zsh_text(o.help);
         for n in o.names() {
             let spec = match (&n.value, n.equals, n.optional) {
+                (Some(val), false, false) if list.is_some_and(|(l, _)| l == n.name) => {
+                    let f = list.map_or("", |(_, f)| f);
+                    format!("'{}[{help}]:{}:{f}'", n.name, zsh_text(val))
+                }
                 (None, _, _) => format!("'{}[{help}]'", n.name),
                 // An optional value only attached: `--hash=7`, `-s7`.
                 (Some(val), true, true) => format!("'{}=-[{help}]::{}:'", n.name, zsh_text(val)),
@@ -219,6 +258,11 @@ fn zsh_specs(opts: &[Opt]) -> Vec<String> {
         }
     }
     v
+}
+
+/// The zsh function completing the items of `c`'s `-o` list.
+fn zsh_list_function(c: &Command) -> String {
+    format!("__reftablefs_{}_list", c.name.replace('-', "_"))
 }
 
 fn zsh_operand(c: &Command) -> String {
@@ -255,18 +299,38 @@ pub fn zsh() -> String {
         s.push_str(&format!("        '{}:{}'\n", c.name, zsh_text(c.summary)));
     }
     s.push_str("    )\n    _describe -t commands 'reftablefs command' commands\n}\n\n");
+    for c in COMMANDS {
+        if let Some((_, items)) = list_option(c) {
+            let items: Vec<String> = items
+                .iter()
+                .map(|i| match i.strip_suffix('=') {
+                    Some(name) => format!("'{name}:value: '"),
+                    None => format!("'{i}'"),
+                })
+                .collect();
+            s.push_str(&format!(
+                "{}() {{\n    _values -s , 'option' {}\n}}\n\n",
+                zsh_list_function(c),
+                items.join(" ")
+            ));
+        }
+    }
     s.push_str(
         "_reftablefs() {\n    local curcontext=\"$curcontext\" state line\n    _arguments -C \\\n",
     );
     s.push_str("        '*-C[run as if started in <path>]:path:_directories' \\\n");
-    for spec in zsh_specs(GLOBAL_OPTIONS.get(1..).unwrap_or_default()) {
+    for spec in zsh_specs(GLOBAL_OPTIONS.get(1..).unwrap_or_default(), None) {
         s.push_str(&format!("        {spec} \\\n"));
     }
     s.push_str(
         "        '1: :__reftablefs_commands' \\\n        '*:: :->args'\n    case $state in\n    args)\n        case $words[1] in\n",
     );
     for c in COMMANDS {
-        let mut parts = zsh_specs(c.options);
+        let list = list_option(c).map(|(name, _)| (name, zsh_list_function(c)));
+        let mut parts = zsh_specs(
+            c.options,
+            list.as_ref().map(|(n, f)| (n.as_str(), f.as_str())),
+        );
         let op = zsh_operand(c);
         if !op.is_empty() {
             parts.push(op);
@@ -314,6 +378,22 @@ pub fn fish() -> String {
         let cond = format!("-n '__fish_seen_subcommand_from {}'", c.name);
         for o in c.options {
             s.push_str(&fish_option(&cond, o));
+        }
+        // A `-o` list: its items after the last comma of the word.
+        if let Some((name, items)) = list_option(c) {
+            let f = format!("__reftablefs_{}_list", c.name.replace('-', "_"));
+            s.push_str(&format!(
+                "function {f}\n    set -l head (string replace -r '[^,]*$' '' -- (commandline -ct))\n    \
+                 for i in {}\n        echo $head$i\n    end\nend\n",
+                items.join(" ")
+            ));
+            let flag = match name.strip_prefix("--") {
+                Some(long) => format!("-l {long}"),
+                None => format!("-s {}", name.trim_start_matches('-')),
+            };
+            s.push_str(&format!(
+                "complete -c reftablefs {cond} {flag} -x -a '({f})'\n"
+            ));
         }
         if !c.words.is_empty() {
             s.push_str(&format!(

@@ -1,5 +1,7 @@
 //! `reftablefs mount [--read-only] [--refs-only] [--no-kernel-passthrough] [--no-follow-cpu] [--daemon] [--batch-window MS] [--batch-max N] [--inode-cap N] [--no-fsync]
-//! (GITDIR MOUNTPOINT | --over WORKTREE)` (`reftablefs unmount` is in `unmount.rs`).
+//! [-o OPTIONS] (GITDIR MOUNTPOINT | --over WORKTREE [WORKTREE/.git])` (`reftablefs unmount`
+//! is in `unmount.rs`). `-o ro,batch_window=5,over` gives the same options as mount(8) and
+//! fstab give them (the parser expands the list: `table::MOUNT_SUB_OPTIONS`).
 //!
 //! Foreground by default, one log line per error on stderr; exits 0 after a clean unmount.
 //! `--daemon` starts the same command in the background and returns once the mount is
@@ -89,8 +91,19 @@ pub fn run(args: Args) -> Result<ExitCode> {
     };
     let positional: Vec<PathBuf> = args.operands().iter().map(PathBuf::from).collect();
     if over {
-        let [worktree] = positional.as_slice() else {
-            return usage("--over takes one WORKTREE (its .git directory is mounted over)");
+        let worktree = match positional.as_slice() {
+            [worktree] => worktree,
+            // As fstab and mount(8) give it (`WORKTREE WORKTREE/.git ... over`): a second
+            // operand naming anything else is a mistake, not a place to mount elsewhere.
+            [worktree, mountpoint] if names_dotgit_of(worktree, mountpoint) => worktree,
+            [worktree, mountpoint] => {
+                return usage(&format!(
+                    "--over mounts on <worktree>/.git: MOUNTPOINT must be {}/.git (got {})",
+                    worktree.display(),
+                    mountpoint.display()
+                ))
+            }
+            _ => return usage("--over takes one WORKTREE (its .git directory is mounted over)"),
         };
         if opts.refs_only {
             return usage("--over serves the whole .git: it cannot be --refs-only");
@@ -115,6 +128,14 @@ pub fn run(args: Args) -> Result<ExitCode> {
     crate::cli::unmount::report_exit(&r);
     r?;
     Ok(ExitCode::SUCCESS)
+}
+
+/// Whether `mountpoint` is `worktree/.git` (both resolved, else as written).
+fn names_dotgit_of(worktree: &Path, mountpoint: &Path) -> bool {
+    match (worktree.canonicalize(), mountpoint.canonicalize()) {
+        (Ok(w), Ok(m)) => w.join(".git") == m,
+        _ => worktree.join(".git") == mountpoint,
+    }
 }
 
 /// `mount --over WORKTREE`: mounts the view on `WORKTREE/.git` itself. The real directory

@@ -20,7 +20,7 @@ use std::ffi::OsString;
 use std::os::unix::ffi::{OsStrExt, OsStringExt};
 
 use super::args::{parse_number, Args, Given};
-use super::table::{Command, Id, Opt, GLOBAL_OPTIONS};
+use super::table::{Command, Id, Opt, SubOptions, GLOBAL_OPTIONS};
 
 /// What the parser reads: one command's options and how its line is laid out.
 #[derive(Clone, Copy, Debug)]
@@ -32,6 +32,8 @@ pub struct Grammar {
     pub options_anywhere: bool,
     /// Long options may be abbreviated to a unique prefix.
     pub abbreviations: bool,
+    /// The option whose value lists the others (`mount -o`).
+    pub sub_options: Option<&'static SubOptions>,
 }
 
 impl Grammar {
@@ -41,6 +43,7 @@ impl Grammar {
         words: &[],
         options_anywhere: false,
         abbreviations: false,
+        sub_options: None,
     };
 
     /// The grammar of `cmd`'s line (the words after its name).
@@ -50,6 +53,7 @@ impl Grammar {
             words: cmd.words,
             options_anywhere: cmd.options_anywhere,
             abbreviations: true,
+            sub_options: cmd.sub_options,
         }
     }
 }
@@ -320,8 +324,53 @@ impl Parser<'_> {
                     how.describe()
                 )));
             }
+            if let Some(so) = self.g.sub_options.filter(|so| so.option == o.id) {
+                return self.sub_options(so, v.as_bytes());
+            }
         }
         self.given.push((o.id, given));
+        Ok(())
+    }
+
+    /// A `-o a,b=c` list: each item one of the other options, by its whole long name
+    /// with `_` for `-`, or an alias; ignored items skipped.
+    fn sub_options(&mut self, so: &SubOptions, list: &[u8]) -> Result<(), ParseError> {
+        for item in list.split(|&b| b == b',').filter(|i| !i.is_empty()) {
+            let name_end = item.iter().position(|&b| b == b'=').unwrap_or(item.len());
+            let (name, value) = item.split_at(name_end);
+            let value = value.get(1..);
+            let name = String::from_utf8_lossy(name);
+            let ignored = so.ignored.contains(&&*name)
+                || so.ignored_prefixes.iter().any(|p| name.starts_with(p));
+            if ignored {
+                continue;
+            }
+            let long = match so.aliases.iter().find(|(a, _)| *a == name) {
+                Some((_, long)) => (*long).to_owned(),
+                None => name.replace('_', "-"),
+            };
+            let found = self.g.options.iter().find_map(|o| {
+                let l = o.longs().find(|l| *l == long)?;
+                (o.id != so.option).then_some((o, l))
+            });
+            let Some((o, l)) = found else {
+                return Err(error_with_usage(format!(
+                    "unknown option '{}' in -o {}",
+                    String::from_utf8_lossy(item),
+                    String::from_utf8_lossy(list)
+                )));
+            };
+            let how = Spelled::Long(l);
+            let given = match (o.takes_value(), value) {
+                (None, Some(_)) => return Err(error(format!("{} takes no value", how.describe()))),
+                (None | Some(true), None) => Given::On,
+                (Some(false), None) => {
+                    return Err(error(format!("{} requires a value", how.describe())))
+                }
+                (Some(_), Some(v)) => Given::Value(OsString::from_vec(v.to_vec())),
+            };
+            self.record(o, how, given)?;
+        }
         Ok(())
     }
 }
@@ -447,7 +496,9 @@ mod tests {
             .chain([("(global)", Grammar::GLOBAL)]);
         for (cmd, g) in grammars {
             for o in g.options {
-                for n in o.names() {
+                // `-o`'s items are the other options (`every_option_is_an_o_item`).
+                let listed = g.sub_options.is_some_and(|so| so.option == o.id);
+                for n in o.names().into_iter().filter(|_| !listed) {
                     let mut line = vec![OsString::from(&n.name)];
                     let want = match (&n.value, n.negation) {
                         (_, true) => Given::Off,
@@ -519,6 +570,92 @@ mod tests {
                     }
                 }
             }
+        }
+    }
+
+    /// Every option of a command with a `-o` list is one of its items, by its long name
+    /// with `_` for `-`, and gives what the option itself gives.
+    #[test]
+    fn every_option_is_an_o_item() {
+        for c in COMMANDS.iter().filter(|c| c.sub_options.is_some()) {
+            let g = Grammar::of(c);
+            let so = c.sub_options.unwrap();
+            for o in c.options.iter().filter(|o| o.id != so.option) {
+                let long = o.longs().next().unwrap();
+                let (item, option) = match o.takes_value() {
+                    Some(false) => (
+                        format!("{}=1", long.replace('-', "_")),
+                        format!("--{long}=1"),
+                    ),
+                    _ => (long.replace('-', "_"), format!("--{long}")),
+                };
+                let a = parse(&g, &[OsString::from("-o"), OsString::from(&item)]).unwrap();
+                let b = parse(&g, &[OsString::from(&option)]).unwrap();
+                assert_eq!(a.last(o.id), b.last(o.id), "{} -o {item}", c.name);
+                assert!(a.last(o.id).is_some(), "{} -o {item}", c.name);
+                assert_eq!(a.canonical(&[]), [OsString::from(option)]);
+            }
+        }
+    }
+
+    #[test]
+    fn mount_takes_o_as_mount8_gives_it() {
+        let a = parse_cmd(
+            "mount",
+            "-o ro,batch_window=50,over,,inode_cap=2048 wt wt/.git",
+        )
+        .unwrap();
+        assert!(a.flag(Id::ReadOnly) && a.flag(Id::Over));
+        assert_eq!(a.value(Id::BatchWindow), Some(std::ffi::OsStr::new("50")));
+        assert_eq!(a.value(Id::InodeCap), Some(std::ffi::OsStr::new("2048")));
+        assert_eq!(a.operands(), ["wt", "wt/.git"]);
+        assert_eq!(
+            a.canonical(&[]),
+            [
+                "--read-only",
+                "--batch-window=50",
+                "--over",
+                "--inode-cap=2048"
+            ]
+        );
+        // mount(8)'s own options and x-* are ignored; -o may be attached and repeated.
+        let a = parse_cmd(
+            "mount",
+            "-orw,nosuid,nodev,noauto,user,x-systemd.automount,x-a=b -o read_only -o no_fsync",
+        )
+        .unwrap();
+        assert_eq!(a.canonical(&[]), ["--read-only", "--no-fsync"]);
+        let a = parse_cmd("mount", "-o ro --batch-window 9 -o batch_window=7").unwrap();
+        assert_eq!(
+            a.value(Id::BatchWindow),
+            Some(std::ffi::OsStr::new("7")),
+            "the last wins"
+        );
+        for (line, want, usage) in [
+            (
+                "-o rw,frobnicate",
+                "unknown option 'frobnicate' in -o rw,frobnicate",
+                true,
+            ),
+            (
+                "-o batch_w=5",
+                "unknown option 'batch_w=5' in -o batch_w=5",
+                true,
+            ),
+            ("-o o=ro", "unknown option 'o=ro' in -o o=ro", true),
+            ("-o ro=1", "option `read-only' takes no value", false),
+            (
+                "-o batch_window",
+                "option `batch-window' requires a value",
+                false,
+            ),
+            ("-o", "switch `o' requires a value", false),
+        ] {
+            assert_eq!(
+                message(parse_cmd("mount", line)),
+                (want.to_owned(), usage),
+                "{line}"
+            );
         }
     }
 

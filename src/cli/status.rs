@@ -639,11 +639,37 @@ mod tests {
         assert_eq!(dirs, [PathBuf::from("work")]);
         assert_eq!((g, m), (PathBuf::from("repo/.git"), PathBuf::from("mnt")));
         assert_eq!(o, ["--batch-window=50", "--read-only"]);
-        let argv: Vec<&[u8]> = vec![b"mount", b"--daemon", b"g", b"m"];
-        assert!(
-            parse_mount_argv(&argv).is_none(),
-            "the daemon's parent only waits"
+        for daemon in [&b"--daemon"[..], b"--daem", b"-o", b"daemon"] {
+            let mut argv: Vec<&[u8]> = vec![b"mount", daemon, b"g", b"m"];
+            if daemon == b"-o" {
+                argv.remove(3);
+                argv.insert(2, b"daemon");
+            }
+            assert!(
+                parse_mount_argv(&argv).is_none(),
+                "the daemon's parent only waits: {argv:?}"
+            );
+        }
+        // As mount reads it: -o lists, prefixes, --over with the mount point fstab gives.
+        let argv: Vec<&[u8]> = vec![
+            b"mount",
+            b"-o",
+            b"rw,ro,batch_window=5,x-systemd.automount",
+            b"--over",
+            b"--no-fs",
+            b"wt",
+            b"wt/.git",
+        ];
+        let (_, g, m, o) = parse_mount_argv(&argv).unwrap();
+        assert_eq!((g, m), (PathBuf::from("wt/.git"), PathBuf::from("wt/.git")));
+        assert_eq!(
+            o,
+            ["--read-only", "--batch-window=5", "--over", "--no-fsync"]
         );
+        let argv: Vec<&[u8]> = vec![b"mount", b"--over", b"wt"];
+        let (_, g, m, o) = parse_mount_argv(&argv).unwrap();
+        assert_eq!((g, m), (PathBuf::from("wt/.git"), PathBuf::from("wt/.git")));
+        assert_eq!(o, ["--over"]);
         let argv: Vec<&[u8]> = vec![b"show-ref"];
         assert!(parse_mount_argv(&argv).is_none());
         assert_eq!(

@@ -70,6 +70,7 @@ pub enum Id {
     InodeCap,
     NoFsync,
     Over,
+    MountOptions,
     Timeout,
     Json,
 }
@@ -126,6 +127,22 @@ pub enum Operands {
     Shells,
 }
 
+/// An option whose value is a comma-separated list of the command's other options, as
+/// mount(8), fstab and FUSE file systems (sshfs, gocryptfs, rclone) take `-o`: each item
+/// is a long option without its `--` and with `_` for `-` (`batch_window=5`,
+/// `no_fsync`), or an alias; names are whole, never abbreviated.
+#[derive(Debug)]
+pub struct SubOptions {
+    /// The option that takes the list (`-o`).
+    pub option: Id,
+    /// (item, the long option it stands for): `ro` is `read-only`.
+    pub aliases: &'static [(&'static str, &'static str)],
+    /// Items accepted and ignored (mount(8)'s own options).
+    pub ignored: &'static [&'static str],
+    /// Prefixes of items accepted and ignored (`x-` for `x-systemd.automount`).
+    pub ignored_prefixes: &'static [&'static str],
+}
+
 /// One subcommand.
 #[derive(Debug)]
 pub struct Command {
@@ -144,6 +161,8 @@ pub struct Command {
     /// lets them; otherwise the first operand ends the options (`show-ref main -q` looks
     /// for a ref named `-q`), as each command parsed its line before.
     pub options_anywhere: bool,
+    /// The option taking the others as a comma-separated list (`mount -o`), if any.
+    pub sub_options: Option<&'static SubOptions>,
     pub operands: Operands,
     /// (command line, what it does).
     pub examples: &'static [(&'static str, &'static str)],
@@ -183,6 +202,17 @@ pub const COMMON_EXIT_CODES: &[(u8, &str)] = &[
     ),
 ];
 
+/// `mount -o`: how mount(8) and fstab give the mount's options.
+pub const MOUNT_SUB_OPTIONS: SubOptions = SubOptions {
+    option: Id::MountOptions,
+    aliases: &[("ro", "read-only")],
+    ignored: &[
+        "rw", "defaults", "auto", "noauto", "user", "users", "nouser", "exec", "noexec", "suid",
+        "nosuid", "dev", "nodev", "_netdev", "nofail",
+    ],
+    ignored_prefixes: &["x-"],
+};
+
 /// Every subcommand, in the order `reftablefs help` lists them.
 pub const COMMANDS: &[Command] = &[
     Command {
@@ -208,6 +238,7 @@ pub const COMMANDS: &[Command] = &[
         ],
         words: &[],
         options_anywhere: false,
+        sub_options: None,
         operands: Operands::Refs,
         examples: &[("reftablefs show-ref --branches", "list every branch with its object ID")],
         exit_codes: &[
@@ -232,6 +263,7 @@ pub const COMMANDS: &[Command] = &[
         ],
         words: &[],
         options_anywhere: false,
+        sub_options: None,
         operands: Operands::Refs,
         examples: &[(
             "reftablefs for-each-ref --format='%(refname:short)' refs/heads",
@@ -253,6 +285,7 @@ pub const COMMANDS: &[Command] = &[
         ],
         words: &[],
         options_anywhere: false,
+        sub_options: None,
         operands: Operands::Refs,
         examples: &[("reftablefs resolve HEAD main", "print the object IDs of HEAD and branch main")],
         exit_codes: &[],
@@ -280,6 +313,7 @@ pub const COMMANDS: &[Command] = &[
         ],
         words: &[],
         options_anywhere: false,
+        sub_options: None,
         operands: Operands::Refs,
         examples: &[
             ("reftablefs update-ref -m 'reset' refs/heads/topic HEAD", "point branch topic at HEAD's commit"),
@@ -301,6 +335,7 @@ pub const COMMANDS: &[Command] = &[
         ],
         words: &["show", "exists"],
         options_anywhere: false,
+        sub_options: None,
         operands: Operands::Refs,
         examples: &[("reftablefs reflog show --no-abbrev refs/heads/main", "the log of branch main with full IDs")],
         exit_codes: &[(1, "exists: the ref has no reflog")],
@@ -317,6 +352,7 @@ pub const COMMANDS: &[Command] = &[
         ],
         words: &[],
         options_anywhere: false,
+        sub_options: None,
         operands: Operands::None,
         examples: &[("reftablefs compact -v", "merge all tables and say how many there were")],
         exit_codes: &[(1, "the stack is locked by another writer (\"error: unable to compact stack: data is locked\")")],
@@ -331,6 +367,7 @@ pub const COMMANDS: &[Command] = &[
         options: &[opt(Id::Verbose, "-v, --verbose", "name each table as it is checked")],
         words: &[],
         options_anywhere: false,
+        sub_options: None,
         operands: Operands::None,
         examples: &[("reftablefs verify", "check the current repository's stack")],
         exit_codes: &[(1, "a problem was found (printed on stderr)")],
@@ -350,6 +387,7 @@ pub const COMMANDS: &[Command] = &[
         ],
         words: &[],
         options_anywhere: false,
+        sub_options: None,
         operands: Operands::None,
         examples: &[("reftablefs -C repo migrate --dry-run", "see what the migration would write")],
         exit_codes: &[],
@@ -364,6 +402,7 @@ pub const COMMANDS: &[Command] = &[
         options: &[opt(Id::Verify, "--verify", "check the whole table instead of printing it")],
         words: &[],
         options_anywhere: true,
+        sub_options: None,
         operands: Operands::Files,
         examples: &[(
             "reftablefs dump .git/reftable/0x000000000001-0x000000000001-01234567.ref",
@@ -374,7 +413,7 @@ pub const COMMANDS: &[Command] = &[
     Command {
         name: "mount",
         summary: "mount a reftable repository as git's files layout (FUSE)",
-        usage: &["[--read-only] [--refs-only] [--no-kernel-passthrough] [--no-follow-cpu] [--daemon [--log=<file>]] [--batch-window=<ms>] [--batch-max=<n>] [--inode-cap=<n>] [--no-fsync] (<gitdir> <mountpoint> | --over <worktree>)"],
+        usage: &["[--read-only] [--refs-only] [--no-kernel-passthrough] [--no-follow-cpu] [--daemon [--log=<file>]] [--batch-window=<ms>] [--batch-max=<n>] [--inode-cap=<n>] [--no-fsync] [-o <option>[,<option>...]] (<gitdir> <mountpoint> | --over <worktree> [<worktree>/.git])"],
         description: "Serves <gitdir> on <mountpoint> as a complete files-backend git \
             directory: refs as loose refs, packed-refs and logs/ from the reftable stack, \
             everything else (objects, config, index, ...) passed through to <gitdir>, so \
@@ -392,14 +431,17 @@ pub const COMMANDS: &[Command] = &[
             opt(Id::BatchMax, "--batch-max=<n>", "commit a batch once it holds <n> edits (default 10000)"),
             opt(Id::InodeCap, "--inode-cap=<n>", "names the mount keeps known to the kernel before it has the oldest dropped (default 131072, about 175 bytes each; at least 1024)"),
             opt(Id::NoFsync, "--no-fsync", "do not fsync tables and tables.list (faster, not crash safe)"),
-            opt(Id::Over, "--over", "with one operand <worktree>: mount on <worktree>/.git itself (the real directory stays reachable underneath; unmount gives it back)"),
+            opt(Id::Over, "--over", "with the operand <worktree> (and, as fstab gives it, <worktree>/.git): mount on <worktree>/.git itself (the real directory stays reachable underneath; unmount gives it back)"),
+            opt(Id::MountOptions, "-o <option>[,<option>...]", "the options above as mount(8) and fstab give them: each without '--', '_' for '-' (batch_window=5, no_fsync, over; ro for read_only); mount(8)'s own (rw, defaults, nosuid, noauto, user, x-*, ...) are ignored"),
         ],
         words: &[],
         options_anywhere: true,
+        sub_options: Some(&MOUNT_SUB_OPTIONS),
         operands: Operands::Dirs,
         examples: &[
             ("reftablefs mount --daemon repo/.git /mnt/repo", "mount in the background"),
             ("reftablefs mount --daemon --over repo", "every tool in repo/ sees a files-backend .git"),
+            ("reftablefs mount -o ro,batch_window=50 repo/.git /mnt/repo", "mount read-only, the options as mount(8) gives them"),
         ],
         exit_codes: &[],
     },
@@ -416,6 +458,7 @@ pub const COMMANDS: &[Command] = &[
         options: &[opt(Id::Timeout, "--timeout=<seconds>", "how long to wait for the mount's process to exit (default 60)")],
         words: &[],
         options_anywhere: false,
+        sub_options: None,
         operands: Operands::Mounts,
         examples: &[("reftablefs unmount /mnt/repo", "flush, unmount, wait for the mount's process")],
         exit_codes: &[(1, "<mountpoint> is not mounted")],
@@ -432,6 +475,7 @@ pub const COMMANDS: &[Command] = &[
         options: &[opt(Id::Json, "--json", "machine-readable output (one JSON document)")],
         words: &[],
         options_anywhere: true,
+        sub_options: None,
         operands: Operands::Mounts,
         examples: &[("reftablefs status --json /mnt/repo", "one mount's state as JSON")],
         exit_codes: &[(1, "<mountpoint> is not a reftablefs mount")],
@@ -451,6 +495,7 @@ pub const COMMANDS: &[Command] = &[
         ],
         words: &[],
         options_anywhere: false,
+        sub_options: None,
         operands: Operands::Dirs,
         examples: &[("reftablefs unlock --dry-run repo/.git", "see whether a stale lock blocks the stack")],
         exit_codes: &[(1, "a lock was kept (held open, or too young)")],
@@ -464,6 +509,7 @@ pub const COMMANDS: &[Command] = &[
         options: &[],
         words: &["bash", "zsh", "fish"],
         options_anywhere: false,
+        sub_options: None,
         operands: Operands::Shells,
         examples: &[("source <(reftablefs completions bash)", "enable completion in the current bash")],
         exit_codes: &[],
@@ -476,6 +522,7 @@ pub const COMMANDS: &[Command] = &[
         options: &[],
         words: &[],
         options_anywhere: false,
+        sub_options: None,
         operands: Operands::None,
         examples: &[("reftablefs man | man -l -", "read the manual")],
         exit_codes: &[],
@@ -489,6 +536,7 @@ pub const COMMANDS: &[Command] = &[
         options: &[],
         words: &[],
         options_anywhere: false,
+        sub_options: None,
         operands: Operands::Commands,
         examples: &[("reftablefs help update-ref", "the options of update-ref")],
         exit_codes: &[(1, "no such command")],
