@@ -21,6 +21,8 @@ MOUNT_TEST_TIMEOUT ?= 1500
 PREFIX ?= /usr/local
 DESTDIR ?=
 GEN := target/generated
+# Where cargo puts what it builds (CARGO_TARGET_DIR when set, as cargo reads it).
+BUILD := $(or $(CARGO_TARGET_DIR),target)
 
 .PHONY: all build check fmt-check clippy doc unit-test examples lib-nofuse test mount-test bench demo clean generated install uninstall
 
@@ -59,12 +61,12 @@ test: fmt-check clippy doc unit-test examples lib-nofuse generated mount-test
 # (src/cli/table.rs); each generated file must name every subcommand the binary lists.
 generated: build
 	@mkdir -p $(GEN)
-	target/debug/reftablefs man > $(GEN)/reftablefs.1
-	target/debug/reftablefs completions bash > $(GEN)/reftablefs.bash
-	target/debug/reftablefs completions zsh > $(GEN)/_reftablefs
-	target/debug/reftablefs completions fish > $(GEN)/reftablefs.fish
+	$(BUILD)/debug/reftablefs man > $(GEN)/reftablefs.1
+	$(BUILD)/debug/reftablefs completions bash > $(GEN)/reftablefs.bash
+	$(BUILD)/debug/reftablefs completions zsh > $(GEN)/_reftablefs
+	$(BUILD)/debug/reftablefs completions fish > $(GEN)/reftablefs.fish
 	bash -n $(GEN)/reftablefs.bash
-	@cmds=$$(target/debug/reftablefs help | sed -n '/^These are/,/^$$/p' | awk 'NF>1 && /^   / {print $$1}'); \
+	@cmds=$$($(BUILD)/debug/reftablefs help | sed -n '/^These are/,/^$$/p' | awk 'NF>1 && /^   / {print $$1}'); \
 	test -n "$$cmds" || { echo "no commands listed by 'reftablefs help'"; exit 1; }; \
 	for f in reftablefs.1 reftablefs.bash _reftablefs reftablefs.fish; do \
 		for c in $$cmds; do \
@@ -77,15 +79,15 @@ generated: build
 install:
 	$(CARGO) build --release
 	@mkdir -p $(GEN)/release
-	target/release/reftablefs man > $(GEN)/release/reftablefs.1
-	target/release/reftablefs completions bash > $(GEN)/release/reftablefs.bash
-	target/release/reftablefs completions zsh > $(GEN)/release/_reftablefs
-	target/release/reftablefs completions fish > $(GEN)/release/reftablefs.fish
+	$(BUILD)/release/reftablefs man > $(GEN)/release/reftablefs.1
+	$(BUILD)/release/reftablefs completions bash > $(GEN)/release/reftablefs.bash
+	$(BUILD)/release/reftablefs completions zsh > $(GEN)/release/_reftablefs
+	$(BUILD)/release/reftablefs completions fish > $(GEN)/release/reftablefs.fish
 	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/share/man/man1 \
 		$(DESTDIR)$(PREFIX)/share/bash-completion/completions \
 		$(DESTDIR)$(PREFIX)/share/zsh/site-functions \
 		$(DESTDIR)$(PREFIX)/share/fish/vendor_completions.d
-	install -m 755 target/release/reftablefs $(DESTDIR)$(PREFIX)/bin/reftablefs
+	install -m 755 $(BUILD)/release/reftablefs $(DESTDIR)$(PREFIX)/bin/reftablefs
 	install -m 644 $(GEN)/release/reftablefs.1 $(DESTDIR)$(PREFIX)/share/man/man1/reftablefs.1
 	install -m 644 $(GEN)/release/reftablefs.bash $(DESTDIR)$(PREFIX)/share/bash-completion/completions/reftablefs
 	install -m 644 $(GEN)/release/_reftablefs $(DESTDIR)$(PREFIX)/share/zsh/site-functions/_reftablefs

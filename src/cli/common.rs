@@ -12,36 +12,32 @@ use reftablefs::resolve::{resolve, Resolved};
 use reftablefs::table::RefIter;
 use reftablefs::{Error, Result};
 
+use super::table::Id;
 use super::Args;
 
 static GLOBAL: OnceLock<Discover> = OnceLock::new();
 
-/// Consumes the global options that come before the subcommand, as git does:
-/// `-C <dir>` (repeatable, relative to the previous), `--git-dir[=]<dir>`,
-/// `-c <key>=<value>`. Returns a usage message on a malformed option.
-pub fn parse_global_options(args: &mut Args) -> std::result::Result<(), String> {
+/// Keeps the global options that came before the subcommand, as git reads them:
+/// `-C <dir>` (repeatable, relative to the previous), `--git-dir=<dir>`,
+/// `-c <key>=<value>`.
+pub fn set_global_options(args: &Args) {
     let mut d = Discover::default();
-    loop {
-        if args.flag("-C") {
-            let dir = args.next_path().ok_or("option '-C' requires a directory")?;
-            d.cwd = Some(match d.cwd.take() {
-                Some(prev) => prev.join(dir),
-                None => dir,
-            });
-        } else if let Some(dir) = args.value("--git-dir") {
-            d.git_dir = Some(PathBuf::from(dir));
-        } else if args.flag("-c") {
-            let kv = args
-                .next_positional()
-                .ok_or("option '-c' requires a value")?;
-            d.config_params.push(kv);
-        } else {
-            break;
-        }
+    for dir in args.values(Id::ChangeDir) {
+        let dir = PathBuf::from(dir);
+        d.cwd = Some(match d.cwd.take() {
+            Some(prev) => prev.join(dir),
+            None => dir,
+        });
     }
+    d.git_dir = args.value(Id::GitDir).map(PathBuf::from);
+    // `repo::Discover` keeps configuration as text.
+    d.config_params = args
+        .values(Id::Config)
+        .into_iter()
+        .map(|kv| kv.to_string_lossy().into_owned())
+        .collect();
     // Only the first call counts (main runs once per process).
     let _ = GLOBAL.set(d);
-    Ok(())
 }
 
 /// Opens the repository named by the global options and the environment.
@@ -59,19 +55,7 @@ pub fn fatal(msg: &str) -> std::process::ExitCode {
 /// A usage error of the command `cmd`: `error: <msg>` and the command's usage on stderr,
 /// exit code 129.
 pub fn usage_error(msg: &str, cmd: &str) -> std::process::ExitCode {
-    super::commands::misuse(cmd, msg)
-}
-
-/// The usage error for the option `args` is looking at (exit 129); `-h` and `--help`
-/// print the command's help instead (exit 0).
-pub fn unknown_option(args: &crate::cli::Args, cmd: &str) -> std::process::ExitCode {
-    let opt = args.peek().unwrap_or_default();
-    if opt == "-h" || opt == "--help" {
-        if let Some(c) = super::table::find(cmd) {
-            return super::commands::print_help(c);
-        }
-    }
-    usage_error(&format!("unknown option '{opt}'"), cmd)
+    super::help::misuse(cmd, msg)
 }
 
 /// Buffered stdout. A closed pipe (`| head`) ends output quietly, as git does.

@@ -9,22 +9,14 @@ use std::process::ExitCode;
 use reftablefs::Result;
 
 use super::common;
+use super::table::Id;
 use super::Args;
 
 /// Runs the subcommand.
-pub fn run(mut args: Args) -> Result<ExitCode> {
-    let mut auto = false;
-    let mut verbose = false;
-    while args.peek_is_option() {
-        if args.flag("--auto") {
-            auto = true;
-        } else if args.flag("-v") || args.flag("--verbose") {
-            verbose = true;
-        } else {
-            return Ok(common::unknown_option(&args, "compact"));
-        }
-    }
-    if !args.is_empty() {
+pub fn run(args: Args) -> Result<ExitCode> {
+    let auto = args.flag(Id::Auto);
+    let verbose = args.flag(Id::Verbose);
+    if !args.operands().is_empty() {
         return Ok(common::usage_error("too many arguments", "compact"));
     }
     let repo = common::open_repo()?;

@@ -5,6 +5,9 @@
 use std::io::Write;
 use std::process::ExitCode;
 
+use std::path::PathBuf;
+
+use super::table::Id;
 use super::Args;
 use reftablefs::format::ObjectId;
 use reftablefs::table::{AnyRecord, Table};
@@ -23,25 +26,17 @@ fn hex(id: &ObjectId) -> String {
 }
 
 /// Runs the subcommand.
-pub fn run(mut args: Args) -> reftablefs::Result<ExitCode> {
-    let mut verify = false;
-    let mut path = None;
-    while !args.is_empty() {
-        if args.flag("--verify") {
-            verify = true;
-        } else if args.peek_is_option() {
-            return Ok(super::common::unknown_option(&args, "dump"));
-        } else if path.is_none() {
-            path = args.next_path();
-        } else {
-            return Ok(super::common::usage_error("too many arguments", "dump"));
+pub fn run(args: Args) -> reftablefs::Result<ExitCode> {
+    let verify = args.flag(Id::Verify);
+    let path = match args.operands() {
+        [path] => PathBuf::from(path),
+        [] => {
+            return Ok(super::common::usage_error(
+                "a table file is required",
+                "dump",
+            ))
         }
-    }
-    let Some(path) = path else {
-        return Ok(super::common::usage_error(
-            "a table file is required",
-            "dump",
-        ));
+        _ => return Ok(super::common::usage_error("too many arguments", "dump")),
     };
     let table = Table::open(&path)?;
     if verify {

@@ -13,12 +13,14 @@
 //! Patterns: a ref matches when it equals the pattern, starts with it up to a `/`, or
 //! matches it as a glob (`*`, `?`; `*` does not cross `/`).
 
+use std::os::unix::ffi::OsStrExt;
 use std::process::ExitCode;
 
 use reftablefs::format::ObjectId;
 use reftablefs::{Error, Result};
 
 use super::common::{self, for_each_resolved, Out};
+use super::table::Id;
 use super::{objects, Args};
 use reftablefs::resolve::{resolve, Resolved};
 
@@ -40,8 +42,7 @@ pub enum Piece {
 }
 
 /// Compiles a `--format` string.
-pub fn compile(fmt: &str) -> Result<Vec<Piece>> {
-    let b = fmt.as_bytes();
+pub fn compile(b: &[u8]) -> Result<Vec<Piece>> {
     let mut out = Vec::new();
     let mut lit = Vec::new();
     let mut i = 0;
@@ -60,9 +61,15 @@ pub fn compile(fmt: &str) -> Result<Vec<Piece>> {
                 let close = b
                     .get(i + 2..)
                     .and_then(|r| r.iter().position(|&x| x == b')'))
-                    .ok_or_else(|| Error::Transaction(format!("malformed format string {fmt}")))?;
-                let atom = fmt.get(i + 2..i + 2 + close).unwrap_or_default();
-                let piece = match atom {
+                    .ok_or_else(|| {
+                        Error::Transaction(format!(
+                            "malformed format string {}",
+                            String::from_utf8_lossy(b)
+                        ))
+                    })?;
+                let atom = b.get(i + 2..i + 2 + close).unwrap_or_default();
+                let atom = String::from_utf8_lossy(atom);
+                let piece = match &*atom {
                     "refname" => Piece::RefName,
                     "refname:short" => Piece::RefNameShort,
                     "objectname" => Piece::ObjectName,
@@ -199,36 +206,39 @@ fn render(
 }
 
 /// Runs the subcommand.
-pub fn run(mut args: Args) -> Result<ExitCode> {
-    let mut format = DEFAULT_FORMAT.to_owned();
-    let mut count: Option<usize> = None;
-    let mut root_refs = false;
+pub fn run(args: Args) -> Result<ExitCode> {
+    let root_refs = args.flag(Id::IncludeRootRefs);
+    let format = args
+        .value(Id::Format)
+        .map_or(DEFAULT_FORMAT.as_bytes(), |f| f.as_bytes());
+    // As git, the last --sort wins, and each is checked as it is read.
     let mut sort: Option<String> = None;
-    while args.peek_is_option() {
-        if args.flag("--include-root-refs") {
-            root_refs = true;
-        } else if let Some(k) = args.value("--sort") {
-            let k = k.to_string_lossy().into_owned();
-            if !matches!(k.trim_start_matches('-'), "refname" | "objectname") {
-                return Err(Error::Transaction(format!(
-                    "unsupported sort key: {k} (refname and objectname are)"
-                )));
-            }
-            sort = Some(k);
-        } else if let Some(f) = args.value("--format") {
-            format = f.to_string_lossy().into_owned();
-        } else if let Some(n) = args.value("--count") {
-            let n = n.to_string_lossy();
-            count = Some(
-                n.parse()
-                    .map_err(|_| Error::Transaction(format!("invalid --count: {n}")))?,
-            );
-        } else {
-            return Ok(common::unknown_option(&args, "for-each-ref"));
+    for k in args.values(Id::Sort) {
+        let k = k.to_string_lossy().into_owned();
+        if !matches!(k.trim_start_matches('-'), "refname" | "objectname") {
+            return Err(Error::Transaction(format!(
+                "unsupported sort key: {k} (refname and objectname are)"
+            )));
         }
+        sort = Some(k);
     }
-    let patterns: Vec<Vec<u8>> = args.rest().into_iter().map(String::into_bytes).collect();
-    let pieces = compile(&format)?;
+    // A number (the parser checked), and git's message for a negative one.
+    let count = match args.number(Id::Count) {
+        Some(n) if n < 0 => {
+            let n = args.value(Id::Count).unwrap_or_default().to_string_lossy();
+            return Ok(common::usage_error(
+                &format!("invalid --count argument: `{n}'"),
+                "for-each-ref",
+            ));
+        }
+        n => n.map(|n| usize::try_from(n).unwrap_or(usize::MAX)),
+    };
+    let patterns: Vec<Vec<u8>> = args
+        .operands()
+        .iter()
+        .map(|p| p.as_bytes().to_vec())
+        .collect();
+    let pieces = compile(format)?;
     let needs_types = pieces
         .iter()
         .any(|p| matches!(p, Piece::ObjectType | Piece::PeeledType));
@@ -363,7 +373,7 @@ mod tests {
     #[test]
     fn formats_compile() {
         assert_eq!(
-            compile("%(objectname) %(objecttype)\t%(refname)").unwrap(),
+            compile(b"%(objectname) %(objecttype)\t%(refname)").unwrap(),
             vec![
                 Piece::ObjectName,
                 Piece::Lit(b" ".to_vec()),
@@ -373,20 +383,20 @@ mod tests {
             ]
         );
         assert_eq!(
-            compile("a%%b%09c").unwrap(),
+            compile(b"a%%b%09c").unwrap(),
             vec![Piece::Lit(b"a%b\tc".to_vec())]
         );
-        assert!(compile("%(frob)")
+        assert!(compile(b"%(frob)")
             .unwrap_err()
             .to_string()
             .contains("unknown field name: frob"));
-        assert!(compile("%(refname").is_err());
+        assert!(compile(b"%(refname").is_err());
     }
 
     proptest::proptest! {
         #[test]
         fn format_and_pattern_code_never_panics(fmt in "\\PC{0,40}", name in proptest::collection::vec(proptest::num::u8::ANY, 0..30)) {
-            let _ = compile(&fmt);
+            let _ = compile(fmt.as_bytes());
             let _ = glob(fmt.as_bytes(), &name);
             let _ = pattern_matches(fmt.as_bytes(), &name);
             let _ = literal_prefix(fmt.as_bytes());
@@ -417,7 +427,7 @@ mod tests {
         };
         let mut line = Vec::new();
         let pieces =
-            compile("%(HEAD)%(objectname:short) %(refname) %(symref) %(objecttype)").unwrap();
+            compile(b"%(HEAD)%(objectname:short) %(refname) %(symref) %(objecttype)").unwrap();
         render(
             &pieces,
             &row,

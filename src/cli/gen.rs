@@ -5,7 +5,7 @@
 use std::io::Write;
 use std::process::ExitCode;
 
-use super::commands::{self, exit_codes, main_usage};
+use super::help::{self, exit_codes, main_usage};
 use super::table::{find, Command, Operands, Opt, COMMANDS, COMMON_EXIT_CODES, GLOBAL_OPTIONS};
 use super::Args;
 use reftablefs::{Error, Result};
@@ -20,43 +20,42 @@ fn print(text: &str) -> Result<ExitCode> {
 }
 
 /// `reftablefs help [COMMAND]`.
-pub fn run_help(mut args: Args) -> Result<ExitCode> {
-    if args.peek_is_option() {
-        return Ok(super::common::unknown_option(&args, "help"));
-    }
-    let Some(name) = args.next_positional() else {
-        return print(&main_usage());
+pub fn run_help(args: Args) -> Result<ExitCode> {
+    let name = match args.operands() {
+        [] => return print(&main_usage()),
+        [name] => name,
+        _ => return Ok(help::misuse("help", "too many arguments")),
     };
-    if !args.is_empty() {
-        return Ok(commands::misuse("help", "too many arguments"));
-    }
-    match find(&name) {
-        Some(c) => print(&commands::help(c)),
+    match name.to_str().and_then(find) {
+        Some(c) => print(&help::help(c)),
         None => {
-            eprintln!("reftablefs: '{name}' is not a reftablefs command. See 'reftablefs help'.");
+            eprintln!(
+                "reftablefs: '{}' is not a reftablefs command. See 'reftablefs help'.",
+                name.to_string_lossy()
+            );
             Ok(ExitCode::from(1))
         }
     }
 }
 
 /// `reftablefs completions bash|zsh|fish`.
-pub fn run_completions(mut args: Args) -> Result<ExitCode> {
-    if args.peek_is_option() {
-        return Ok(super::common::unknown_option(&args, "completions"));
-    }
-    let shell = args.next_positional();
-    if !args.is_empty() {
-        return Ok(commands::misuse("completions", "too many arguments"));
-    }
+pub fn run_completions(args: Args) -> Result<ExitCode> {
+    // The shell is the command's word when it is one it knows, else an operand.
+    let shell = match (args.word(), args.operands()) {
+        (Some(w), []) => Some(w.to_owned()),
+        (None, []) => None,
+        (None, [s]) => Some(s.to_string_lossy().into_owned()),
+        _ => return Ok(help::misuse("completions", "too many arguments")),
+    };
     match shell.as_deref() {
         Some("bash") => print(&bash()),
         Some("zsh") => print(&zsh()),
         Some("fish") => print(&fish()),
-        Some(other) => Ok(commands::misuse(
+        Some(other) => Ok(help::misuse(
             "completions",
             &format!("unknown shell '{other}' (bash, zsh or fish)"),
         )),
-        None => Ok(commands::misuse(
+        None => Ok(help::misuse(
             "completions",
             "which shell? (bash, zsh or fish)",
         )),
@@ -65,28 +64,46 @@ pub fn run_completions(mut args: Args) -> Result<ExitCode> {
 
 /// `reftablefs man`.
 pub fn run_man(args: Args) -> Result<ExitCode> {
-    if args.peek_is_option() {
-        return Ok(super::common::unknown_option(&args, "man"));
-    }
-    if !args.is_empty() {
-        return Ok(commands::misuse("man", "too many arguments"));
+    if !args.operands().is_empty() {
+        return Ok(help::misuse("man", "too many arguments"));
     }
     print(&man())
 }
 
 /// Every name of every option of `opts`, with `=` appended to those that take an
-/// attached value.
+/// attached value (not to those whose value may be left out, as git's completion).
 fn option_words(opts: &[Opt]) -> Vec<String> {
     opts.iter()
         .flat_map(Opt::names)
         .map(|n| {
-            if n.equals {
+            if n.equals && !n.optional {
                 format!("{}=", n.name)
             } else {
                 n.name
             }
         })
         .collect()
+}
+
+/// A command's `-o` list ([`Command::sub_options`]): the option's name and the items it
+/// takes, each the long name of another option with `_` for `-` (`=` after those that take
+/// a value), and the aliases.
+fn list_option(c: &Command) -> Option<(String, Vec<String>)> {
+    let so = c.sub_options?;
+    let list = c.options.iter().find(|o| o.id == so.option)?;
+    let name = list.names().into_iter().next()?.name;
+    let mut items: Vec<String> = so.aliases.iter().map(|(a, _)| (*a).to_owned()).collect();
+    for o in c.options.iter().filter(|o| o.id != so.option) {
+        for long in o.longs() {
+            let eq = if o.takes_value() == Some(false) {
+                "="
+            } else {
+                ""
+            };
+            items.push(format!("{}{eq}", long.replace('-', "_")));
+        }
+    }
+    Some((name, items))
 }
 
 /// The shell command that lists ref names (run by the completion scripts).
@@ -152,12 +169,17 @@ pub fn bash() -> String {
         "        fi\n\
          \x20       return\n\
          \x20   fi\n\
-         \x20   local opts=\"\" words=\"\" operands=none\n\
+         \x20   local opts=\"\" words=\"\" operands=none list=\"\" items=\"\"\n\
          \x20   case \"$cmd\" in\n",
     );
     for c in COMMANDS {
+        // A `-o` list: its option, and the items it takes.
+        let list = match list_option(c) {
+            Some((o, items)) => format!("; list=\"{o}\"; items=\"{}\"", items.join(" ")),
+            None => String::new(),
+        };
         s.push_str(&format!(
-            "        {}) opts=\"{}\"; words=\"{}\"; operands={} ;;\n",
+            "        {}) opts=\"{}\"; words=\"{}\"; operands={}{list} ;;\n",
             c.name,
             option_words(c.options).join(" "),
             c.words.join(" "),
@@ -166,6 +188,13 @@ pub fn bash() -> String {
     }
     s.push_str(
         "    esac\n\
+         \x20   if [[ -n $list && $prev == \"$list\" ]]; then\n\
+         \x20       local head=\"\"\n\
+         \x20       [[ $cur == *,* ]] && head=\"${cur%,*},\"\n\
+         \x20       COMPREPLY=($(compgen -P \"$head\" -W \"$items\" -- \"${cur##*,}\"))\n\
+         \x20       compopt -o nospace 2>/dev/null\n\
+         \x20       return\n\
+         \x20   fi\n\
          \x20   if [[ $cur == -* ]]; then\n\
          \x20       COMPREPLY=($(compgen -W \"$opts\" -- \"$cur\"))\n\
          \x20       [[ ${COMPREPLY[0]} == *= ]] && compopt -o nospace 2>/dev/null\n\
@@ -206,20 +235,34 @@ fn zsh_text(t: &str) -> String {
         .replace(':', "\\:")
 }
 
-fn zsh_specs(opts: &[Opt]) -> Vec<String> {
+/// The `_arguments` specs of `opts`; `list` is a `-o` list option's name and the function
+/// completing its items.
+fn zsh_specs(opts: &[Opt], list: Option<(&str, &str)>) -> Vec<String> {
     let mut v = Vec::new();
     for o in opts {
         let help = zsh_text(o.help);
         for n in o.names() {
-            let spec = match (&n.value, n.equals) {
-                (None, _) => format!("'{}[{help}]'", n.name),
-                (Some(val), true) => format!("'{}=[{help}]:{}:'", n.name, zsh_text(val)),
-                (Some(val), false) => format!("'{}[{help}]:{}:'", n.name, zsh_text(val)),
+            let spec = match (&n.value, n.equals, n.optional) {
+                (Some(val), false, false) if list.is_some_and(|(l, _)| l == n.name) => {
+                    let f = list.map_or("", |(_, f)| f);
+                    format!("'{}[{help}]:{}:{f}'", n.name, zsh_text(val))
+                }
+                (None, _, _) => format!("'{}[{help}]'", n.name),
+                // An optional value only attached: `--hash=7`, `-s7`.
+                (Some(val), true, true) => format!("'{}=-[{help}]::{}:'", n.name, zsh_text(val)),
+                (Some(val), false, true) => format!("'{}-[{help}]::{}:'", n.name, zsh_text(val)),
+                (Some(val), true, false) => format!("'{}=[{help}]:{}:'", n.name, zsh_text(val)),
+                (Some(val), false, false) => format!("'{}[{help}]:{}:'", n.name, zsh_text(val)),
             };
             v.push(spec);
         }
     }
     v
+}
+
+/// The zsh function completing the items of `c`'s `-o` list.
+fn zsh_list_function(c: &Command) -> String {
+    format!("__reftablefs_{}_list", c.name.replace('-', "_"))
 }
 
 fn zsh_operand(c: &Command) -> String {
@@ -256,18 +299,38 @@ pub fn zsh() -> String {
         s.push_str(&format!("        '{}:{}'\n", c.name, zsh_text(c.summary)));
     }
     s.push_str("    )\n    _describe -t commands 'reftablefs command' commands\n}\n\n");
+    for c in COMMANDS {
+        if let Some((_, items)) = list_option(c) {
+            let items: Vec<String> = items
+                .iter()
+                .map(|i| match i.strip_suffix('=') {
+                    Some(name) => format!("'{name}:value: '"),
+                    None => format!("'{i}'"),
+                })
+                .collect();
+            s.push_str(&format!(
+                "{}() {{\n    _values -s , 'option' {}\n}}\n\n",
+                zsh_list_function(c),
+                items.join(" ")
+            ));
+        }
+    }
     s.push_str(
         "_reftablefs() {\n    local curcontext=\"$curcontext\" state line\n    _arguments -C \\\n",
     );
     s.push_str("        '*-C[run as if started in <path>]:path:_directories' \\\n");
-    for spec in zsh_specs(GLOBAL_OPTIONS.get(1..).unwrap_or_default()) {
+    for spec in zsh_specs(GLOBAL_OPTIONS.get(1..).unwrap_or_default(), None) {
         s.push_str(&format!("        {spec} \\\n"));
     }
     s.push_str(
         "        '1: :__reftablefs_commands' \\\n        '*:: :->args'\n    case $state in\n    args)\n        case $words[1] in\n",
     );
     for c in COMMANDS {
-        let mut parts = zsh_specs(c.options);
+        let list = list_option(c).map(|(name, _)| (name, zsh_list_function(c)));
+        let mut parts = zsh_specs(
+            c.options,
+            list.as_ref().map(|(n, f)| (n.as_str(), f.as_str())),
+        );
         let op = zsh_operand(c);
         if !op.is_empty() {
             parts.push(op);
@@ -316,6 +379,22 @@ pub fn fish() -> String {
         for o in c.options {
             s.push_str(&fish_option(&cond, o));
         }
+        // A `-o` list: its items after the last comma of the word.
+        if let Some((name, items)) = list_option(c) {
+            let f = format!("__reftablefs_{}_list", c.name.replace('-', "_"));
+            s.push_str(&format!(
+                "function {f}\n    set -l head (string replace -r '[^,]*$' '' -- (commandline -ct))\n    \
+                 for i in {}\n        echo $head$i\n    end\nend\n",
+                items.join(" ")
+            ));
+            let flag = match name.strip_prefix("--") {
+                Some(long) => format!("-l {long}"),
+                None => format!("-s {}", name.trim_start_matches('-')),
+            };
+            s.push_str(&format!(
+                "complete -c reftablefs {cond} {flag} -x -a '({f})'\n"
+            ));
+        }
         if !c.words.is_empty() {
             s.push_str(&format!(
                 "complete -c reftablefs {cond} -a '{}'\n",
@@ -341,7 +420,7 @@ fn fish_option(cond: &str, o: &Opt) -> String {
     let mut flags = String::new();
     let mut takes_value = false;
     for n in o.names() {
-        takes_value |= n.value.is_some();
+        takes_value |= n.value.is_some() && !n.optional;
         if let Some(long) = n.name.strip_prefix("--") {
             flags.push_str(&format!(" -l {long}"));
         } else if let Some(short) = n.name.strip_prefix('-') {

@@ -29,35 +29,24 @@ use reftablefs::table::{TableWriter, WriteOptions};
 use reftablefs::{Error, Result};
 
 use super::progress::Progress;
+use super::table::Id;
 use super::{common, objects, Args};
 
 /// Runs the subcommand.
-pub fn run(mut args: Args) -> Result<ExitCode> {
-    let mut dry_run = false;
-    let mut reflogs = true;
-    let mut progress: Option<bool> = None;
-    while args.peek_is_option() {
-        if args.flag("--dry-run") {
-            dry_run = true;
-        } else if args.flag("--no-reflogs") {
-            reflogs = false;
-        } else if args.flag("--progress") {
-            progress = Some(true);
-        } else if args.flag("--no-progress") {
-            progress = Some(false);
-        } else if let Some(f) = args.value("--ref-format") {
-            if f != "reftable" {
-                eprintln!(
-                    "error: unknown ref storage format '{}'",
-                    f.to_string_lossy()
-                );
-                return Ok(ExitCode::from(129));
-            }
-        } else {
-            return Ok(common::unknown_option(&args, "migrate"));
+pub fn run(args: Args) -> Result<ExitCode> {
+    let dry_run = args.flag(Id::DryRun);
+    let reflogs = !args.flag(Id::NoReflogs);
+    let progress = args.switch(Id::Progress);
+    for f in args.values(Id::RefFormat) {
+        if f != "reftable" {
+            eprintln!(
+                "error: unknown ref storage format '{}'",
+                f.to_string_lossy()
+            );
+            return Ok(ExitCode::from(129));
         }
     }
-    if !args.is_empty() {
+    if !args.operands().is_empty() {
         return Ok(common::usage_error("too many arguments", "migrate"));
     }
     let repo = common::open_repo()?;

@@ -1,8 +1,8 @@
 //! The `reftablefs` command line: thin subcommands over the library's public API.
 //!
 //! Each subcommand lives in its own file and exposes `pub fn run(args: Args) -> Result<ExitCode>`;
-//! [`table::COMMANDS`] is the table of them (names, options, help) that dispatch,
-//! help, completions and the man page are generated from.
+//! [`table::COMMANDS`] is the table of them (names, options, help) that the parser
+//! ([`parse`]), dispatch, help, completions and the man page are generated from.
 //! Exit codes: 0 success, 1 "not found"/"verification failed" style answers, 128 fatal
 //! errors (as git uses), 129 usage errors.
 
@@ -13,10 +13,12 @@ pub mod compact;
 pub mod dump;
 pub mod for_each_ref;
 pub mod gen;
+pub mod help;
 pub mod migrate;
 #[cfg(feature = "fuse")]
 pub mod mount;
 pub mod objects;
+pub mod parse;
 pub mod progress;
 pub mod reflog;
 pub mod resolve;
@@ -31,46 +33,53 @@ pub mod update_ref;
 pub mod update_ref_parse;
 pub mod verify;
 
+use std::ffi::OsString;
 use std::process::ExitCode;
 
 pub use args::Args;
+use parse::{Grammar, ParseError};
+use table::Id;
 
 /// Runs the command line given without the program name.
-pub fn main_with_args(argv: Vec<std::ffi::OsString>) -> ExitCode {
-    let mut args = Args::new(argv);
-    if let Err(msg) = common::parse_global_options(&mut args) {
-        eprint!("error: {msg}\n{}", commands::main_usage());
-        return ExitCode::from(129);
-    }
-    if args.flag("--version") {
+pub fn main_with_args(argv: Vec<OsString>) -> ExitCode {
+    let global = match parse::parse(&Grammar::GLOBAL, &argv) {
+        Ok(a) => a,
+        Err(ParseError::Help) => {
+            print!("{}", help::main_usage());
+            return ExitCode::SUCCESS;
+        }
+        Err(ParseError::Usage { message, .. }) => {
+            eprint!("error: {message}\n{}", help::main_usage());
+            return ExitCode::from(129);
+        }
+    };
+    common::set_global_options(&global);
+    if global.flag(Id::Version) {
         println!("reftablefs version {}", env!("CARGO_PKG_VERSION"));
         return ExitCode::SUCCESS;
     }
-    if args.flag("-h") || args.flag("--help") {
-        print!("{}", commands::main_usage());
-        return ExitCode::SUCCESS;
-    }
-    if args.peek_is_option() {
-        let opt = args.peek().unwrap_or_default();
-        eprint!("error: unknown option '{opt}'\n{}", commands::main_usage());
-        return ExitCode::from(129);
-    }
-    let Some(name) = args.next_positional() else {
-        eprint!("{}", commands::main_usage());
+    let words = global.into_operands();
+    let Some((name, rest)) = words.split_first() else {
+        eprint!("{}", help::main_usage());
         return ExitCode::from(129);
     };
-    let (Some(cmd), Some(run)) = (table::find(&name), commands::runner(&name)) else {
+    let found = name
+        .to_str()
+        .and_then(|n| Some((table::find(n)?, commands::runner(n)?)));
+    let Some((cmd, run)) = found else {
         eprint!(
-            "reftablefs: '{name}' is not a reftablefs command. See 'reftablefs help'.\n\n{}",
-            commands::main_usage()
+            "reftablefs: '{}' is not a reftablefs command. See 'reftablefs help'.\n\n{}",
+            name.to_string_lossy(),
+            help::main_usage()
         );
         return ExitCode::from(129);
     };
-    // `CMD -h` and `CMD --help` print the command's help (an option spelled so later on
-    // the line does too, through `common::unknown_option`).
-    if args.flag("-h") || args.flag("--help") {
-        return commands::print_help(cmd);
-    }
+    let mut args = match parse::parse(&Grammar::of(cmd), rest) {
+        Ok(a) => a,
+        Err(e) => return help::parse_error(cmd, e),
+    };
+    let before = argv.len() - rest.len();
+    args.set_invocation(argv.get(..before).unwrap_or_default().to_vec());
     match run(args) {
         Ok(code) => code,
         Err(e) => {

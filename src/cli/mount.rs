@@ -1,5 +1,7 @@
 //! `reftablefs mount [--read-only] [--refs-only] [--no-kernel-passthrough] [--no-follow-cpu] [--daemon] [--batch-window MS] [--batch-max N] [--inode-cap N] [--no-fsync]
-//! (GITDIR MOUNTPOINT | --over WORKTREE)` (`reftablefs unmount` is in `unmount.rs`).
+//! [-o OPTIONS] (GITDIR MOUNTPOINT | --over WORKTREE [WORKTREE/.git])` (`reftablefs unmount`
+//! is in `unmount.rs`). `-o ro,batch_window=5,over` gives the same options as mount(8) and
+//! fstab give them (the parser expands the list: `table::MOUNT_SUB_OPTIONS`).
 //!
 //! Foreground by default, one log line per error on stderr; exits 0 after a clean unmount.
 //! `--daemon` starts the same command in the background and returns once the mount is
@@ -8,10 +10,13 @@
 //! `--log FILE` (default `$TMPDIR/reftablefs-mount.<pid>.log`, printed at start), so
 //! `$(reftablefs mount --daemon …)` returns and a terminal's Ctrl-C does not reach it.
 
+use std::ffi::OsString;
+use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode, Stdio};
 use std::time::{Duration, Instant};
 
+use crate::cli::table::Id;
 use crate::cli::Args;
 use reftablefs::fs::{self, MountOptions};
 use reftablefs::{Error, Result};
@@ -20,74 +25,92 @@ fn usage(msg: &str) -> Result<ExitCode> {
     Ok(crate::cli::common::usage_error(msg, "mount"))
 }
 
-/// Runs `reftablefs mount`.
-pub fn run(mut args: Args) -> Result<ExitCode> {
-    let mut opts = MountOptions::default();
-    let mut daemon = false;
-    let mut over = false;
-    let mut log: Option<PathBuf> = None;
-    let mut positional: Vec<PathBuf> = Vec::new();
-    while !args.is_empty() {
-        if args.flag("--read-only") {
-            opts.read_only = true;
-        } else if args.flag("--refs-only") {
-            opts.refs_only = true;
-        } else if args.flag("--over") {
-            over = true;
-        } else if args.flag("--no-kernel-passthrough") {
-            opts.kernel_passthrough = false;
-        } else if args.flag("--no-follow-cpu") {
-            opts.follow_cpu = false;
-        } else if args.flag("--daemon") {
-            daemon = true;
-        } else if let Some(v) = args.value("--log") {
-            log = Some(PathBuf::from(v));
-        } else if args.flag("--no-fsync") {
-            opts.fsync = false;
-        } else if let Some(v) = args.value("--batch-window") {
-            match v.to_str().and_then(|s| s.parse::<u64>().ok()) {
-                Some(ms) => opts.batch_window = Duration::from_millis(ms),
-                None => return usage("--batch-window takes a number of milliseconds"),
-            }
-        } else if let Some(v) = args.value("--batch-max") {
-            match v
-                .to_str()
-                .and_then(|s| s.parse::<usize>().ok())
-                .filter(|&n| n > 0)
-            {
-                Some(n) => opts.batch_max = n,
-                None => return usage("--batch-max takes a positive number"),
-            }
-        } else if let Some(v) = args.value("--inode-cap") {
-            match v
-                .to_str()
-                .and_then(|s| s.parse::<usize>().ok())
-                .filter(|&n| n >= reftablefs::fs::inode::MIN_CAP)
-            {
-                Some(n) => opts.inode_cap = n,
-                None => {
-                    return usage(&format!(
-                        "--inode-cap takes a number of at least {}",
-                        reftablefs::fs::inode::MIN_CAP
-                    ))
-                }
-            }
-        } else if args.peek_is_option() {
-            return Ok(crate::cli::common::unknown_option(&args, "mount"));
-        } else if let Some(p) = args.next_path() {
-            positional.push(p);
-        }
+/// The mount's options as the command line gives them (in its own words, or as `-o`
+/// items), or the usage error to exit with.
+struct Given {
+    opts: MountOptions,
+    daemon: bool,
+    over: bool,
+    log: Option<PathBuf>,
+}
+
+fn given(args: &Args) -> std::result::Result<Given, String> {
+    let mut opts = MountOptions {
+        read_only: args.flag(Id::ReadOnly),
+        refs_only: args.flag(Id::RefsOnly),
+        ..MountOptions::default()
+    };
+    if args.flag(Id::NoKernelPassthrough) {
+        opts.kernel_passthrough = false;
     }
+    if args.flag(Id::NoFollowCpu) {
+        opts.follow_cpu = false;
+    }
+    if args.flag(Id::NoFsync) {
+        opts.fsync = false;
+    }
+    // Each value is checked as it is read; the last one counts.
+    for v in args.values(Id::BatchWindow) {
+        let ms = v.to_str().and_then(|s| s.parse::<u64>().ok());
+        opts.batch_window = Duration::from_millis(ms.ok_or_else(|| BATCH_WINDOW.to_owned())?);
+    }
+    for v in args.values(Id::BatchMax) {
+        let n = v.to_str().and_then(|s| s.parse::<usize>().ok());
+        opts.batch_max = n.filter(|&n| n > 0).ok_or_else(|| BATCH_MAX.to_owned())?;
+    }
+    for v in args.values(Id::InodeCap) {
+        let n = v.to_str().and_then(|s| s.parse::<usize>().ok());
+        opts.inode_cap = n.filter(|&n| n >= fs::inode::MIN_CAP).ok_or_else(|| {
+            format!(
+                "--inode-cap takes a number of at least {}",
+                fs::inode::MIN_CAP
+            )
+        })?;
+    }
+    Ok(Given {
+        opts,
+        daemon: args.flag(Id::Daemon),
+        over: args.flag(Id::Over),
+        log: args.value(Id::Log).map(PathBuf::from),
+    })
+}
+
+const BATCH_WINDOW: &str = "--batch-window takes a number of milliseconds";
+const BATCH_MAX: &str = "--batch-max takes a positive number";
+
+/// Runs `reftablefs mount`.
+pub fn run(args: Args) -> Result<ExitCode> {
+    let Given {
+        opts,
+        daemon,
+        over,
+        log,
+    } = match given(&args) {
+        Ok(g) => g,
+        Err(msg) => return usage(&msg),
+    };
+    let positional: Vec<PathBuf> = args.operands().iter().map(PathBuf::from).collect();
     if over {
-        let [worktree] = positional.as_slice() else {
-            return usage("--over takes one WORKTREE (its .git directory is mounted over)");
+        let worktree = match positional.as_slice() {
+            [worktree] => worktree,
+            // As fstab and mount(8) give it (`WORKTREE WORKTREE/.git ... over`): a second
+            // operand naming anything else is a mistake, not a place to mount elsewhere.
+            [worktree, mountpoint] if names_dotgit_of(worktree, mountpoint) => worktree,
+            [worktree, mountpoint] => {
+                return usage(&format!(
+                    "--over mounts on <worktree>/.git: MOUNTPOINT must be {}/.git (got {})",
+                    worktree.display(),
+                    mountpoint.display()
+                ))
+            }
+            _ => return usage("--over takes one WORKTREE (its .git directory is mounted over)"),
         };
         if opts.refs_only {
             return usage("--over serves the whole .git: it cannot be --refs-only");
         }
         let dotgit = worktree.join(".git");
         if daemon {
-            return spawn_daemon(&dotgit, log);
+            return spawn_daemon(&args, &dotgit, log);
         }
         return run_over(&dotgit, opts);
     }
@@ -95,7 +118,7 @@ pub fn run(mut args: Args) -> Result<ExitCode> {
         return usage("expected GITDIR and MOUNTPOINT");
     };
     if daemon {
-        return spawn_daemon(mountpoint, log);
+        return spawn_daemon(&args, mountpoint, log);
     }
     let reftable_dir = reftable_dir(gitdir)?;
     fs::check_mountpoint(mountpoint)?;
@@ -105,6 +128,14 @@ pub fn run(mut args: Args) -> Result<ExitCode> {
     crate::cli::unmount::report_exit(&r);
     r?;
     Ok(ExitCode::SUCCESS)
+}
+
+/// Whether `mountpoint` is `worktree/.git` (both resolved, else as written).
+fn names_dotgit_of(worktree: &Path, mountpoint: &Path) -> bool {
+    match (worktree.canonicalize(), mountpoint.canonicalize()) {
+        (Ok(w), Ok(m)) => w.join(".git") == m,
+        _ => worktree.join(".git") == mountpoint,
+    }
 }
 
 /// `mount --over WORKTREE`: mounts the view on `WORKTREE/.git` itself. The real directory
@@ -163,15 +194,29 @@ pub fn reftable_dir(gitdir: &Path) -> Result<PathBuf> {
     Ok(dir)
 }
 
+/// The command line of the daemon's child: this one without `--daemon`, each option in
+/// its canonical spelling (however it was abbreviated, bundled or listed in `-o`), so
+/// that the child does not daemonize again and `status` reads it as `mount` did.
+fn child_argv(args: &Args) -> Vec<OsString> {
+    let mut argv = args.invocation().to_vec();
+    argv.extend(args.canonical(&[Id::Daemon]));
+    if args
+        .operands()
+        .iter()
+        .any(|o| o.as_bytes().starts_with(b"-"))
+    {
+        argv.push("--".into());
+    }
+    argv.extend(args.operands().iter().cloned());
+    argv
+}
+
 /// Re-runs this command without `--daemon`, detached (own process group, no terminal
 /// streams, log lines appended to `log`), and waits until the mount is ready.
-fn spawn_daemon(mountpoint: &Path, log: Option<PathBuf>) -> Result<ExitCode> {
+fn spawn_daemon(args: &Args, mountpoint: &Path, log: Option<PathBuf>) -> Result<ExitCode> {
     use std::os::unix::process::CommandExt;
     let exe = std::env::current_exe().map_err(|e| Error::io("current_exe", e))?;
-    let argv: Vec<std::ffi::OsString> = std::env::args_os()
-        .skip(1)
-        .filter(|a| a != "--daemon")
-        .collect();
+    let argv = child_argv(args);
     let log = log.unwrap_or_else(|| {
         std::env::temp_dir().join(format!("reftablefs-mount.{}.log", std::process::id()))
     });

@@ -5,13 +5,16 @@
 //! otherwise; git lengthens them when objects are ambiguous, which needs the object
 //! database, so use `--no-abbrev` when comparing large repositories.
 
+use std::os::unix::ffi::OsStrExt;
 use std::process::ExitCode;
 
 use super::store::RefStore;
 use reftablefs::format::LogRecord;
 use reftablefs::{Error, Result};
 
+use super::args::Given;
 use super::common::{self, Out, DWIM_RULES};
+use super::table::Id;
 use super::Args;
 use reftablefs::resolve::{resolve, Resolved};
 
@@ -51,12 +54,11 @@ pub fn format_entry(l: &LogRecord, shown_name: &[u8], n: usize, abbrev: usize, o
 }
 
 /// Runs the subcommand.
-pub fn run(mut args: Args) -> Result<ExitCode> {
-    let mut abbrev = 7usize;
+pub fn run(args: Args) -> Result<ExitCode> {
     // `reflog show` is the default subcommand.
-    if args.flag("exists") {
+    if args.word() == Some("exists") {
         // git's `reflog exists <ref>`: a full name, exit 0 or 1, no output.
-        let (Some(name), true) = (args.next_positional(), args.is_empty()) else {
+        let ([name], false) = (args.operands(), args.any_option()) else {
             return Ok(common::usage_error(
                 "reflog exists takes one <ref>",
                 "reflog",
@@ -70,34 +72,28 @@ pub fn run(mut args: Args) -> Result<ExitCode> {
             ExitCode::from(1)
         });
     }
-    let _ = args.flag("show");
-    while args.peek_is_option() {
-        if args.flag("--no-abbrev") {
-            abbrev = usize::MAX;
-        } else if let Some(n) = args.value("--abbrev") {
+    let abbrev = match args.last_of(&[Id::NoAbbrev, Id::Abbrev]) {
+        None => 7,
+        Some((Id::Abbrev, Given::Value(n))) => {
             let n = n.to_string_lossy();
-            abbrev = n
-                .parse::<usize>()
+            n.parse::<usize>()
                 .map_err(|_| Error::Transaction(format!("invalid --abbrev: {n}")))?
-                .max(4);
-        } else {
-            return Ok(common::unknown_option(&args, "reflog"));
+                .max(4)
         }
-    }
-    let name = args.next_positional().unwrap_or_else(|| "HEAD".to_owned());
-    if !args.is_empty() {
-        return Ok(common::usage_error("too many arguments", "reflog"));
-    }
+        Some(_) => usize::MAX,
+    };
+    let name: &[u8] = match args.operands() {
+        [] => b"HEAD",
+        [name] => name.as_bytes(),
+        _ => return Ok(common::usage_error("too many arguments", "reflog")),
+    };
     let repo = common::open_repo()?;
     let stack = RefStore::open(&repo)?;
-    let short: &[u8] = if name == "@" {
-        b"HEAD"
-    } else {
-        name.as_bytes()
-    };
+    let short: &[u8] = if name == b"@" { b"HEAD" } else { name };
     let Some(full) = dwim_log(&stack, short)? else {
         return Err(Error::Transaction(format!(
-            "ambiguous argument '{name}': unknown revision or path not in the working tree."
+            "ambiguous argument '{}': unknown revision or path not in the working tree.",
+            String::from_utf8_lossy(name)
         )));
     };
     let entries = stack.read_log(&full)?;

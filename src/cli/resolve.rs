@@ -7,27 +7,24 @@
 //! fatal (exit 128) as in git, after the names before it were printed.
 
 use std::io::BufRead;
+use std::os::unix::ffi::OsStrExt;
 use std::process::ExitCode;
 
 use reftablefs::{Error, Result};
 
 use super::common::{self, dwim, rev_parse, Out};
+use super::table::Id;
 use super::Args;
 
 /// Runs the subcommand.
-pub fn run(mut args: Args) -> Result<ExitCode> {
-    let mut stdin = false;
-    let mut full_name = false;
-    while args.peek_is_option() {
-        if args.flag("--stdin") {
-            stdin = true;
-        } else if args.flag("--symbolic-full-name") {
-            full_name = true;
-        } else {
-            return Ok(common::unknown_option(&args, "resolve"));
-        }
-    }
-    let mut names: Vec<Vec<u8>> = args.rest().into_iter().map(String::into_bytes).collect();
+pub fn run(args: Args) -> Result<ExitCode> {
+    let stdin = args.flag(Id::Stdin);
+    let full_name = args.flag(Id::SymbolicFullName);
+    let mut names: Vec<Vec<u8>> = args
+        .operands()
+        .iter()
+        .map(|n| n.as_bytes().to_vec())
+        .collect();
     if stdin {
         for line in std::io::stdin().lock().split(b'\n') {
             let mut line = line.map_err(|e| Error::io("stdin", e))?;

@@ -1,15 +1,17 @@
-//! `reftablefs show-ref [--head] [-d|--dereference] [-s|--hash] [--heads] [--tags]
+//! `reftablefs show-ref [--head] [-d|--dereference] [-s|--hash[=N]] [--heads] [--tags]
 //! [-q|--quiet] [--verify] [PATTERN...]`: git's `show-ref` output (`<oid> <refname>`,
 //! `<peeled> <refname>^{}` with `-d`). Patterns match a ref's tail at a `/` boundary
 //! (`main` matches `refs/heads/main`); `--verify` takes full names. Exit code 1 when
 //! nothing matched, as git.
 
+use std::os::unix::ffi::OsStrExt;
 use std::process::ExitCode;
 
 use reftablefs::format::ObjectId;
 use reftablefs::Result;
 
 use super::common::{self, for_each_resolved, Out};
+use super::table::Id;
 use super::Args;
 use reftablefs::resolve::{resolve, Resolved};
 
@@ -25,6 +27,8 @@ pub fn tail_matches(name: &[u8], pattern: &[u8]) -> bool {
 struct Opts {
     deref: bool,
     hash_only: bool,
+    /// Hex digits shown of each object ID (`--hash=<n>`; all of them otherwise).
+    abbrev: usize,
     quiet: bool,
 }
 
@@ -40,6 +44,7 @@ fn print(
     }
     let mut line = Vec::with_capacity(name.len() + 70);
     id.write_hex(&mut line);
+    line.truncate(o.abbrev);
     if !o.hash_only {
         line.push(b' ');
         line.extend_from_slice(name);
@@ -47,7 +52,9 @@ fn print(
     line.push(b'\n');
     if o.deref {
         if let Some(p) = peeled {
+            let at = line.len();
             p.write_hex(&mut line);
+            line.truncate(at.saturating_add(o.abbrev));
             if !o.hash_only {
                 line.push(b' ');
                 line.extend_from_slice(name);
@@ -59,52 +66,49 @@ fn print(
     out.write(&line)
 }
 
-/// Runs the subcommand.
-pub fn run(mut args: Args) -> Result<ExitCode> {
-    let (mut head, mut heads, mut tags, mut verify) = (false, false, false, false);
-    let mut exists: Option<String> = None;
-    let mut o = Opts {
-        deref: false,
-        hash_only: false,
-        quiet: false,
-    };
-    while args.peek_is_option() {
-        if args.flag("--head") {
-            head = true;
-        } else if args.flag("-d") || args.flag("--dereference") {
-            o.deref = true;
-        } else if args.flag("-s") || args.flag("--hash") {
-            o.hash_only = true;
-        } else if args.flag("--heads") || args.flag("--branches") {
-            heads = true;
-        } else if args.flag("--tags") {
-            tags = true;
-        } else if args.flag("-q") || args.flag("--quiet") {
-            o.quiet = true;
-        } else if let Some(r) = args.value("--exists") {
-            exists = Some(r.to_string_lossy().into_owned());
-        } else if args.flag("--verify") {
-            verify = true;
-        } else {
-            return Ok(common::unknown_option(&args, "show-ref"));
-        }
+/// The hex digits `--hash=<n>` shows, as git's `parse_opt_abbrev_cb`: all of them for
+/// none or 0, at least 4. (git lengthens an abbreviation that is ambiguous in the object
+/// database; these are cut at <n>, as `reflog`'s.)
+fn abbrev(n: Option<i64>) -> usize {
+    match n {
+        None | Some(0) => usize::MAX,
+        Some(n) => usize::try_from(n.max(4)).unwrap_or(usize::MAX),
     }
-    let patterns: Vec<Vec<u8>> = args.rest().into_iter().map(String::into_bytes).collect();
+}
+
+/// Runs the subcommand.
+pub fn run(args: Args) -> Result<ExitCode> {
+    let (head, heads, tags) = (
+        args.flag(Id::Head),
+        args.flag(Id::Branches),
+        args.flag(Id::Tags),
+    );
+    let verify = args.flag(Id::Verify);
+    let exists = args.value(Id::Exists).map(|r| r.as_bytes().to_vec());
+    let o = Opts {
+        deref: args.flag(Id::Dereference),
+        hash_only: args.flag(Id::Hash),
+        abbrev: abbrev(args.number(Id::Hash)),
+        quiet: args.flag(Id::Quiet),
+    };
+    let patterns: Vec<Vec<u8>> = args
+        .operands()
+        .iter()
+        .map(|p| p.as_bytes().to_vec())
+        .collect();
     let repo = common::open_repo()?;
     let store = super::store::RefStore::open(&repo)?;
     let mut list = store.iter();
     let mut res = store.iter();
     if let Some(name) = exists {
         // git's `show-ref --exists`: the ref itself, symrefs not followed; 2 if missing.
-        return Ok(
-            match reftablefs::resolve::read_raw(&mut res, name.as_bytes())? {
-                reftablefs::resolve::Raw::Missing => {
-                    eprintln!("error: reference does not exist");
-                    ExitCode::from(2)
-                }
-                _ => ExitCode::SUCCESS,
-            },
-        );
+        return Ok(match reftablefs::resolve::read_raw(&mut res, &name)? {
+            reftablefs::resolve::Raw::Missing => {
+                eprintln!("error: reference does not exist");
+                ExitCode::from(2)
+            }
+            _ => ExitCode::SUCCESS,
+        });
     }
     let mut out = Out::new();
 

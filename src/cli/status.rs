@@ -8,13 +8,15 @@
 //! about, `MOUNTPOINT/.reftablefs/status` ([`STATUS_FILE`]; format in docs/cli.md and
 //! [`Report`]), read with a size bound and a time limit so a hung mount cannot hang us.
 
-use std::ffi::OsStr;
+use std::ffi::{OsStr, OsString};
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Component, Path, PathBuf};
 use std::process::ExitCode;
 use std::time::Duration;
 
-use super::{common, table, Args};
+use super::parse::{self, Grammar};
+use super::table::{self, Id};
+use super::{common, Args};
 use reftablefs::json::{self, Value};
 use reftablefs::{Error, Result};
 
@@ -83,58 +85,42 @@ pub fn parse_mountinfo(text: &[u8]) -> Vec<Mount> {
     out
 }
 
-/// `(gitdir, mountpoint, options)` of a `reftablefs mount` command line (argv after the
-/// program name), paths as written; `None` for any other command line (including the
-/// `--daemon` parent, which only waits).
+/// `(-C dirs, gitdir, mountpoint, options)` of a `reftablefs mount` command line (argv
+/// after the program name), read by the parser `mount` itself uses: paths as written,
+/// options in their canonical spelling (`--batch-window=5`, whether given so, as
+/// `--batch-w 5` or in `-o batch_window=5`). `None` for any other command line (including
+/// the `--daemon` parent, which only waits).
 pub fn parse_mount_argv(argv: &[&[u8]]) -> Option<(Vec<PathBuf>, PathBuf, PathBuf, Vec<String>)> {
-    let mut i = 0;
-    let mut dirs = Vec::new();
-    // Global options, as `common::parse_global_options` reads them.
-    loop {
-        match argv.get(i).copied() {
-            Some(b"-C") => {
-                dirs.push(PathBuf::from(OsStr::from_bytes(argv.get(i + 1)?)));
-                i += 2;
-            }
-            Some(b"-c") | Some(b"--git-dir") => i += 2,
-            Some(w) if w.starts_with(b"--git-dir=") => i += 1,
-            _ => break,
-        }
-    }
-    if argv.get(i).copied() != Some(b"mount".as_slice()) {
+    let argv: Vec<OsString> = argv
+        .iter()
+        .map(|w| OsStr::from_bytes(w).to_owned())
+        .collect();
+    let global = parse::parse(&Grammar::GLOBAL, &argv).ok()?;
+    let dirs = global
+        .values(Id::ChangeDir)
+        .into_iter()
+        .map(PathBuf::from)
+        .collect();
+    let (name, rest) = global.operands().split_first()?;
+    if name != "mount" {
         return None;
     }
-    let spec = table::find("mount")?;
-    let mut positional = Vec::new();
-    let mut options = Vec::new();
-    let mut only_positional = false;
-    let mut words = argv.get(i + 1..)?.iter();
-    while let Some(w) = words.next() {
-        if !only_positional && *w == b"--" {
-            only_positional = true;
-        } else if !only_positional && w.starts_with(b"-") && w.len() > 1 {
-            let w = String::from_utf8_lossy(w).into_owned();
-            if w == "--daemon" {
-                return None;
-            }
-            let takes_value = spec
-                .options
-                .iter()
-                .flat_map(|o| o.names())
-                .any(|n| n.name == w && n.value.is_some());
-            if takes_value {
-                let v = words
-                    .next()
-                    .map(|v| String::from_utf8_lossy(v).into_owned());
-                options.push(format!("{w}={}", v.unwrap_or_default()));
-            } else {
-                options.push(w);
-            }
-        } else {
-            positional.push(PathBuf::from(OsStr::from_bytes(w)));
-        }
+    let args = parse::parse(&Grammar::of(table::find("mount")?), rest).ok()?;
+    if args.flag(Id::Daemon) {
+        return None;
     }
-    let [gitdir, mountpoint] = <[PathBuf; 2]>::try_from(positional).ok()?;
+    let options = args
+        .canonical(&[])
+        .iter()
+        .map(|o| o.to_string_lossy().into_owned())
+        .collect();
+    // `--over WORKTREE [WORKTREE/.git]` mounts on WORKTREE/.git, the repository beneath it.
+    let (gitdir, mountpoint) = match (args.flag(Id::Over), args.operands()) {
+        (true, [wt]) => (Path::new(wt).join(".git"), Path::new(wt).join(".git")),
+        (true, [wt, mnt]) => (Path::new(wt).join(".git"), PathBuf::from(mnt)),
+        (false, [gitdir, mnt]) => (PathBuf::from(gitdir), PathBuf::from(mnt)),
+        _ => return None,
+    };
     Some((dirs, gitdir, mountpoint, options))
 }
 
@@ -552,20 +538,13 @@ pub fn render_json(m: &Mount, d: &Details) -> Value {
 }
 
 /// Runs the subcommand.
-pub fn run(mut args: Args) -> Result<ExitCode> {
-    let mut as_json = false;
-    let mut target: Option<PathBuf> = None;
-    while !args.is_empty() {
-        if args.flag("--json") {
-            as_json = true;
-        } else if args.peek_is_option() {
-            return Ok(common::unknown_option(&args, "status"));
-        } else if target.is_none() {
-            target = args.next_path();
-        } else {
-            return Ok(common::usage_error("too many arguments", "status"));
-        }
-    }
+pub fn run(args: Args) -> Result<ExitCode> {
+    let as_json = args.flag(Id::Json);
+    let target: Option<PathBuf> = match args.operands() {
+        [] => None,
+        [t] => Some(PathBuf::from(t)),
+        _ => return Ok(common::usage_error("too many arguments", "status")),
+    };
     let mut mounts = list_mounts()?;
     let mut out = common::Out::new();
     if let Some(t) = target {
@@ -660,11 +639,37 @@ mod tests {
         assert_eq!(dirs, [PathBuf::from("work")]);
         assert_eq!((g, m), (PathBuf::from("repo/.git"), PathBuf::from("mnt")));
         assert_eq!(o, ["--batch-window=50", "--read-only"]);
-        let argv: Vec<&[u8]> = vec![b"mount", b"--daemon", b"g", b"m"];
-        assert!(
-            parse_mount_argv(&argv).is_none(),
-            "the daemon's parent only waits"
+        for daemon in [&b"--daemon"[..], b"--daem", b"-o", b"daemon"] {
+            let mut argv: Vec<&[u8]> = vec![b"mount", daemon, b"g", b"m"];
+            if daemon == b"-o" {
+                argv.remove(3);
+                argv.insert(2, b"daemon");
+            }
+            assert!(
+                parse_mount_argv(&argv).is_none(),
+                "the daemon's parent only waits: {argv:?}"
+            );
+        }
+        // As mount reads it: -o lists, prefixes, --over with the mount point fstab gives.
+        let argv: Vec<&[u8]> = vec![
+            b"mount",
+            b"-o",
+            b"rw,ro,batch_window=5,x-systemd.automount",
+            b"--over",
+            b"--no-fs",
+            b"wt",
+            b"wt/.git",
+        ];
+        let (_, g, m, o) = parse_mount_argv(&argv).unwrap();
+        assert_eq!((g, m), (PathBuf::from("wt/.git"), PathBuf::from("wt/.git")));
+        assert_eq!(
+            o,
+            ["--read-only", "--batch-window=5", "--over", "--no-fsync"]
         );
+        let argv: Vec<&[u8]> = vec![b"mount", b"--over", b"wt"];
+        let (_, g, m, o) = parse_mount_argv(&argv).unwrap();
+        assert_eq!((g, m), (PathBuf::from("wt/.git"), PathBuf::from("wt/.git")));
+        assert_eq!(o, ["--over"]);
         let argv: Vec<&[u8]> = vec![b"show-ref"];
         assert!(parse_mount_argv(&argv).is_none());
         assert_eq!(

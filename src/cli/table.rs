@@ -1,24 +1,111 @@
 //! The one definition of the command line: every subcommand with its usage lines, its
 //! options (one line of help each), what its arguments are, an example and its exit
-//! codes. Help (`reftablefs help CMD`, `CMD -h`, `CMD --help`), the usage printed on
-//! misuse, the shell completions and the man page are all generated from [`COMMANDS`]
-//! (see `gen`), so they cannot drift apart; `tests/cli_help.rs` checks that every
-//! option listed here is accepted and that every option a parser takes is listed.
+//! codes. The parser (`parse`) reads options from it; help (`reftablefs help CMD`,
+//! `CMD -h`, `CMD --help`), the usage printed on misuse, the shell completions and the
+//! man page (`help`, `gen`) are generated from it, so none of them can drift apart.
 //!
 //! Pure data, with no reference to the code that runs a command (`commands::runner`
 //! does), so that `tests/cli_help.rs` can include this file and hold the binary to it.
 //!
 //! An option's `spelling` is written as git's `-h` output writes it, and is parsed for
-//! completions: alternatives separated by `, ` (`-v, --verbose`), a value after `=` or a
-//! space (`--format=<format>`, `-m <reason>`), and `--[no-]x` for a negatable flag.
+//! the parser and the completions ([`Opt::names`]): alternatives separated by `, `
+//! (`-v, --verbose`), a value after `=` or a space (`--format=<format>`, `-m <reason>`),
+//! an optional value as `[=<n>]` (`--hash[=<n>]`), and `--[no-]x` for an option that
+//! `--no-x` turns off again. Each option has an [`Id`], which is what the code running a
+//! command asks the parsed command line for.
+
+/// What an option means, as the code running a command asks for it. Several commands may
+/// share one (`Verbose`); within one command each option has its own.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Id {
+    // Global options.
+    ChangeDir,
+    GitDir,
+    Config,
+    Help,
+    Version,
+    // show-ref
+    Head,
+    Dereference,
+    Hash,
+    Branches,
+    Tags,
+    Quiet,
+    Verify,
+    Exists,
+    // for-each-ref
+    Format,
+    Sort,
+    Count,
+    IncludeRootRefs,
+    // resolve, update-ref
+    Stdin,
+    SymbolicFullName,
+    Message,
+    Delete,
+    NoDeref,
+    NulTerminated,
+    CreateReflog,
+    // reflog
+    NoAbbrev,
+    Abbrev,
+    // compact, verify, migrate, unlock
+    Auto,
+    Verbose,
+    DryRun,
+    RefFormat,
+    NoReflogs,
+    Progress,
+    Force,
+    MinAge,
+    // mount, unmount, status
+    ReadOnly,
+    RefsOnly,
+    NoKernelPassthrough,
+    NoFollowCpu,
+    Daemon,
+    Log,
+    BatchWindow,
+    BatchMax,
+    InodeCap,
+    NoFsync,
+    Over,
+    MountOptions,
+    Timeout,
+    Json,
+}
 
 /// One option of a command.
-#[derive(Debug)]
+#[derive(Clone, Copy, Debug)]
 pub struct Opt {
+    pub id: Id,
     /// As git's `-h` shows it: `-d, --dereference`, `--format=<format>`, `--[no-]progress`.
     pub spelling: &'static str,
     /// One line.
     pub help: &'static str,
+    /// Its value is a number, as git's `OPT_INTEGER`: anything else is refused with git's
+    /// "option `count' expects a numerical value" (exit 129).
+    pub number: bool,
+}
+
+/// An option (see [`Opt`]).
+pub const fn opt(id: Id, spelling: &'static str, help: &'static str) -> Opt {
+    Opt {
+        id,
+        spelling,
+        help,
+        number: false,
+    }
+}
+
+/// An option whose value is a number (see [`Opt::number`]).
+pub const fn num(id: Id, spelling: &'static str, help: &'static str) -> Opt {
+    Opt {
+        id,
+        spelling,
+        help,
+        number: true,
+    }
 }
 
 /// What a command's non-option arguments are (for completions and the man page).
@@ -40,6 +127,22 @@ pub enum Operands {
     Shells,
 }
 
+/// An option whose value is a comma-separated list of the command's other options, as
+/// mount(8), fstab and FUSE file systems (sshfs, gocryptfs, rclone) take `-o`: each item
+/// is a long option without its `--` and with `_` for `-` (`batch_window=5`,
+/// `no_fsync`), or an alias; names are whole, never abbreviated.
+#[derive(Debug)]
+pub struct SubOptions {
+    /// The option that takes the list (`-o`).
+    pub option: Id,
+    /// (item, the long option it stands for): `ro` is `read-only`.
+    pub aliases: &'static [(&'static str, &'static str)],
+    /// Items accepted and ignored (mount(8)'s own options).
+    pub ignored: &'static [&'static str],
+    /// Prefixes of items accepted and ignored (`x-` for `x-systemd.automount`).
+    pub ignored_prefixes: &'static [&'static str],
+}
+
 /// One subcommand.
 #[derive(Debug)]
 pub struct Command {
@@ -51,8 +154,15 @@ pub struct Command {
     /// A paragraph: what it does, the git command it mirrors.
     pub description: &'static str,
     pub options: &'static [Opt],
-    /// Words taken before the options (`reflog show`, `reflog exists`).
+    /// Words that may come first, before the options (`reflog show`, `reflog exists`;
+    /// `completions bash`).
     pub words: &'static [&'static str],
+    /// Options may also follow operands (`dump FILE --verify`), as git's parse-options
+    /// lets them; otherwise the first operand ends the options (`show-ref main -q` looks
+    /// for a ref named `-q`), as each command parsed its line before.
+    pub options_anywhere: bool,
+    /// The option taking the others as a comma-separated list (`mount -o`), if any.
+    pub sub_options: Option<&'static SubOptions>,
     pub operands: Operands,
     /// (command line, what it does).
     pub examples: &'static [(&'static str, &'static str)],
@@ -60,28 +170,26 @@ pub struct Command {
     pub exit_codes: &'static [(u8, &'static str)],
 }
 
-/// Options taken before the command, as git's.
+/// Options taken before the command, as git's (whole names only: git does not
+/// abbreviate these either).
 pub const GLOBAL_OPTIONS: &[Opt] = &[
-    Opt {
-        spelling: "-C <path>",
-        help: "run as if started in <path> (repeatable; each is relative to the previous)",
-    },
-    Opt {
-        spelling: "--git-dir=<path>",
-        help: "use the repository at <path> (as GIT_DIR)",
-    },
-    Opt {
-        spelling: "-c <name>=<value>",
-        help: "set a configuration value for this command (as git -c)",
-    },
-    Opt {
-        spelling: "-h, --help",
-        help: "show the list of commands",
-    },
-    Opt {
-        spelling: "--version",
-        help: "print the version",
-    },
+    opt(
+        Id::ChangeDir,
+        "-C <path>",
+        "run as if started in <path> (repeatable; each is relative to the previous)",
+    ),
+    opt(
+        Id::GitDir,
+        "--git-dir=<path>",
+        "use the repository at <path> (as GIT_DIR)",
+    ),
+    opt(
+        Id::Config,
+        "-c <name>=<value>",
+        "set a configuration value for this command (as git -c)",
+    ),
+    opt(Id::Help, "-h, --help", "show the list of commands"),
+    opt(Id::Version, "--version", "print the version"),
 ];
 
 /// Exit codes every command shares.
@@ -94,30 +202,43 @@ pub const COMMON_EXIT_CODES: &[(u8, &str)] = &[
     ),
 ];
 
+/// `mount -o`: how mount(8) and fstab give the mount's options.
+pub const MOUNT_SUB_OPTIONS: SubOptions = SubOptions {
+    option: Id::MountOptions,
+    aliases: &[("ro", "read-only")],
+    ignored: &[
+        "rw", "defaults", "auto", "noauto", "user", "users", "nouser", "exec", "noexec", "suid",
+        "nosuid", "dev", "nodev", "_netdev", "nofail",
+    ],
+    ignored_prefixes: &["x-"],
+};
+
 /// Every subcommand, in the order `reftablefs help` lists them.
 pub const COMMANDS: &[Command] = &[
     Command {
         name: "show-ref",
         summary: "list references in the repository (as git show-ref)",
         usage: &[
-            "[--head] [-d | --dereference] [-s | --hash] [--branches] [--tags] [-q | --quiet] [--] [<pattern>...]",
-            "--verify [-q | --quiet] [-d | --dereference] [-s | --hash] [--] [<ref>...]",
+            "[--head] [-d | --dereference] [-s | --hash[=<n>]] [--branches] [--tags] [-q | --quiet] [--] [<pattern>...]",
+            "--verify [-q | --quiet] [-d | --dereference] [-s | --hash[=<n>]] [--] [<ref>...]",
             "--exists <ref>",
         ],
         description: "Prints each ref as '<oid> <refname>', in name order, with symrefs resolved. \
             A pattern matches a ref whose name ends with it at a '/' boundary ('main' matches \
             refs/heads/main). Output and exit codes are git show-ref's.",
         options: &[
-            Opt { spelling: "--head", help: "show the HEAD reference, even if it would be filtered out" },
-            Opt { spelling: "-d, --dereference", help: "dereference tags into object IDs (adds '<refname>^{}' lines)" },
-            Opt { spelling: "-s, --hash", help: "only show the object ID, not the reference name" },
-            Opt { spelling: "--branches, --heads", help: "only show branches (refs/heads/)" },
-            Opt { spelling: "--tags", help: "only show tags (refs/tags/)" },
-            Opt { spelling: "-q, --quiet", help: "do not print results to stdout (useful with --verify)" },
-            Opt { spelling: "--verify", help: "stricter reference checking, requires exact ref path" },
-            Opt { spelling: "--exists <ref>", help: "check for reference existence without resolving" },
+            opt(Id::Head, "--head", "show the HEAD reference, even if it would be filtered out"),
+            opt(Id::Dereference, "-d, --dereference", "dereference tags into object IDs (adds '<refname>^{}' lines)"),
+            num(Id::Hash, "-s, --hash[=<n>]", "only show the object ID, not the reference name (its first <n> hex digits)"),
+            opt(Id::Branches, "--branches, --heads", "only show branches (refs/heads/)"),
+            opt(Id::Tags, "--tags", "only show tags (refs/tags/)"),
+            opt(Id::Quiet, "-q, --quiet", "do not print results to stdout (useful with --verify)"),
+            opt(Id::Verify, "--verify", "stricter reference checking, requires exact ref path"),
+            opt(Id::Exists, "--exists <ref>", "check for reference existence without resolving"),
         ],
         words: &[],
+        options_anywhere: false,
+        sub_options: None,
         operands: Operands::Refs,
         examples: &[("reftablefs show-ref --branches", "list every branch with its object ID")],
         exit_codes: &[
@@ -135,12 +256,14 @@ pub const COMMANDS: &[Command] = &[
             The default format is '%(objectname) %(objecttype)<TAB>%(refname)'. A pattern matches a \
             ref equal to it, under it up to a '/', or as a glob ('*' does not cross '/').",
         options: &[
-            Opt { spelling: "--format=<format>", help: "format to use for the output" },
-            Opt { spelling: "--sort=<key>", help: "field name to sort on: [-]refname or [-]objectname" },
-            Opt { spelling: "--count=<n>", help: "show only <n> matched refs" },
-            Opt { spelling: "--include-root-refs", help: "also include HEAD ref and pseudorefs" },
+            opt(Id::Format, "--format=<format>", "format to use for the output"),
+            opt(Id::Sort, "--sort=<key>", "field name to sort on: [-]refname or [-]objectname"),
+            num(Id::Count, "--count=<n>", "show only <n> matched refs"),
+            opt(Id::IncludeRootRefs, "--include-root-refs", "also include HEAD ref and pseudorefs"),
         ],
         words: &[],
+        options_anywhere: false,
+        sub_options: None,
         operands: Operands::Refs,
         examples: &[(
             "reftablefs for-each-ref --format='%(refname:short)' refs/heads",
@@ -157,10 +280,12 @@ pub const COMMANDS: &[Command] = &[
             symrefs up to 5 hops, with git's warnings. Full hex object IDs are printed as given \
             and '@' is HEAD; revision syntax (~, ^, @{...}) is not supported.",
         options: &[
-            Opt { spelling: "--stdin", help: "also read names from stdin, one per line" },
-            Opt { spelling: "--symbolic-full-name", help: "print the full ref name (after following symrefs) instead of the object ID" },
+            opt(Id::Stdin, "--stdin", "also read names from stdin, one per line"),
+            opt(Id::SymbolicFullName, "--symbolic-full-name", "print the full ref name (after following symrefs) instead of the object ID"),
         ],
         words: &[],
+        options_anywhere: false,
+        sub_options: None,
         operands: Operands::Refs,
         examples: &[("reftablefs resolve HEAD main", "print the object IDs of HEAD and branch main")],
         exit_codes: &[],
@@ -179,14 +304,16 @@ pub const COMMANDS: &[Command] = &[
             As git, a new object ID must name an existing object and a branch (refs/heads/*, \
             HEAD) must point at a commit; otherwise nothing is written.",
         options: &[
-            Opt { spelling: "-m <reason>", help: "reason of the update" },
-            Opt { spelling: "-d", help: "delete the reference" },
-            Opt { spelling: "--no-deref", help: "update <refname> not the one it points to" },
-            Opt { spelling: "-z", help: "stdin has NUL-terminated arguments" },
-            Opt { spelling: "--stdin", help: "read updates from stdin" },
-            Opt { spelling: "--create-reflog", help: "create a reflog" },
+            opt(Id::Message, "-m <reason>", "reason of the update"),
+            opt(Id::Delete, "-d", "delete the reference"),
+            opt(Id::NoDeref, "--no-deref", "update <refname> not the one it points to"),
+            opt(Id::NulTerminated, "-z", "stdin has NUL-terminated arguments"),
+            opt(Id::Stdin, "--stdin", "read updates from stdin"),
+            opt(Id::CreateReflog, "--create-reflog", "create a reflog"),
         ],
         words: &[],
+        options_anywhere: false,
+        sub_options: None,
         operands: Operands::Refs,
         examples: &[
             ("reftablefs update-ref -m 'reset' refs/heads/topic HEAD", "point branch topic at HEAD's commit"),
@@ -203,10 +330,12 @@ pub const COMMANDS: &[Command] = &[
             digits (git lengthens ambiguous ones; use --no-abbrev to compare). 'exists' answers \
             with its exit code only.",
         options: &[
-            Opt { spelling: "--no-abbrev", help: "show full object IDs" },
-            Opt { spelling: "--abbrev=<n>", help: "abbreviate object IDs to <n> hex digits (at least 4)" },
+            opt(Id::NoAbbrev, "--no-abbrev", "show full object IDs"),
+            opt(Id::Abbrev, "--abbrev=<n>", "abbreviate object IDs to <n> hex digits (at least 4)"),
         ],
         words: &["show", "exists"],
+        options_anywhere: false,
+        sub_options: None,
         operands: Operands::Refs,
         examples: &[("reftablefs reflog show --no-abbrev refs/heads/main", "the log of branch main with full IDs")],
         exit_codes: &[(1, "exists: the ref has no reflog")],
@@ -218,10 +347,12 @@ pub const COMMANDS: &[Command] = &[
         description: "Without --auto, merges every table into one; with --auto, only what git's \
             geometric rule asks for (factor reftable.geometricFactor, default 2).",
         options: &[
-            Opt { spelling: "--auto", help: "compact only if the stack's geometry asks for it" },
-            Opt { spelling: "-v, --verbose", help: "print 'tables: <before> -> <after>'" },
+            opt(Id::Auto, "--auto", "compact only if the stack's geometry asks for it"),
+            opt(Id::Verbose, "-v, --verbose", "print 'tables: <before> -> <after>'"),
         ],
         words: &[],
+        options_anywhere: false,
+        sub_options: None,
         operands: Operands::None,
         examples: &[("reftablefs compact -v", "merge all tables and say how many there were")],
         exit_codes: &[(1, "the stack is locked by another writer (\"error: unable to compact stack: data is locked\")")],
@@ -233,8 +364,10 @@ pub const COMMANDS: &[Command] = &[
         description: "Checks tables.list, every table (structure, order, checksums) and every \
             ref (names, symref targets, D/F conflicts), and reports problems with git's \
             'error:'/'warning:' wording.",
-        options: &[Opt { spelling: "-v, --verbose", help: "name each table as it is checked" }],
+        options: &[opt(Id::Verbose, "-v, --verbose", "name each table as it is checked")],
         words: &[],
+        options_anywhere: false,
+        sub_options: None,
         operands: Operands::None,
         examples: &[("reftablefs verify", "check the current repository's stack")],
         exit_codes: &[(1, "a problem was found (printed on stderr)")],
@@ -247,12 +380,14 @@ pub const COMMANDS: &[Command] = &[
             then switches the repository over (extensions.refStorage = reftable). Without \
             reflogs the table is byte-identical to git 2.47's.",
         options: &[
-            Opt { spelling: "--dry-run", help: "build the new store but leave the repository unchanged (prints where)" },
-            Opt { spelling: "--ref-format=<format>", help: "the format to migrate to (only 'reftable')" },
-            Opt { spelling: "--no-reflogs", help: "do not migrate reflogs (as git 2.47)" },
-            Opt { spelling: "--[no-]progress", help: "force or suppress progress lines (default: when stderr is a terminal)" },
+            opt(Id::DryRun, "--dry-run", "build the new store but leave the repository unchanged (prints where)"),
+            opt(Id::RefFormat, "--ref-format=<format>", "the format to migrate to (only 'reftable')"),
+            opt(Id::NoReflogs, "--no-reflogs", "do not migrate reflogs (as git 2.47)"),
+            opt(Id::Progress, "--[no-]progress", "force or suppress progress lines (default: when stderr is a terminal)"),
         ],
         words: &[],
+        options_anywhere: false,
+        sub_options: None,
         operands: Operands::None,
         examples: &[("reftablefs -C repo migrate --dry-run", "see what the migration would write")],
         exit_codes: &[],
@@ -264,8 +399,10 @@ pub const COMMANDS: &[Command] = &[
         description: "Prints the header, footer, every block and every record of a .ref table \
             (as git's test-tool dump-reftable); --verify checks it all and prints 'ok' or \
             the first problem.",
-        options: &[Opt { spelling: "--verify", help: "check the whole table instead of printing it" }],
+        options: &[opt(Id::Verify, "--verify", "check the whole table instead of printing it")],
         words: &[],
+        options_anywhere: true,
+        sub_options: None,
         operands: Operands::Files,
         examples: &[(
             "reftablefs dump .git/reftable/0x000000000001-0x000000000001-01234567.ref",
@@ -276,7 +413,7 @@ pub const COMMANDS: &[Command] = &[
     Command {
         name: "mount",
         summary: "mount a reftable repository as git's files layout (FUSE)",
-        usage: &["[--read-only] [--refs-only] [--no-kernel-passthrough] [--no-follow-cpu] [--daemon [--log=<file>]] [--batch-window=<ms>] [--batch-max=<n>] [--inode-cap=<n>] [--no-fsync] (<gitdir> <mountpoint> | --over <worktree>)"],
+        usage: &["[--read-only] [--refs-only] [--no-kernel-passthrough] [--no-follow-cpu] [--daemon [--log=<file>]] [--batch-window=<ms>] [--batch-max=<n>] [--inode-cap=<n>] [--no-fsync] [-o <option>[,<option>...]] (<gitdir> <mountpoint> | --over <worktree> [<worktree>/.git])"],
         description: "Serves <gitdir> on <mountpoint> as a complete files-backend git \
             directory: refs as loose refs, packed-refs and logs/ from the reftable stack, \
             everything else (objects, config, index, ...) passed through to <gitdir>, so \
@@ -284,23 +421,27 @@ pub const COMMANDS: &[Command] = &[
             table per window. Runs in the foreground until unmounted (unmount, fusermount3 -u, \
             SIGINT, SIGTERM) unless --daemon.",
         options: &[
-            Opt { spelling: "--read-only", help: "refuse every write (EROFS)" },
-            Opt { spelling: "--refs-only", help: "serve the ref view alone, without the rest of <gitdir>" },
-            Opt { spelling: "--no-kernel-passthrough", help: "forward reads and writes of passed-through files instead of kernel FUSE passthrough" },
-            Opt { spelling: "--no-follow-cpu", help: "leave the request threads where the scheduler puts them (by default each moves to its client's CPU, no cross-CPU wake-up per request, unless that client moves away from it)" },
-            Opt { spelling: "--daemon", help: "run in the background; return once the mount is ready" },
-            Opt { spelling: "--log=<file>", help: "with --daemon, where log lines go (default $TMPDIR/reftablefs-mount.<pid>.log)" },
-            Opt { spelling: "--batch-window=<ms>", help: "how long writes are gathered into one table (default 5)" },
-            Opt { spelling: "--batch-max=<n>", help: "commit a batch once it holds <n> edits (default 10000)" },
-            Opt { spelling: "--inode-cap=<n>", help: "names the mount keeps known to the kernel before it has the oldest dropped (default 131072, about 175 bytes each; at least 1024)" },
-            Opt { spelling: "--no-fsync", help: "do not fsync tables and tables.list (faster, not crash safe)" },
-            Opt { spelling: "--over", help: "with one operand <worktree>: mount on <worktree>/.git itself (the real directory stays reachable underneath; unmount gives it back)" },
+            opt(Id::ReadOnly, "--read-only", "refuse every write (EROFS)"),
+            opt(Id::RefsOnly, "--refs-only", "serve the ref view alone, without the rest of <gitdir>"),
+            opt(Id::NoKernelPassthrough, "--no-kernel-passthrough", "forward reads and writes of passed-through files instead of kernel FUSE passthrough"),
+            opt(Id::NoFollowCpu, "--no-follow-cpu", "leave the request threads where the scheduler puts them (by default each moves to its client's CPU, no cross-CPU wake-up per request, unless that client moves away from it)"),
+            opt(Id::Daemon, "--daemon", "run in the background; return once the mount is ready"),
+            opt(Id::Log, "--log=<file>", "with --daemon, where log lines go (default $TMPDIR/reftablefs-mount.<pid>.log)"),
+            opt(Id::BatchWindow, "--batch-window=<ms>", "how long writes are gathered into one table (default 5)"),
+            opt(Id::BatchMax, "--batch-max=<n>", "commit a batch once it holds <n> edits (default 10000)"),
+            opt(Id::InodeCap, "--inode-cap=<n>", "names the mount keeps known to the kernel before it has the oldest dropped (default 131072, about 175 bytes each; at least 1024)"),
+            opt(Id::NoFsync, "--no-fsync", "do not fsync tables and tables.list (faster, not crash safe)"),
+            opt(Id::Over, "--over", "with the operand <worktree> (and, as fstab gives it, <worktree>/.git): mount on <worktree>/.git itself (the real directory stays reachable underneath; unmount gives it back)"),
+            opt(Id::MountOptions, "-o <option>[,<option>...]", "the options above as mount(8) and fstab give them: each without '--', '_' for '-' (batch_window=5, no_fsync, over; ro for read_only); mount(8)'s own (rw, defaults, nosuid, noauto, user, x-*, ...) are ignored"),
         ],
         words: &[],
+        options_anywhere: true,
+        sub_options: Some(&MOUNT_SUB_OPTIONS),
         operands: Operands::Dirs,
         examples: &[
             ("reftablefs mount --daemon repo/.git /mnt/repo", "mount in the background"),
             ("reftablefs mount --daemon --over repo", "every tool in repo/ sees a files-backend .git"),
+            ("reftablefs mount -o ro,batch_window=50 repo/.git /mnt/repo", "mount read-only, the options as mount(8) gives them"),
         ],
         exit_codes: &[],
     },
@@ -314,8 +455,10 @@ pub const COMMANDS: &[Command] = &[
             its locks and exited. Exits 0 only if all of that happened and the process said \
             it wrote everything; 128, saying which, when a pending update was not written, the \
             process did not exit within --timeout, or it ended with an error or was killed.",
-        options: &[Opt { spelling: "--timeout=<seconds>", help: "how long to wait for the mount's process to exit (default 60)" }],
+        options: &[opt(Id::Timeout, "--timeout=<seconds>", "how long to wait for the mount's process to exit (default 60)")],
         words: &[],
+        options_anywhere: false,
+        sub_options: None,
         operands: Operands::Mounts,
         examples: &[("reftablefs unmount /mnt/repo", "flush, unmount, wait for the mount's process")],
         exit_codes: &[(1, "<mountpoint> is not mounted")],
@@ -329,8 +472,10 @@ pub const COMMANDS: &[Command] = &[
             mount's own report (pending edits, open batch age, last commit, conflicts and \
             refused writes, stale locks) read from <mountpoint>/.reftablefs/status, when the \
             mount serves it.",
-        options: &[Opt { spelling: "--json", help: "machine-readable output (one JSON document)" }],
+        options: &[opt(Id::Json, "--json", "machine-readable output (one JSON document)")],
         words: &[],
+        options_anywhere: true,
+        sub_options: None,
         operands: Operands::Mounts,
         examples: &[("reftablefs status --json /mnt/repo", "one mount's state as JSON")],
         exit_codes: &[(1, "<mountpoint> is not a reftablefs mount")],
@@ -344,11 +489,13 @@ pub const COMMANDS: &[Command] = &[
             then, holding the list lock, removes locks of tables the list no longer names, \
             stale locks of listed tables and leftover temporary tables. Says what it did.",
         options: &[
-            Opt { spelling: "-f, --force", help: "remove the lock whatever its age (never a lock held open)" },
-            Opt { spelling: "--min-age=<seconds>", help: "how old a lock nobody holds must be to be removed (default 10)" },
-            Opt { spelling: "-n, --dry-run", help: "say what would be removed, remove nothing" },
+            opt(Id::Force, "-f, --force", "remove the lock whatever its age (never a lock held open)"),
+            opt(Id::MinAge, "--min-age=<seconds>", "how old a lock nobody holds must be to be removed (default 10)"),
+            opt(Id::DryRun, "-n, --dry-run", "say what would be removed, remove nothing"),
         ],
         words: &[],
+        options_anywhere: false,
+        sub_options: None,
         operands: Operands::Dirs,
         examples: &[("reftablefs unlock --dry-run repo/.git", "see whether a stale lock blocks the stack")],
         exit_codes: &[(1, "a lock was kept (held open, or too young)")],
@@ -361,6 +508,8 @@ pub const COMMANDS: &[Command] = &[
             definition as this help. 'make install' installs all three.",
         options: &[],
         words: &["bash", "zsh", "fish"],
+        options_anywhere: false,
+        sub_options: None,
         operands: Operands::Shells,
         examples: &[("source <(reftablefs completions bash)", "enable completion in the current bash")],
         exit_codes: &[],
@@ -372,6 +521,8 @@ pub const COMMANDS: &[Command] = &[
         description: "Prints the manual page, generated from the same definition as this help.",
         options: &[],
         words: &[],
+        options_anywhere: false,
+        sub_options: None,
         operands: Operands::None,
         examples: &[("reftablefs man | man -l -", "read the manual")],
         exit_codes: &[],
@@ -384,6 +535,8 @@ pub const COMMANDS: &[Command] = &[
             as 'reftablefs <command> --help').",
         options: &[],
         words: &[],
+        options_anywhere: false,
+        sub_options: None,
         operands: Operands::Commands,
         examples: &[("reftablefs help update-ref", "the options of update-ref")],
         exit_codes: &[(1, "no such command")],
@@ -404,37 +557,97 @@ pub struct OptName {
     pub value: Option<String>,
     /// Whether the value is attached with `=` (`--format=<f>`).
     pub equals: bool,
+    /// Whether the value may be left out (`--hash[=<n>]`, `-s[<n>]`): then only an
+    /// attached one counts.
+    pub optional: bool,
+    /// `--no-x` of a `--[no-]x` option.
+    pub negation: bool,
+}
+
+/// One alternative of a spelling, split: its dashes (`-`, `--`), its bare name (`d`,
+/// `dereference`, `progress` of `--[no-]progress`), what follows the name (`=<format>`,
+/// ` <reason>`, `[=<n>]`, or nothing), and whether it was written `--[no-]`.
+fn split_alt(alt: &'static str) -> (&'static str, &'static str, &'static str, bool) {
+    let (negatable, dashes, body) = match alt.strip_prefix("--[no-]") {
+        Some(body) => (true, "--", body),
+        None if alt.starts_with("--") => (false, "--", alt.get(2..).unwrap_or_default()),
+        None => (false, "-", alt.get(1..).unwrap_or_default()),
+    };
+    let cut = body.find(['=', ' ', '[']).unwrap_or(body.len());
+    let (bare, rest) = body.split_at(cut);
+    (dashes, bare, rest, negatable)
 }
 
 impl Opt {
-    /// Every name this option answers to (`--[no-]x` gives `--x` and `--no-x`).
+    /// Every name this option answers to (`--[no-]x` gives `--x` and `--no-x`). A value
+    /// written on one alternative is the option's (`-s, --hash[=<n>]`: `-s` takes it too).
     pub fn names(&self) -> Vec<OptName> {
-        let mut out = Vec::new();
-        for alt in self.spelling.split(", ") {
-            let (name, value, equals) = match alt.find(['=', ' ']) {
-                Some(i) => (
-                    alt.get(..i).unwrap_or(alt),
-                    alt.get(i + 1..).map(str::to_owned),
-                    alt.get(i..i + 1) == Some("="),
+        let alts = || self.spelling.split(", ").map(split_alt);
+        // The value, wherever it is written: (argh, attached with '=', optional).
+        let value = alts().find_map(|(_, _, rest, _)| {
+            Some(match rest.strip_prefix("[=") {
+                Some(v) => (v.strip_suffix(']').unwrap_or(v).to_owned(), true, true),
+                None => (
+                    rest.get(1..).filter(|v| !v.is_empty())?.to_owned(),
+                    rest.starts_with('='),
+                    false,
                 ),
-                None => (alt, None, false),
+            })
+        });
+        let mut out = Vec::new();
+        for (dashes, bare, _, negatable) in alts() {
+            let (v, written_equals, optional) = match &value {
+                Some((v, e, o)) => (Some(v.clone()), *e, *o),
+                None => (None, false, false),
             };
-            if let Some(rest) = name.strip_prefix("--[no-]") {
-                for n in [format!("--{rest}"), format!("--no-{rest}")] {
-                    out.push(OptName {
-                        name: n,
-                        value: value.clone(),
-                        equals,
-                    });
-                }
-            } else {
-                out.push(OptName {
-                    name: name.to_owned(),
-                    value,
-                    equals,
-                });
+            // A short name takes its value attached or as the next word, never with '='.
+            let equals = written_equals && dashes == "--";
+            let one = |name: String, negation: bool| OptName {
+                name,
+                value: if negation { None } else { v.clone() },
+                equals: equals && !negation,
+                optional,
+                negation,
+            };
+            out.push(one(format!("{dashes}{bare}"), false));
+            if negatable {
+                out.push(one(format!("--no-{bare}"), true));
             }
         }
         out
+    }
+
+    /// Whether `--no-x` turns this option off (it is spelled `--[no-]x`).
+    pub fn negatable(&self) -> bool {
+        self.spelling.contains("--[no-]")
+    }
+
+    /// The long names, without `--` (`--[no-]x` gives `x`).
+    pub fn longs(&self) -> impl Iterator<Item = &'static str> {
+        self.spelling
+            .split(", ")
+            .map(split_alt)
+            .filter(|(dashes, ..)| *dashes == "--")
+            .map(|(_, bare, ..)| bare)
+    }
+
+    /// The short name (`-d` gives `d`).
+    pub fn short(&self) -> Option<u8> {
+        self.spelling
+            .split(", ")
+            .map(split_alt)
+            .find_map(|(dashes, bare, ..)| match bare.as_bytes() {
+                [c] if dashes == "-" => Some(*c),
+                _ => None,
+            })
+    }
+
+    /// Whether the option takes a value: `None` no, `Some(false)` always, `Some(true)`
+    /// only when attached (`--hash=7`, `-s7`).
+    pub fn takes_value(&self) -> Option<bool> {
+        self.names()
+            .into_iter()
+            .find(|n| n.value.is_some())
+            .map(|n| n.optional)
     }
 }

@@ -24,34 +24,29 @@ use reftablefs::repo::Repo;
 use reftablefs::Result;
 
 use super::common;
+use super::table::Id;
 use super::Args;
 
 /// Default for `--min-age`.
 const DEFAULT_MIN_AGE: Duration = Duration::from_secs(10);
 
 /// Runs the subcommand.
-pub fn run(mut args: Args) -> Result<ExitCode> {
-    let mut force = false;
-    let mut dry_run = false;
+pub fn run(args: Args) -> Result<ExitCode> {
+    let force = args.flag(Id::Force);
+    let dry_run = args.flag(Id::DryRun);
     let mut min_age = DEFAULT_MIN_AGE;
-    while args.peek_is_option() {
-        if args.flag("--force") || args.flag("-f") {
-            force = true;
-        } else if args.flag("--dry-run") || args.flag("-n") {
-            dry_run = true;
-        } else if let Some(v) = args.value("--min-age") {
-            match v.to_str().and_then(|s| s.parse::<u64>().ok()) {
-                Some(s) => min_age = Duration::from_secs(s),
-                None => return Ok(common::usage_error("--min-age takes seconds", "unlock")),
-            }
-        } else {
-            return Ok(common::unknown_option(&args, "unlock"));
+    // Each value is checked as it is read; the last one counts.
+    for v in args.values(Id::MinAge) {
+        match v.to_str().and_then(|s| s.parse::<u64>().ok()) {
+            Some(s) => min_age = Duration::from_secs(s),
+            None => return Ok(common::usage_error("--min-age takes seconds", "unlock")),
         }
     }
-    let git_dir: Option<PathBuf> = args.next_path();
-    if !args.is_empty() {
-        return Ok(common::usage_error("too many arguments", "unlock"));
-    }
+    let git_dir: Option<PathBuf> = match args.operands() {
+        [] => None,
+        [d] => Some(PathBuf::from(d)),
+        _ => return Ok(common::usage_error("too many arguments", "unlock")),
+    };
     let repo = match git_dir {
         Some(d) if d.join(".git").is_dir() => Repo::open(&d.join(".git"))?,
         Some(d) => Repo::open(&d)?,

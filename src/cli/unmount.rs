@@ -26,6 +26,7 @@ use std::path::Path;
 use std::process::{Command, ExitCode};
 use std::time::{Duration, Instant};
 
+use crate::cli::table::Id;
 use crate::cli::Args;
 use reftablefs::fs;
 use reftablefs::Result;
@@ -266,29 +267,27 @@ fn serving_process(
 }
 
 /// Runs `reftablefs unmount`.
-pub fn run_unmount(mut args: Args) -> Result<ExitCode> {
+pub fn run_unmount(args: Args) -> Result<ExitCode> {
     let mut timeout = DEFAULT_TIMEOUT;
-    while args.peek_is_option() {
-        if let Some(v) = args.value("--timeout") {
-            match v.to_str().and_then(|s| s.parse::<u64>().ok()) {
-                Some(s) => timeout = Duration::from_secs(s),
-                None => {
-                    return Ok(crate::cli::common::usage_error(
-                        "--timeout takes a number of seconds",
-                        "unmount",
-                    ))
-                }
+    // Each value is checked as it is read; the last one counts.
+    for v in args.values(Id::Timeout) {
+        match v.to_str().and_then(|s| s.parse::<u64>().ok()) {
+            Some(s) => timeout = Duration::from_secs(s),
+            None => {
+                return Ok(crate::cli::common::usage_error(
+                    "--timeout takes a number of seconds",
+                    "unmount",
+                ))
             }
-        } else {
-            return Ok(crate::cli::common::unknown_option(&args, "unmount"));
         }
     }
-    let (Some(mountpoint), true) = (args.next_path(), args.is_empty()) else {
+    let [mountpoint] = args.operands() else {
         return Ok(crate::cli::common::usage_error(
             "expected one <mountpoint>",
             "unmount",
         ));
     };
+    let mountpoint = std::path::PathBuf::from(mountpoint);
     let mp = mountpoint.display();
     if !fs::is_mounted(&mountpoint) {
         eprintln!("reftablefs unmount: {mp} is not mounted");

@@ -11,6 +11,7 @@
 //! * `update-ref [-m MSG] [--no-deref] [--create-reflog] REF NEW [OLD]` and
 //!   `update-ref [-m MSG] [--no-deref] -d REF [OLD]`.
 
+use std::os::unix::ffi::OsStrExt;
 use std::process::ExitCode;
 
 use super::store::{is_per_worktree, RefStore};
@@ -22,6 +23,7 @@ use reftablefs::{Error, Result};
 
 use super::common::{self, rev_parse};
 use super::objects::TypeLookup;
+use super::table::Id;
 use super::update_ref_parse::{
     self as parse, reject_duplicates, Ending, Event, ParseError, StreamParser,
 };
@@ -321,31 +323,22 @@ fn report(what: &str) {
 }
 
 /// Runs the subcommand.
-pub fn run(mut args: Args) -> Result<ExitCode> {
-    let mut flags = Flags {
-        message: None,
-        no_deref: false,
-        create_reflog: false,
+pub fn run(args: Args) -> Result<ExitCode> {
+    let flags = Flags {
+        message: args.value(Id::Message).map(|m| m.as_bytes().to_vec()),
+        no_deref: args.flag(Id::NoDeref),
+        create_reflog: args.flag(Id::CreateReflog),
     };
-    let (mut stdin, mut z, mut delete) = (false, false, false);
-    while args.peek_is_option() {
-        if let Some(m) = args.value("-m") {
-            flags.message = Some(m.to_string_lossy().into_owned().into_bytes());
-        } else if args.flag("--no-deref") {
-            flags.no_deref = true;
-        } else if args.flag("--create-reflog") {
-            flags.create_reflog = true;
-        } else if args.flag("--stdin") {
-            stdin = true;
-        } else if args.flag("-z") {
-            z = true;
-        } else if args.flag("-d") {
-            delete = true;
-        } else {
-            return Ok(common::unknown_option(&args, "update-ref"));
-        }
-    }
-    let rest: Vec<String> = args.rest();
+    let (stdin, z, delete) = (
+        args.flag(Id::Stdin),
+        args.flag(Id::NulTerminated),
+        args.flag(Id::Delete),
+    );
+    let rest: Vec<Vec<u8>> = args
+        .operands()
+        .iter()
+        .map(|w| w.as_bytes().to_vec())
+        .collect();
     let repo = common::open_repo()?;
     if stdin {
         if delete || !rest.is_empty() {
@@ -389,17 +382,22 @@ fn single_edit(
     store: &RefStore,
     repo: &Repo,
     delete: bool,
-    rest: &[String],
+    rest: &[Vec<u8>],
 ) -> parse::ParseResult<Option<RefEdit>> {
     let mut resolve = resolver(store, repo);
-    let mut value = |s: &str, what: &str| -> parse::ParseResult<ObjectId> {
+    let mut value = |s: &[u8], what: &str| -> parse::ParseResult<ObjectId> {
         if s.is_empty() {
             return Ok(repo.hash().null_id());
         }
-        resolve(s.as_bytes())?.ok_or_else(|| ParseError::Input(format!("{s}: not a valid {what}")))
+        resolve(s)?.ok_or_else(|| {
+            ParseError::Input(format!(
+                "{}: not a valid {what}",
+                String::from_utf8_lossy(s)
+            ))
+        })
     };
-    let edit = |name: &String, new: NewValue, expected: Expected| RefEdit {
-        name: name.clone().into_bytes(),
+    let edit = |name: &[u8], new: NewValue, expected: Expected| RefEdit {
+        name: name.to_vec(),
         new: Some(new),
         expected,
         ..RefEdit::default()

@@ -9,18 +9,12 @@ use reftablefs::stack::verify::verify_stack;
 use reftablefs::Result;
 
 use super::common;
+use super::table::Id;
 use super::Args;
 
 /// Runs the subcommand.
-pub fn run(mut args: Args) -> Result<ExitCode> {
-    let mut verbose = false;
-    while args.peek_is_option() {
-        if args.flag("--verbose") || args.flag("-v") {
-            verbose = true;
-        } else {
-            return Ok(common::unknown_option(&args, "verify"));
-        }
-    }
+pub fn run(args: Args) -> Result<ExitCode> {
+    let verbose = args.flag(Id::Verbose);
     let repo = common::open_repo()?;
     repo.require_reftable()?;
     let mut dirs = vec![repo.reftable_dir()];

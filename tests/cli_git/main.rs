@@ -6,6 +6,7 @@
 //! The tests are grouped by command, one file each.
 
 mod migrate;
+mod options;
 mod random;
 mod reading;
 mod repository;
