@@ -147,6 +147,7 @@ fn source_of(c: &Cmd) -> &'static str {
         "for-each-ref" => "for_each_ref.rs",
         "update-ref" => "update_ref.rs",
         "mount" | "unmount" => "mount.rs",
+        "exec" => "exec.rs",
         "completions" | "man" | "help" => "gen.rs",
         "resolve" => "resolve.rs",
         "reflog" => "reflog.rs",

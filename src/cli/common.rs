@@ -44,6 +44,12 @@ pub fn parse_global_options(args: &mut Args) -> std::result::Result<(), String> 
     Ok(())
 }
 
+/// The global options as parsed (`-C`, `--git-dir`, `-c`), for commands that find the
+/// repository themselves (`exec`).
+pub fn global_options() -> Discover {
+    GLOBAL.get().cloned().unwrap_or_default()
+}
+
 /// Opens the repository named by the global options and the environment.
 pub fn open_repo() -> Result<Repo> {
     let d = GLOBAL.get().cloned().unwrap_or_default();
