@@ -16,7 +16,10 @@
 //! * [`nothing_pending_is_lost_when_killed`]: with a 3 s batch window, a writer inside is
 //!   killed (`kill -9`) while updates it made are still pending: `exec` writes them all
 //!   before it exits (137). Then `exec` itself is killed (`kill -9`): the view writes
-//!   what is pending and unmounts itself.
+//!   what is pending and unmounts itself. Then COMMAND leaves a process behind that
+//!   holds the view (its working directory) and writes a ref later: `exec` returns with
+//!   COMMAND's status, the view is detached and serves that process, and the ref is
+//!   written.
 //! * [`an_ordinary_user`]: a user made for the test (`useradd`; removed on every exit
 //!   path) runs `exec` with `/dev/fuse` closed to it (mode 0600: the message names
 //!   `/dev/fuse` and `mount --over`); then, where the kernel's settings allow unprivileged
@@ -880,6 +883,41 @@ pub fn nothing_pending_is_lost_when_killed(ctx: &Ctx) -> TestResult {
     ensure!(
         fs::symlink_metadata(target.join("refs/heads"))?.is_file(),
         "the real refs/heads is no longer git's stub file"
+    );
+
+    // 3. COMMAND leaves a process behind that holds the view (its working directory is in
+    //    it) and writes a ref after COMMAND exited: exec returns with COMMAND's status,
+    //    the view is detached and serves it until it lets go, and its update is written.
+    let done = ctx.path("late-done");
+    let script = format!(
+        "(cd .git && sleep 5 && echo {base} > refs/heads/late.lock && mv refs/heads/late.lock \
+         refs/heads/late && touch {done}) & sleep 0.3; exit 5",
+        done = s(&done)
+    );
+    let cmd = exec_command(ctx, &repo.work, &["--", "sh", "-c", &script])?;
+    let mut ex = Exec::spawn(ctx, "left-behind", cmd)?;
+    let view = ex.find_view(ex.pid())?;
+    let ended = ex.wait(Duration::from_secs(30))?;
+    ended.expect_code(5, "exec whose command left a process behind")?;
+    ensure!(
+        ended
+            .stderr
+            .contains("still in use by processes the command left behind"),
+        "{}",
+        ended.stderr
+    );
+    wait_file(&done, Duration::from_secs(30))?;
+    stage("the detached view ends once the process left behind let go");
+    wait_for(Duration::from_secs(30), || {
+        if pid_alive(view) {
+            Err("the view's process still runs".into())
+        } else {
+            Ok(())
+        }
+    })?;
+    ensure!(
+        repo.rev_parse("late")? == base,
+        "the update made through the detached view is lost"
     );
     let polls = watch.finish()?;
     note(&format!("/proc/self/mounts polled {polls} times"));

@@ -599,16 +599,29 @@ impl View {
     /// have been written or the process did not end as it should (said on stderr).
     fn tear_down(&mut self, signals: &Signals) -> bool {
         let mut ok = true;
-        let mut busy = false;
+        let mut gone = Unmounted::Gone;
         if self.reap().is_none() && fs::is_mounted(&self.target) {
             ok &= self.flush();
-            busy = !self.unmount();
+            gone = self.unmount();
         }
-        // Unmounted (or detached): an end of file from now on means nothing.
-        if let Some(p) = self.pipe.take() {
-            let mut f = std::fs::File::from(p);
-            let _ = f.write_all(&[TORN_DOWN]);
+        match (&gone, self.pipe.take()) {
+            // Unmounted (or detached): an end of file from now on means nothing.
+            (Unmounted::Gone | Unmounted::Detached, Some(p)) => {
+                let mut f = std::fs::File::from(p);
+                let _ = f.write_all(&[TORN_DOWN]);
+            }
+            // Still mounted: the pipe closes without the byte, so the view unmounts
+            // itself (fs::mount's own unmount, then its flush).
+            (Unmounted::Failed(e), p) => {
+                eprintln!(
+                    "reftablefs exec: cannot unmount {}: {e}; the view unmounts itself",
+                    self.target.display()
+                );
+                drop(p);
+            }
+            (_, None) => {}
         }
+        let busy = matches!(gone, Unmounted::Detached);
         let budget = if busy {
             BUSY_GRACE
         } else {
@@ -701,30 +714,48 @@ impl View {
         ok
     }
 
-    /// Unmounts the view; true when it is gone, false when it was busy and is detached.
-    fn unmount(&self) -> bool {
+    /// Unmounts the view: a busy mount (held by processes COMMAND left behind) is tried
+    /// again for [`BUSY_RETRY`], then detached.
+    fn unmount(&self) -> Unmounted {
         use std::os::unix::ffi::OsStrExt;
         let Ok(c) = std::ffi::CString::new(self.target.as_os_str().as_bytes()) else {
-            return true;
+            return Unmounted::Failed(std::io::ErrorKind::InvalidInput.into());
         };
         let deadline = Instant::now() + BUSY_RETRY;
         loop {
             // SAFETY: a NUL-terminated path.
             if unsafe { libc::umount2(c.as_ptr(), 0) } == 0 {
-                return true;
+                return Unmounted::Gone;
             }
             let e = std::io::Error::last_os_error();
             if e.raw_os_error() != Some(libc::EBUSY) {
-                // Not mounted any more (EINVAL), or refused: a detach is the last resort.
-                return fs::lazy_unmount(&self.target) || !fs::is_mounted(&self.target);
+                // Unmounted by someone else meanwhile (EINVAL), or refused.
+                return if fs::is_mounted(&self.target) {
+                    Unmounted::Failed(e)
+                } else {
+                    Unmounted::Gone
+                };
             }
             if Instant::now() > deadline {
-                fs::lazy_unmount(&self.target);
-                return false;
+                return if fs::lazy_unmount(&self.target) {
+                    Unmounted::Detached
+                } else {
+                    Unmounted::Failed(std::io::Error::last_os_error())
+                };
             }
             std::thread::sleep(Duration::from_millis(20));
         }
     }
+}
+
+/// How [`View::unmount`] ended.
+enum Unmounted {
+    /// The mount is gone.
+    Gone,
+    /// It was busy and is detached: its process serves those who hold it.
+    Detached,
+    /// It could not be unmounted.
+    Failed(std::io::Error),
 }
 
 /// What the mount says about itself in its status file.
