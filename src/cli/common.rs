@@ -46,6 +46,7 @@ pub fn parse_global_options(args: &mut Args) -> std::result::Result<(), String> 
 
 /// The global options as parsed (`-C`, `--git-dir`, `-c`), for commands that find the
 /// repository themselves (`exec`).
+#[cfg(feature = "fuse")]
 pub fn global_options() -> Discover {
     GLOBAL.get().cloned().unwrap_or_default()
 }

@@ -248,7 +248,14 @@ pub fn run(mut args: Args) -> Result<ExitCode> {
         .open(&log_path)
         .map_err(|e| Error::io(&log_path, e))?;
 
-    // From here until the fork this process must keep a single thread.
+    // From here until the fork this process must keep a single thread (checked: the
+    // kernel checks it only for a user namespace).
+    let threads = thread_count();
+    if threads != 1 {
+        return Err(fs::fail(format!(
+            "reftablefs exec: {threads} threads before the fork (expected 1)"
+        )));
+    }
     let signals = Signals::block(&[FORWARDED, &[libc::SIGCHLD]].concat());
     let kind = match userns::enter() {
         Ok(k) => k,
@@ -271,9 +278,9 @@ pub fn run(mut args: Args) -> Result<ExitCode> {
         }
     };
     let (pipe_r, pipe_w) = pipe()?;
-    // SAFETY: this process has one thread (the kernel's user namespace check above
-    // enforces it for ordinary users; as root nothing has started one); the child only
-    // runs `view_process`, which never returns.
+    // SAFETY: this process has one thread (checked above, and by the kernel for a user
+    // namespace), so the child's copy of memory is consistent; the child only runs
+    // `view_process`, which never returns.
     let pid = unsafe { libc::fork() };
     if pid < 0 {
         return Err(Error::io("fork", std::io::Error::last_os_error()));
@@ -321,6 +328,9 @@ pub fn run(mut args: Args) -> Result<ExitCode> {
         }
         Ready::Signal(sig) => {
             view.abandon();
+            if log_is_default && view.status == Some(0) {
+                let _ = std::fs::remove_file(&log_path);
+            }
             return Ok(ExitCode::from(u8::try_from(128 + sig).unwrap_or(128)));
         }
         Ready::TimedOut => {
@@ -365,6 +375,18 @@ pub fn run(mut args: Args) -> Result<ExitCode> {
         let _ = std::fs::remove_file(&log_path);
     }
     Ok(code)
+}
+
+/// How many threads this process has (`Threads:` in `/proc/self/status`; 0 unknown).
+fn thread_count() -> usize {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find_map(|l| l.strip_prefix("Threads:"))
+                .and_then(|n| n.trim().parse().ok())
+        })
+        .unwrap_or(0)
 }
 
 /// Whether the current process runs as root.
