@@ -11,6 +11,7 @@ mod bounds;
 mod clients;
 mod crash;
 mod differential;
+mod exec;
 mod expected;
 mod foreign;
 mod lifecycle;
@@ -35,6 +36,7 @@ const SOURCES: &[(&str, &str)] = &[
     ("clients", include_str!("clients.rs")),
     ("crash", include_str!("crash.rs")),
     ("differential", include_str!("differential.rs")),
+    ("exec", include_str!("exec.rs")),
     ("expected", include_str!("expected.rs")),
     ("foreign", include_str!("foreign.rs")),
     ("lifecycle", include_str!("lifecycle.rs")),

@@ -15,6 +15,11 @@ fn run_unmount(args: Args) -> Result<ExitCode> {
     super::unmount::run_unmount(args)
 }
 
+#[cfg(feature = "fuse")]
+fn run_exec(args: Args) -> Result<ExitCode> {
+    super::exec::run(args)
+}
+
 #[cfg(not(feature = "fuse"))]
 fn run_mount(_: Args) -> Result<ExitCode> {
     Err(reftablefs::Error::Transaction(
@@ -24,6 +29,11 @@ fn run_mount(_: Args) -> Result<ExitCode> {
 
 #[cfg(not(feature = "fuse"))]
 fn run_unmount(args: Args) -> Result<ExitCode> {
+    run_mount(args)
+}
+
+#[cfg(not(feature = "fuse"))]
+fn run_exec(args: Args) -> Result<ExitCode> {
     run_mount(args)
 }
 
@@ -42,6 +52,7 @@ pub fn runner(name: &str) -> Option<fn(Args) -> Result<ExitCode>> {
         "dump" => super::dump::run,
         "mount" => run_mount,
         "unmount" => run_unmount,
+        "exec" => run_exec,
         "status" => super::status::run,
         "unlock" => super::unlock::run,
         "completions" => super::gen::run_completions,

@@ -40,6 +40,13 @@ pub fn set_global_options(args: &Args) {
     let _ = GLOBAL.set(d);
 }
 
+/// The global options as parsed (`-C`, `--git-dir`, `-c`), for commands that find the
+/// repository themselves (`exec`).
+#[cfg(feature = "fuse")]
+pub fn global_options() -> Discover {
+    GLOBAL.get().cloned().unwrap_or_default()
+}
+
 /// Opens the repository named by the global options and the environment.
 pub fn open_repo() -> Result<Repo> {
     let d = GLOBAL.get().cloned().unwrap_or_default();

@@ -11,6 +11,8 @@ pub mod commands;
 pub mod common;
 pub mod compact;
 pub mod dump;
+#[cfg(feature = "fuse")]
+pub mod exec;
 pub mod for_each_ref;
 pub mod gen;
 pub mod help;
@@ -31,6 +33,8 @@ pub mod unlock;
 pub mod unmount;
 pub mod update_ref;
 pub mod update_ref_parse;
+#[cfg(feature = "fuse")]
+pub mod userns;
 pub mod verify;
 
 use std::ffi::OsString;

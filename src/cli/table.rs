@@ -464,6 +464,47 @@ pub const COMMANDS: &[Command] = &[
         exit_codes: &[(1, "<mountpoint> is not mounted")],
     },
     Command {
+        name: "exec",
+        summary: "run one command where the repository's .git is the files view",
+        usage: &["[-C <dir>] [--read-only] [--no-kernel-passthrough] [--no-follow-cpu] [--batch-window=<ms>] [--batch-max=<n>] [--inode-cap=<n>] [--no-fsync] [--log=<file>] [--] <command> [<args>...]"],
+        description: "Finds the repository as git does (from <dir> or the current directory; a \
+            linked worktree's common directory), then runs <command> in a private mount \
+            namespace where that git directory is the files view (as mount --over makes \
+            it), while every other process keeps the native reftable repository and sees \
+            no mount. As root a new mount namespace; as an ordinary user a user namespace \
+            with only your own uid and gid mapped (the kernel must allow unprivileged user \
+            namespaces and FUSE in them, and /dev/fuse must be open to you; otherwise it \
+            fails at once naming the setting). <command> keeps your credentials, \
+            environment, terminal and process group; signals sent to exec are forwarded. \
+            When it exits, every pending update is written and the view unmounted; exec \
+            exits with its status (128+N when signal N killed it), or 128 when the view \
+            cannot be made or an update was not written.",
+        options: &[
+            opt(Id::ChangeDir, "-C <dir>", "find the repository from <dir> and run <command> there (repeatable; each is relative to the previous)"),
+            opt(Id::ReadOnly, "--read-only", "refuse every write through the view (EROFS)"),
+            opt(Id::NoKernelPassthrough, "--no-kernel-passthrough", "forward reads and writes of passed-through files instead of kernel FUSE passthrough"),
+            opt(Id::NoFollowCpu, "--no-follow-cpu", "leave the request threads where the scheduler puts them"),
+            opt(Id::BatchWindow, "--batch-window=<ms>", "how long writes are gathered into one table (default 5)"),
+            opt(Id::BatchMax, "--batch-max=<n>", "commit a batch once it holds <n> edits (default 10000)"),
+            opt(Id::InodeCap, "--inode-cap=<n>", "names the view keeps known to the kernel (default 131072; at least 1024)"),
+            opt(Id::NoFsync, "--no-fsync", "do not fsync tables and tables.list (faster, not crash safe)"),
+            opt(Id::Log, "--log=<file>", "append the view's log lines to <file> and keep it (default: a temporary file, shown and kept only on failure)"),
+        ],
+        words: &[],
+        // The first operand (<command>) ends the options: the rest are its own.
+        options_anywhere: false,
+        sub_options: None,
+        operands: Operands::Files,
+        examples: &[
+            ("reftablefs exec -- cargo publish --dry-run", "libgit2 sees a files repository"),
+            ("reftablefs exec -C ~/src/project -- $SHELL", "a shell where everything sees files"),
+        ],
+        exit_codes: &[
+            (126, "<command> cannot be run"),
+            (127, "<command> is not found"),
+        ],
+    },
+    Command {
         name: "status",
         summary: "list this user's reftablefs mounts, or show what one is doing",
         usage: &["[--json] [<mountpoint>]"],
