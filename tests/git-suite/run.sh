@@ -190,7 +190,7 @@ trap 'exit 130' INT TERM
 run_one() {
     local script=$1 name=${1%.sh}
     local trash="$run/trash directory.$name" res="$run/results/$name"
-    local pid start status=done rc=0 args=(--verbose-log)
+    local pid start i status=done args=(--verbose-log)
     set +e
     [ -z "$trace" ] || args+=(-x)
     rm -f "$res".*
@@ -216,13 +216,13 @@ run_one() {
             status=timeout
             [ "$mode" = b ] && abort_under "$trash"
             kill -TERM -- "-$pid" 2>/dev/null || true
-            sleep 5
+            for i in 1 2 3 4 5; do kill -0 -- "-$pid" 2>/dev/null && sleep 1; done
             kill -KILL -- "-$pid" 2>/dev/null || true
             break
         fi
         sleep 1
     done
-    wait "$pid" || rc=$?
+    wait "$pid"
     rm -f "$res.pgid"
     echo "$(( $(date +%s) - start ))" >"$res.time"
     if [ "$mode" = b ]; then
