@@ -1,5 +1,5 @@
 //! The mount's lifecycle and repository variants: failed mounts say why, `--daemon`
-//! returns once ready and `reftablefs unmount` ends it, SIGINT flushes pending updates and
+//! returns once ready and `reftablefs unmount` ends it, SIGINT and SIGHUP flush pending updates and
 //! unmounts cleanly, and a SHA-256 repository is served with 64-hex ids.
 
 use crate::expected::{build_scenario, expected_tree};
@@ -142,6 +142,19 @@ mount_test!(daemon_then_unmount, timeout = 120);
 /// SIGINT with an update still pending in a long batch window: the mount flushes it,
 /// unmounts and exits 0; git then sees the update and its reflog entry.
 pub fn sigint_flushes_and_unmounts(ctx: &Ctx) -> TestResult {
+    signal_flushes_and_unmounts(ctx, "INT")
+}
+mount_test!(sigint_flushes_and_unmounts, timeout = 120);
+
+/// SIGHUP (a foreground mount whose terminal closed) is handled as SIGINT and SIGTERM:
+/// the pending update is flushed before the mount exits 0 (it used to die at once and
+/// lose it).
+pub fn sighup_flushes_and_unmounts(ctx: &Ctx) -> TestResult {
+    signal_flushes_and_unmounts(ctx, "HUP")
+}
+mount_test!(sighup_flushes_and_unmounts, timeout = 120);
+
+fn signal_flushes_and_unmounts(ctx: &Ctx, sig: &str) -> TestResult {
     let repo = Repo::init(&ctx.path("repo"), "reftable")?;
     let first = repo.commit("first")?;
     repo.commit("second")?;
@@ -184,8 +197,8 @@ pub fn sigint_flushes_and_unmounts(ctx: &Ctx) -> TestResult {
         "the 60 s batch window was not honoured (written at once)"
     );
     let pid = m.pid().ok_or("no mount pid")?;
-    signal(pid, "INT");
-    // Mount::terminate sends SIGTERM; here SIGINT was sent already: wait for the exit.
+    signal(pid, sig);
+    // Mount::terminate sends SIGTERM; here the signal was sent already: wait for the exit.
     wait_for(Duration::from_secs(10), || {
         if pid_alive(pid) || is_mounted(&m.mnt) {
             Err("running".into())
@@ -193,11 +206,11 @@ pub fn sigint_flushes_and_unmounts(ctx: &Ctx) -> TestResult {
             Ok(())
         }
     })
-    .map_err(|_| format!("mount still running 10 s after SIGINT; log:\n{}", m.log()))?;
+    .map_err(|_| format!("mount still running 10 s after SIG{sig}; log:\n{}", m.log()))?;
     m.terminate()?; // reaps the child and checks exit status 0
     ensure!(
         repo.rev_parse("refs/heads/pending")? == first,
-        "the pending update was lost at SIGINT"
+        "the pending update was lost at SIG{sig}"
     );
     let log = repo.git(&["reflog", "show", "--format=%H", "refs/heads/pending"])?;
     ensure!(
@@ -206,7 +219,6 @@ pub fn sigint_flushes_and_unmounts(ctx: &Ctx) -> TestResult {
     );
     Ok(())
 }
-mount_test!(sigint_flushes_and_unmounts, timeout = 120);
 
 /// A SHA-256 repository: the tree matches git's, 64-hex ids are accepted, 40-hex refused.
 pub fn sha256_repository(ctx: &Ctx) -> TestResult {

@@ -7,6 +7,7 @@
 
 #[macro_use]
 mod harness;
+mod bounds;
 mod clients;
 mod crash;
 mod differential;
@@ -30,6 +31,7 @@ fn main() -> std::process::ExitCode {
 
 /// Every module's source, for [`every_test_function_is_registered`].
 const SOURCES: &[(&str, &str)] = &[
+    ("bounds", include_str!("bounds.rs")),
     ("clients", include_str!("clients.rs")),
     ("crash", include_str!("crash.rs")),
     ("differential", include_str!("differential.rs")),

@@ -607,3 +607,82 @@ pub fn other_users_get_what_the_modes_give(ctx: &Ctx) -> TestResult {
     Ok(())
 }
 mount_test!(other_users_get_what_the_modes_give, timeout = 240);
+
+/// A linked worktree's stack is reached beneath GITDIR too: `worktrees/<id>` swapped for a
+/// link to another repository's worktree (outside GITDIR) while the kernel holds its entry
+/// is not followed by the mount's worktree view — neither when the view starts after the
+/// swap nor when a view started before it reloads. Reads never show the outside
+/// worktree's HEAD or refs, and a per-worktree ref written through the view never lands
+/// in the outside stack.
+pub fn worktree_swap_reaches_nothing_outside(ctx: &Ctx) -> TestResult {
+    let repo = Repo::init(&ctx.path("repo"), "reftable")?;
+    repo.commit("base")?;
+    let outside = Repo::init(&ctx.path("outside"), "reftable")?;
+    let oid = outside.commit("outside")?;
+    outside.git(&["branch", "outside-marker"])?;
+    // Worktrees named `wt` in both (git names a worktree after its directory).
+    for (r, dir) in [(&repo, "in/wt"), (&outside, "out/wt")] {
+        let dir = ctx.path(dir);
+        r.git(&["worktree", "add", "-q", "--detach", &dir.to_string_lossy()])?;
+    }
+    // The outside worktree's HEAD names a branch that only exists outside.
+    outside.git(&[
+        "-C",
+        &ctx.path("out/wt").to_string_lossy(),
+        "symbolic-ref",
+        "HEAD",
+        "refs/heads/outside-marker",
+    ])?;
+    let m = Mount::start(&repo.gitdir, &ctx.path("mnt"), &[])?;
+    // The view starts (and the kernel holds the directories) before the swap.
+    fs::create_dir_all(m.path("worktrees/wt/refs/bisect"))?;
+    let before = fs::read(m.path("worktrees/wt/HEAD"))?;
+    ensure!(
+        !String::from_utf8_lossy(&before).contains("outside"),
+        "HEAD before the swap: {before:?}"
+    );
+    // From GITDIR/worktrees/ this reaches the outside repository's worktree; from the
+    // mountpoint (two levels less deep) it names nothing.
+    swap(
+        &repo.gitdir,
+        "worktrees/wt",
+        "../../../outside/.git/worktrees/wt",
+    )?;
+    // At once, within the kernel's entry TTL (1 s): the kernel still sends these to the
+    // view (after the TTL it resolves the link itself, to nothing).
+    let mut seen = Vec::new();
+    for _ in 0..5 {
+        if let Ok(head) = fs::read(m.path("worktrees/wt/HEAD")) {
+            seen.push(String::from_utf8_lossy(&head).into_owned());
+        }
+        if let Ok(entries) = fs::read_dir(m.path("worktrees/wt/refs")) {
+            for e in entries.flatten() {
+                seen.push(e.file_name().to_string_lossy().into_owned());
+            }
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    ensure!(
+        !seen.iter().any(|s| s.contains("outside")),
+        "the view served the outside worktree: {seen:?}"
+    );
+    let _ = fs::write(
+        m.path("worktrees/wt/refs/bisect/planted"),
+        format!("{oid}\n"),
+    );
+    let _ = fs::File::open(&m.mnt).and_then(|f| f.sync_all());
+    m.unmount()?;
+    let refs = outside.git_output(&[
+        "-C",
+        &ctx.path("out/wt").to_string_lossy(),
+        "for-each-ref",
+        "--format=%(refname)",
+        "refs/bisect/",
+    ])?;
+    ensure!(
+        !String::from_utf8_lossy(&refs.stdout).contains("planted"),
+        "a ref written through the view landed in the outside worktree's stack"
+    );
+    Ok(())
+}
+mount_test!(worktree_swap_reaches_nothing_outside, timeout = 120);

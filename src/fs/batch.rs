@@ -12,208 +12,18 @@
 //! must be atomic with the overlay's view; sealing moves it into the queue. fsync callers
 //! wait on the queue's lock, never on the state lock.
 
-use std::collections::{BTreeMap, HashMap, VecDeque};
-use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use crate::fs::error::FsError;
 use crate::fs::procfs;
+use crate::fs::queue::{Batch, LostEdit};
+use crate::fs::record::log_error;
 use crate::fs::source::{BatchEdit, CommitOutcome, RefSource};
-use crate::fs::state::{log_error, Shared};
-use crate::fs::status;
-use crate::fs::write::Batch;
+use crate::fs::state::Shared;
 
 /// How long the batcher must be idle before it compacts the stack.
 const IDLE_BEFORE_COMPACTION: Duration = Duration::from_secs(5);
-
-/// At most this many processes keep a failure record (the oldest are dropped, logged).
-const PROC_FAILURES_MAX: usize = 4096;
-
-/// At most this many failed batches are remembered (for [`BatchQueue::failed_since`]).
-const FAILED_BATCHES_MAX: usize = 1024;
-
-/// Failed edits of one process (see [`BatchQueue::take_failures`]).
-#[derive(Debug, Default)]
-pub struct ProcFailure {
-    /// The process's start time (`/proc/<pid>/stat` field 22), so that a new process
-    /// reusing the id is not told of another's failure.
-    pub start: Option<u64>,
-    /// The refs whose edits failed.
-    pub names: Vec<Vec<u8>>,
-}
-
-/// An edit of a written batch that was not written, for one process that staged it.
-#[derive(Debug)]
-pub(crate) struct LostEdit {
-    /// The process (thread group id).
-    pub pid: u32,
-    /// Its start time (see [`ProcFailure::start`]).
-    pub start: u64,
-    /// The ref.
-    pub name: Vec<u8>,
-}
-
-/// The batch queue: sealed batches on their way to the stack and what became of them.
-///
-/// Lock order: the state lock (`Shared::inner`) may be held when this lock is taken
-/// (sealing, staging's wake-up, `reftablefs status`), never the other way round.
-#[derive(Debug, Default)]
-pub struct BatchQueue {
-    q: Mutex<Queue>,
-    /// Signalled for the batcher: a batch was sealed, an edit staged, a flush requested,
-    /// the mount is stopping.
-    work: Condvar,
-    /// Signalled for fsync waiters: a batch was written (or failed), the batcher is gone.
-    written: Condvar,
-}
-
-/// What [`BatchQueue`]'s lock protects.
-#[derive(Debug, Default)]
-struct Queue {
-    /// Sealed batches waiting for the batcher, oldest first.
-    sealed: VecDeque<Batch>,
-    /// Highest batch sequence number written (or failed) so far.
-    durable_seq: u64,
-    /// Batches that failed in part or whole, with the reason (for unmount's flush).
-    failed: BTreeMap<u64, String>,
-    /// A flush (fsync, unmount) asks the batcher not to wait for the window.
-    flush_requested: bool,
-    /// When the open batch (by sequence number) was first seen with an edit.
-    open_since: Option<(u64, Instant)>,
-    /// Edits that could not be written, by the process that staged them (thread group
-    /// id): its next `fsync` on the mount fails with EIO and takes the record (Linux's
-    /// errseq rule for writeback errors: each failure is reported once, to whoever
-    /// wrote the data).
-    proc_failures: HashMap<u32, ProcFailure>,
-    /// The batcher thread ended: nothing more will be written.
-    batcher_gone: bool,
-}
-
-impl BatchQueue {
-    fn lock(&self) -> MutexGuard<'_, Queue> {
-        self.q.lock().unwrap_or_else(|p| p.into_inner())
-    }
-
-    /// Queues a sealed batch (sequence numbers in increasing order) and wakes the batcher.
-    pub fn push(&self, batch: Batch) {
-        self.lock().sealed.push_back(batch);
-        self.work.notify_all();
-    }
-
-    /// Wakes the batcher (an edit was staged, the mount is stopping). Takes the lock, so
-    /// that a batcher between looking at the open batch and waiting cannot miss it.
-    pub fn kick(&self) {
-        drop(self.lock());
-        self.work.notify_all();
-    }
-
-    /// Asks the batcher to write the open batch without waiting for its window.
-    pub fn request_flush(&self) {
-        self.lock().flush_requested = true;
-        self.work.notify_all();
-    }
-
-    /// The next sealed batch, oldest first (tests; the batcher pops in `next_batch`).
-    #[cfg(test)]
-    pub fn pop(&self) -> Option<Batch> {
-        self.lock().sealed.pop_front()
-    }
-
-    /// Number of sealed batches waiting.
-    pub fn sealed_len(&self) -> usize {
-        self.lock().sealed.len()
-    }
-
-    /// How long the open batch `seq` has been waiting, if the batcher has seen it.
-    pub fn window_age(&self, seq: u64) -> Option<Duration> {
-        match self.lock().open_since {
-            Some((s, t)) if s == seq => Some(t.elapsed()),
-            _ => None,
-        }
-    }
-
-    /// Batch `seq` was written: `failure` says why some or all of its edits were not, and
-    /// `lost` names them for each process that staged them. Wakes fsync waiters.
-    pub(crate) fn mark_written(&self, seq: u64, failure: Option<String>, lost: Vec<LostEdit>) {
-        let mut q = self.lock();
-        if let Some(why) = failure {
-            q.failed.insert(seq, why);
-        }
-        for l in lost {
-            q.record_failure(l);
-        }
-        q.durable_seq = q.durable_seq.max(seq);
-        // Keep the failure record bounded.
-        while q.failed.len() > FAILED_BATCHES_MAX {
-            q.failed.pop_first();
-        }
-        drop(q);
-        self.written.notify_all();
-    }
-
-    /// The batcher ended: waiters stop waiting.
-    pub fn set_batcher_gone(&self) {
-        self.lock().batcher_gone = true;
-        self.written.notify_all();
-        self.work.notify_all();
-    }
-
-    /// Highest batch sequence number written (or failed).
-    pub fn durable_seq(&self) -> u64 {
-        self.lock().durable_seq
-    }
-
-    /// Waits until every batch up to `seq` is written (group commit: every waiter shares
-    /// the next batch). EIO if the batcher is gone with batches unwritten.
-    pub fn wait_written(&self, seq: u64) -> Result<(), FsError> {
-        let mut q = self.lock();
-        while q.durable_seq < seq && !q.batcher_gone {
-            q = self
-                .written
-                .wait_timeout(q, Duration::from_millis(100))
-                .map(|r| r.0)
-                .unwrap_or_else(|p| p.into_inner().0);
-        }
-        if q.durable_seq < seq {
-            return Err(FsError::EIO);
-        }
-        Ok(())
-    }
-
-    /// Whether a batch numbered `seq` or later failed in part or whole.
-    pub fn failed_since(&self, seq: u64) -> bool {
-        self.lock().failed.range(seq..).next().is_some()
-    }
-
-    /// Takes process `pid`'s record of failed edits (each failure is reported once).
-    pub fn take_failures(&self, pid: u32) -> Option<ProcFailure> {
-        self.lock().proc_failures.remove(&pid)
-    }
-}
-
-impl Queue {
-    fn record_failure(&mut self, l: LostEdit) {
-        if !self.proc_failures.contains_key(&l.pid) && self.proc_failures.len() >= PROC_FAILURES_MAX
-        {
-            if let Some(&old) = self.proc_failures.keys().next() {
-                self.proc_failures.remove(&old);
-                eprintln!(
-                    "reftablefs: too many processes with unreported failures: \
-                     process {old} will not be told by fsync"
-                );
-            }
-        }
-        let f = self.proc_failures.entry(l.pid).or_default();
-        if f.start != Some(l.start) {
-            f.start = Some(l.start);
-            f.names.clear();
-        }
-        if f.names.len() < 64 {
-            f.names.push(l.name);
-        }
-    }
-}
 
 /// The processes to tell (by their next `fsync`) that `edits` were not written: each
 /// staging process still alive (a process that is gone has no one to tell). Reads
@@ -259,7 +69,7 @@ fn commit(writer: &mut Writer, batch: &Batch) -> crate::Result<CommitOutcome> {
         Some(src) => {
             let r = src.commit(&batch.edits);
             if r.as_ref().is_ok_and(|o| o.applied > 0) {
-                crate::fs::status::recorder().committed(src.last_table());
+                crate::fs::record::recorder().committed(src.last_table());
             }
             r
         }
@@ -397,7 +207,7 @@ fn run(shared: &Shared, writer: &mut Writer) {
                         show(mine.new.as_ref())
                     );
                     log_error("commit", &c.name, &why);
-                    status::recorder().conflict(&c.name, &why);
+                    crate::fs::record::recorder().conflict(&c.name, &why);
                     lost.push(mine);
                 }
                 for (name, why) in &out.failed {
@@ -406,7 +216,7 @@ fn run(shared: &Shared, writer: &mut Writer) {
                     };
                     let why = format!("not written: {why}");
                     log_error("commit", name, &why);
-                    status::recorder().conflict(name, &why);
+                    crate::fs::record::recorder().conflict(name, &why);
                     lost.push(mine);
                 }
             }
@@ -418,7 +228,8 @@ fn run(shared: &Shared, writer: &mut Writer) {
                 );
                 for edit in &batch.edits {
                     log_error("commit", &edit.name, &"not written (see above)");
-                    status::recorder().conflict(&edit.name, &format!("not written: {why}"));
+                    crate::fs::record::recorder()
+                        .conflict(&edit.name, &format!("not written: {why}"));
                 }
                 lost.extend(batch.edits.iter());
             }
@@ -471,13 +282,15 @@ fn show(v: Option<&crate::format::RefValue>) -> String {
 mod tests {
     use super::*;
     use std::sync::atomic::{AtomicBool, Ordering};
-    use std::sync::mpsc;
+    use std::sync::{mpsc, Condvar, Mutex, MutexGuard};
 
     use crate::format::{HashKind, LogRecord, ObjectId, RefRecord, RefValue};
-    use crate::fs::inode::ROOT;
+    use crate::fs::error::FsError;
+    use crate::fs::ino::ROOT;
+    use crate::fs::queue::{BatchQueue, FAILED_BATCHES_MAX};
+    use crate::fs::source::LogSettings;
     use crate::fs::source::MemSource;
     use crate::fs::state::BatchSettings;
-    use crate::fs::write::LogSettings;
 
     /// Bound on every wait of these tests (generous: a loaded machine is slow, and a
     /// wait that should end ends long before).
@@ -571,8 +384,13 @@ mod tests {
         let mut m = MemSource::new();
         m.set("refs/heads/a", RefValue::Val1(id(1)));
         for n in 2..5 {
-            w.commit_ref(&mut m, b"refs/heads/a", RefValue::Val1(id(n)))
-                .expect("staged");
+            w.commit_ref(
+                &mut m,
+                &crate::fs::write::Caller::default(),
+                b"refs/heads/a",
+                RefValue::Val1(id(n)),
+            )
+            .expect("staged");
             w.seal_all();
         }
         let q = w.queue().clone();
@@ -788,6 +606,7 @@ mod tests {
                     self.heads,
                     lock.as_bytes(),
                     libc::O_CREAT | libc::O_EXCL | libc::O_WRONLY,
+                    0,
                 )
                 .expect("create the lock");
             let content = format!("{}\n", id(n));
@@ -896,6 +715,7 @@ mod tests {
                     heads,
                     b"other.lock",
                     libc::O_CREAT | libc::O_EXCL | libc::O_WRONLY,
+                    0,
                 )
                 .map(|(_, fh)| shared.release(fh));
             let _ = tx2.send((looked, created));

@@ -131,3 +131,21 @@ mod tests {
         assert_eq!(FsError::from(io::Error::other("x")).errno(), libc::EIO);
     }
 }
+
+/// A refusal: the errno for the caller and the reason for the log line. Not recorded yet:
+/// `record::refuse` logs and records it with its operation and path, making it an
+/// [`FsError::Refused`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Refusal {
+    pub errno: i32,
+    pub reason: String,
+}
+
+impl Refusal {
+    pub(crate) fn new(errno: i32, reason: impl Into<String>) -> Refusal {
+        Refusal {
+            errno,
+            reason: reason.into(),
+        }
+    }
+}

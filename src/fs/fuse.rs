@@ -13,14 +13,16 @@ use fuser::{
     WriteFlags,
 };
 
+use crate::fs::attr::file_type;
 use crate::fs::cpu;
 use crate::fs::error::FsError;
-use crate::fs::inode::{OpenMode, ROOT};
-use crate::fs::passthrough::{self, is_pass_ino, Opened, Passthrough, PASS_TTL};
+use crate::fs::ino::{self, Map, ROOT};
+use crate::fs::inode::OpenMode;
+use crate::fs::passthrough::{self, Opened, Passthrough, PASS_TTL};
 use crate::fs::state::{Handle, Shared, REF_ATTR_TTL};
 use crate::fs::status::{self, serve as status_fs};
 use crate::fs::view::Kind;
-use crate::fs::worktree::{self, Map, Worktree, Worktrees};
+use crate::fs::worktree::{Worktree, Worktrees};
 
 /// Entry TTL for directories and ref files. A name that vanishes or changes kind is
 /// invalidated by the watcher; new names are never negatively cached; every open reaches
@@ -79,7 +81,7 @@ impl std::ops::Deref for ViewRef<'_> {
 impl RefFs {
     /// The passthrough, if `ino` is one of its nodes.
     fn pass_ino(&self, ino: INodeNo) -> Option<&Passthrough> {
-        self.pass.as_deref().filter(|_| is_pass_ino(ino.0))
+        self.pass.as_deref().filter(|_| ino::is_pass(ino.0))
     }
 
     /// The passthrough, if `parent/name` belongs to it (ref names in a linked worktree's
@@ -87,7 +89,7 @@ impl RefFs {
     fn pass_child(&self, parent: INodeNo, name: &OsStr) -> Option<&Passthrough> {
         let p = self.pass.as_deref()?;
         let ref_name = passthrough::is_ref_name_at_root(name.as_bytes());
-        if is_pass_ino(parent.0) {
+        if ino::is_pass(parent.0) {
             if ref_name && self.wts.is_some() && p.worktree_of(parent.0).is_some() {
                 return None;
             }
@@ -119,7 +121,7 @@ impl RefFs {
 
     /// The ref view serving inode `ino` (not passed through), with its inode map.
     fn view(&self, ino: u64) -> Result<(ViewRef<'_>, Map), Errno> {
-        if !worktree::is_wt_ino(ino) {
+        if !ino::is_worktree(ino) {
             return Ok((ViewRef::Main(&self.shared), Map::MAIN));
         }
         match self.wts.as_deref().and_then(|w| w.by_ino(ino)) {
@@ -134,7 +136,7 @@ impl RefFs {
     /// The ref view `parent/name` belongs to (`pass_child` said it is not passed
     /// through). `create`: the request writes the name (see `Worktrees::serve`).
     fn view_child(&self, parent: u64, create: bool) -> Result<(ViewRef<'_>, Map), Errno> {
-        if !is_pass_ino(parent) {
+        if !ino::is_pass(parent) {
             return self.view(parent);
         }
         let (Some(p), Some(w)) = (self.pass.as_deref(), self.wts.as_deref()) else {
@@ -179,44 +181,6 @@ fn pass_reply_entry(r: Result<FileAttr, FsError>, reply: ReplyEntry) {
 /// The reply's errno: [`FsError::errno`].
 fn errno(e: FsError) -> Errno {
     Errno::from_i32(e.errno())
-}
-
-pub(crate) fn attr(
-    ino: u64,
-    kind: Kind,
-    size: u64,
-    mtime: SystemTime,
-    uid: u32,
-    gid: u32,
-) -> FileAttr {
-    let (ft, perm, nlink) = match kind {
-        Kind::Dir => (FileType::Directory, 0o755, 2),
-        _ => (FileType::RegularFile, 0o644, 1),
-    };
-    FileAttr {
-        ino: INodeNo(ino),
-        size,
-        blocks: size.div_ceil(512),
-        atime: mtime,
-        mtime,
-        ctime: mtime,
-        crtime: mtime,
-        kind: ft,
-        perm,
-        nlink,
-        uid,
-        gid,
-        rdev: 0,
-        blksize: 4096,
-        flags: 0,
-    }
-}
-
-pub(crate) fn file_type(kind: Kind) -> FileType {
-    match kind {
-        Kind::Dir => FileType::Directory,
-        _ => FileType::RegularFile,
-    }
 }
 
 /// (attribute TTL, entry TTL) for a node of `kind`; `cache`: the attributes of a ref
@@ -311,7 +275,7 @@ impl Filesystem for RefFs {
     }
 
     fn forget(&self, _req: &Request, ino: INodeNo, nlookup: u64) {
-        if status::is_status_ino(ino.0) {
+        if ino::is_status(ino.0) {
             return;
         }
         if let Some(p) = self.pass_ino(ino) {
@@ -324,7 +288,7 @@ impl Filesystem for RefFs {
 
     fn getattr(&self, req: &Request, ino: INodeNo, fh: Option<FileHandle>, reply: ReplyAttr) {
         cpu::on_request(req.pid());
-        if status::is_status_ino(ino.0) {
+        if ino::is_status(ino.0) {
             return status_fs::getattr(&self.shared, ino.0, reply);
         }
         if let Some(p) = self.pass_ino(ino) {
@@ -353,7 +317,7 @@ impl Filesystem for RefFs {
 
     fn open(&self, req: &Request, ino: INodeNo, open_flags: OpenFlags, reply: ReplyOpen) {
         cpu::on_request(req.pid());
-        if status::is_status_ino(ino.0) {
+        if ino::is_status(ino.0) {
             return status_fs::open(&self.shared, ino.0, open_flags.0, reply);
         }
         if let Some(p) = self.pass_ino(ino) {
@@ -462,7 +426,7 @@ impl Filesystem for RefFs {
         reply: ReplyEmpty,
     ) {
         cpu::on_request(req.pid());
-        if status::is_status_ino(ino.0) {
+        if ino::is_status(ino.0) {
             return reply.ok();
         }
         if self.pass_ino(ino).is_some() {
@@ -485,7 +449,7 @@ impl Filesystem for RefFs {
         reply: ReplyEmpty,
     ) {
         cpu::on_request(req.pid());
-        if status::is_status_ino(ino.0) {
+        if ino::is_status(ino.0) {
             return reply.ok();
         }
         if let Some(p) = self.pass_ino(ino) {
@@ -570,7 +534,7 @@ impl Filesystem for RefFs {
         if let Err(e) = sh.check_creatable(m.inn(parent.0), name.as_bytes()) {
             return reply.error(errno(e));
         }
-        match sh.create(m.inn(parent.0), name.as_bytes(), flags) {
+        match sh.create(m.inn(parent.0), name.as_bytes(), flags, req.pid()) {
             Ok((mut a, fh)) => {
                 a.ino = INodeNo(m.out(a.ino.0));
                 let ttl = if a.kind == FileType::Directory {
@@ -638,8 +602,8 @@ impl Filesystem for RefFs {
         reply: ReplyAttr,
     ) {
         cpu::on_request(req.pid());
-        if status::is_status_ino(ino.0) {
-            let name = if ino.0 == status::DIR_INO {
+        if ino::is_status(ino.0) {
+            let name = if ino.0 == ino::STATUS_DIR {
                 status::DIR_NAME
             } else {
                 status::FILE_NAME
@@ -773,7 +737,7 @@ impl Filesystem for RefFs {
             }
             (None, None) => {}
             _ => {
-                crate::fs::state::log_error(
+                crate::fs::record::log_error(
                     "rename",
                     name.as_bytes(),
                     &format!(
@@ -798,7 +762,7 @@ impl Filesystem for RefFs {
                 }
             }
             Ok(_) => {
-                crate::fs::state::log_error(
+                crate::fs::record::log_error(
                     "rename",
                     name.as_bytes(),
                     &format!(
@@ -824,7 +788,7 @@ impl Filesystem for RefFs {
 
     fn opendir(&self, req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
         cpu::on_request(req.pid());
-        if status::is_status_ino(ino.0) {
+        if ino::is_status(ino.0) {
             return status_fs::opendir(ino.0, reply);
         }
         if let Some(p) = self.pass_ino(ino) {
@@ -863,7 +827,7 @@ impl Filesystem for RefFs {
         mut reply: ReplyDirectory,
     ) {
         cpu::on_request(req.pid());
-        if ino.0 == status::DIR_INO {
+        if ino.0 == ino::STATUS_DIR {
             return status_fs::readdir(offset, reply);
         }
         if let Some(p) = self.pass_ino(ino) {
@@ -935,7 +899,7 @@ impl Filesystem for RefFs {
         _flags: OpenFlags,
         reply: ReplyEmpty,
     ) {
-        if status::is_status_ino(ino.0) {
+        if ino::is_status(ino.0) {
             return reply.ok();
         }
         if let Some(p) = self.pass_ino(ino) {

@@ -21,8 +21,7 @@ pub enum OpenMode {
     Direct,
 }
 
-/// The root directory's inode number (FUSE's fixed `1`).
-pub const ROOT: u64 = 1;
+use crate::fs::ino::{next_ref_ino, ref_ino, ROOT};
 
 /// A node the kernel knows about: 64 bytes, its name inline when it is short (the last
 /// component of most ref names is; `tests::a_node_is_64_bytes`).
@@ -257,14 +256,8 @@ pub fn ino_of(path: &[u8], kind: Kind) -> u64 {
     ino_of_sized(path, kind, None)
 }
 
-/// The largest ref inode number (48 bits): numbers with the top bit set belong to the
-/// passed-through part of the mount (`passthrough.rs`), numbers with bit 62 set to the
-/// ref views of linked worktrees (`worktree.rs`, which puts a worktree's slot above
-/// these 48 bits).
-pub const REF_INO_MAX: u64 = (1 << 48) - 1;
-
 /// FNV-1a over the path, the kind and (for a ref file of fixed size) the size, never 0
-/// or 1, never above [`REF_INO_MAX`].
+/// or 1, within a view's numbers (`ino.rs`).
 pub fn ino_of_sized(path: &[u8], kind: Kind, size: Option<u64>) -> u64 {
     if path.is_empty() {
         return ROOT;
@@ -280,7 +273,7 @@ pub fn ino_of_sized(path: &[u8], kind: Kind, size: Option<u64>) -> u64 {
         h ^= u64::from(b);
         h = h.wrapping_mul(0x0000_0100_0000_01b3);
     }
-    (h & REF_INO_MAX).max(2)
+    ref_ino(h)
 }
 
 impl Inodes {
@@ -347,7 +340,7 @@ impl Inodes {
                     return ino;
                 }
                 // A 64-bit hash collision: probe (stable as long as the colliding node lives).
-                Some(_) => ino = (ino.wrapping_add(1) & REF_INO_MAX).max(2),
+                Some(_) => ino = next_ref_ino(ino),
             }
         }
     }
@@ -376,7 +369,7 @@ impl Inodes {
                         found = Some(ino);
                         break;
                     }
-                    Some(_) => ino = (ino.wrapping_add(1) & REF_INO_MAX).max(2),
+                    Some(_) => ino = next_ref_ino(ino),
                     None => break,
                 }
             }
@@ -412,7 +405,7 @@ impl Inodes {
             if n.kind == Kind::Dir && self.path(ino, &mut buf).is_some() && buf == path {
                 return Some((ino, n.parent));
             }
-            ino = (ino.wrapping_add(1) & REF_INO_MAX).max(2);
+            ino = next_ref_ino(ino);
         }
         None
     }

@@ -2,12 +2,26 @@
 //! (`HEAD`, `refs/…`, `logs/…`, `packed-refs`). See `docs/fuse.md` for the path mapping,
 //! TTLs, errno table and policies.
 //!
-//! Layers inside: [`source`] (the seam to the stack, with an in-memory implementation for
-//! tests), [`view`] (pure path mapping, listing by reseek, rendering), [`inode`] (stable
-//! inode numbers), `state` (caches and handles behind one mutex), `batch` (the batch
-//! queue, behind its own mutex, and the batcher thread that writes it), `fuse` (the
-//! request handlers), `watch` (inotify → reload → kernel invalidation), [`worktree`] (one
-//! more ref view per linked worktree, from its own stack).
+//! Its files, from the bottom up (each imports only files listed above it):
+//!
+//! | file | its one job |
+//! | --- | --- |
+//! | [`error`] | the one error type and its errno; a refusal (errno and reason) |
+//! | [`ino`] | the inode number space: which tree each number belongs to |
+//! | [`procfs`], [`cpu`] | what is read of a client in `/proc`; request threads near their clients |
+//! | [`budget`], [`reserve`] | the bounds on what clients make the mount hold; disk space held for staged edits |
+//! | [`record`] | refusals, conflicts and commits recorded for `status`; the one place a refusal is made |
+//! | [`source`] | the seam to the stack (`RefSource`, batch edits), with an in-memory one for tests |
+//! | [`view`] | pure path mapping, listing by reseek, rendering as the files backend stores |
+//! | [`attr`], [`config_view`], [`ref_times`] | attributes and GITDIR's modes; `config` without the extension; ref times |
+//! | [`inode`] | the ref view's inode table (stable numbers, sizes, the kernel's pages) |
+//! | [`queue`] | the batch queue (its own lock): sealed batches, written, failed, waiters |
+//! | [`write`](mod@write) | the write overlay: what files-backend calls mean, staged as edits |
+//! | [`passthrough`] | everything else of the git directory, resolved beneath it |
+//! | `state` | one ref view's caches and handles behind one mutex |
+//! | `batch`, `watch`, [`stack_source`] | the batcher thread; inotify → reload → invalidation; the real stack |
+//! | [`status`], [`worktree`] | the status node; linked worktrees' ref views |
+//! | `fuse` | the request handlers |
 //!
 //! # Errors
 //!
@@ -17,7 +31,7 @@
 //! only place that makes one), a storage error ([`crate::Error`]) or an I/O error of the
 //! real git directory. [`error::FsError::errno`] is the one mapping to the errno the
 //! kernel gets; `fuse.rs` replies with it. The write state's own checks (`write.rs`)
-//! return a [`write::Refusal`] (errno and reason, not yet recorded), which `state` turns
+//! return an [`error::Refusal`] (errno and reason, not yet recorded), which `state` turns
 //! into a recorded refusal with the operation and path it concerns.
 
 //! # Locks and their order
@@ -46,16 +60,21 @@
 //!   its threads) and, for a retired view, to flush it; never under a state lock. Each
 //!   worktree's `Shared` has its own locks, in the order above.
 //!
-//! * `passthrough::GitDirModes::seen` — GITDIR's mode and owner as last read (re-read at
+//! * `crate::fs::attr::GitDirModes::seen` — GITDIR's mode and owner as last read (re-read at
 //!   most once a second): a leaf lock, taken under the state lock to make attributes.
 //!
 //! Order: worktrees → state; state → queue; state → own tables; never queue → state.
 
+pub mod attr;
+pub mod budget;
 pub mod config_view;
 pub mod error;
+pub mod ino;
 pub mod inode;
 pub mod passthrough;
 pub mod procfs;
+pub mod queue;
+pub mod record;
 pub mod ref_times;
 pub mod reserve;
 pub mod source;
@@ -114,7 +133,7 @@ pub struct MountOptions {
     /// Other users may use the mount (`allow_other`) as GITDIR's modes allow them: the
     /// kernel checks every request against the modes shown (`default_permissions`, always
     /// with `allow_other`), the mount root and its ref views showing GITDIR's own
-    /// (`passthrough::GitDirModes`). Used by `mount --over`: the mount is the work tree's
+    /// (`crate::fs::attr::GitDirModes`). Used by `mount --over`: the mount is the work tree's
     /// `.git`, which its group may share.
     pub allow_other: bool,
 }
@@ -192,7 +211,7 @@ pub fn check_mountpoint(mountpoint: &Path) -> Result<()> {
     Ok(())
 }
 
-/// Blocks SIGINT and SIGTERM in the calling thread (and so in every thread it spawns
+/// Blocks SIGINT, SIGTERM and SIGHUP in the calling thread (and so in every thread it spawns
 /// afterwards), so that one dedicated thread can wait for them.
 fn block_signals() -> libc::sigset_t {
     // SAFETY: sigset manipulation on a local set; pthread_sigmask on the current thread.
@@ -201,6 +220,8 @@ fn block_signals() -> libc::sigset_t {
         libc::sigemptyset(&mut set);
         libc::sigaddset(&mut set, libc::SIGINT);
         libc::sigaddset(&mut set, libc::SIGTERM);
+        // A foreground mount whose terminal closes: flush and unmount, as on SIGTERM.
+        libc::sigaddset(&mut set, libc::SIGHUP);
         libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut());
         set
     }
@@ -222,7 +243,7 @@ pub const MOUNT_BLOCK_CACHE_BYTES: usize = 16 << 20;
 pub fn mount(
     reader: Box<dyn source::RefSource>,
     writer: Option<Box<dyn source::RefSource>>,
-    log: write::LogSettings,
+    log: source::LogSettings,
     reftable_dir: &Path,
     mountpoint: &Path,
     opts: &MountOptions,
@@ -231,7 +252,7 @@ pub fn mount(
     crate::table::set_block_cache_bytes(MOUNT_BLOCK_CACHE_BYTES);
     let sigset = block_signals();
     let writer = if opts.read_only { None } else { writer };
-    status::recorder().mounted(
+    crate::fs::record::recorder().mounted(
         reftable_dir
             .parent()
             .map(|g| g.canonicalize().unwrap_or_else(|_| g.to_path_buf()))
@@ -251,9 +272,14 @@ pub fn mount(
     shared.set_inode_cap(opts.inode_cap);
     shared.reserve_space_in(reftable_dir);
     // The mount root and the ref view show GITDIR's mode and owner.
-    if let Some(gitdir) = reftable_dir.parent() {
-        let modes = passthrough::GitDirModes::open(gitdir).map_err(|e| Error::io(gitdir, e))?;
-        shared.set_gitdir_modes(std::sync::Arc::new(modes));
+    let modes = match reftable_dir.parent() {
+        Some(gitdir) => Some(std::sync::Arc::new(
+            crate::fs::attr::GitDirModes::open(gitdir).map_err(|e| Error::io(gitdir, e))?,
+        )),
+        None => None,
+    };
+    if let Some(m) = &modes {
+        shared.set_gitdir_modes(m.clone());
     }
     // The real git directory, opened before mounting: passthrough never goes through
     // the mount.
@@ -264,12 +290,13 @@ pub fn mount(
         _ => None,
     };
     // Linked worktrees' ref views, started at their first request (`worktree.rs`).
-    let wts = match (&pass, reftable_dir.parent()) {
-        (Some(_), Some(gitdir)) => {
-            Some(std::sync::Arc::new(worktree::Worktrees::new(gitdir, opts)?))
-        }
-        _ => None,
-    };
+    let wts =
+        match (&pass, &modes, reftable_dir.parent()) {
+            (Some(p), Some(m), Some(gitdir)) => Some(std::sync::Arc::new(
+                worktree::Worktrees::new(gitdir, p.clone(), m.clone(), opts)?,
+            )),
+            _ => None,
+        };
     let fs = fuse::RefFs {
         shared: shared.clone(),
         pass,
@@ -318,7 +345,7 @@ pub fn mount(
         .map_err(|e| Error::io(reftable_dir, e))?;
     let batcher = batch::spawn(shared.clone(), writer).map_err(|e| Error::io(mountpoint, e))?;
     let mp: PathBuf = mountpoint.to_path_buf();
-    // The signal thread: on SIGINT/SIGTERM, unmount; the session loop then ends.
+    // The signal thread: on SIGINT/SIGTERM/SIGHUP, unmount; the session loop then ends.
     std::thread::Builder::new()
         .name("reftablefs-signals".into())
         .spawn(move || {

@@ -17,8 +17,8 @@
 //! visible and cannot be created; `config` is served without `extensions.refStorage` and
 //! written back with it (`config_view.rs`).
 //!
-//! Inode numbers have the top bit set ([`PASS_BIT`]), disjoint from the ref inodes
-//! (`inode.rs` keeps theirs below it). A node is remembered as (parent, name) while the
+//! Inode numbers have the top bit set (`ino::PASS_BIT`), disjoint from the ref views'
+//! (`ino.rs`). A node is remembered as (parent, name) while the
 //! kernel holds it, so a path is rebuilt from the parents at each request and a renamed
 //! directory takes its children along. Regular files are opened with the kernel's FUSE
 //! passthrough (reads, writes and mmap go straight to the real file) when the kernel and
@@ -39,96 +39,12 @@ use fuser::{BackingId, FileAttr, FileType, INodeNo};
 
 use crate::fs::config_view;
 use crate::fs::error::FsError;
-use crate::fs::inode::ROOT;
-
-/// The top bit: set in every passed-through inode number, clear in every ref inode.
-pub const PASS_BIT: u64 = 1 << 63;
+use crate::fs::ino::{pass_ino, ROOT};
 
 /// Entry and attribute TTL of passed-through nodes. Changes made through the mount are
 /// seen at once (the kernel updates its own view); a change made directly in the git
 /// directory is seen within this time.
 pub const PASS_TTL: Duration = Duration::from_secs(1);
-
-/// Whether `ino` is a passed-through node.
-pub fn is_pass_ino(ino: u64) -> bool {
-    ino & PASS_BIT != 0
-}
-
-/// The real git directory's own mode and owner, which the mount's root and every node of
-/// its ref view show (`Shared::set_gitdir_modes`): directories GITDIR's mode, files the same without execute, setgid
-/// and sticky bits (`0700` → `0600`, `2775` → `0664`, as `core.sharedRepository` makes a
-/// files repository's refs), owned by GITDIR's owner and group (root's shown as the
-/// mounting user's, as passed-through files are). When other users may use the mount
-/// (`allow_other`), the kernel checks their requests against these (`default_permissions`):
-/// a mode-700 `.git` stays closed to them at its root, a shared one gives its group what
-/// its modes give. Re-read at most every [`PASS_TTL`], so a `chmod` of the real directory
-/// is followed.
-pub struct GitDirModes {
-    dir: OwnedFd,
-    /// When last read, GITDIR's `st_mode` (permission bits), uid and gid.
-    seen: Mutex<(std::time::Instant, u32, u32, u32)>,
-    uid: u32,
-    gid: u32,
-}
-
-impl GitDirModes {
-    /// Opens `gitdir` (an `O_PATH` descriptor: the directory is followed as the user named
-    /// it, then never again by path) and reads its mode.
-    pub fn open(gitdir: &Path) -> io::Result<GitDirModes> {
-        // `reftable`'s parent, when the stack was named relative to the git directory.
-        let gitdir = if gitdir.as_os_str().is_empty() {
-            Path::new(".")
-        } else {
-            gitdir
-        };
-        let c = CString::new(std::os::unix::ffi::OsStrExt::as_bytes(gitdir.as_os_str()))
-            .map_err(io::Error::other)?;
-        // SAFETY: a NUL-terminated path.
-        let fd = unsafe {
-            libc::open(
-                c.as_ptr(),
-                libc::O_PATH | libc::O_DIRECTORY | libc::O_CLOEXEC,
-            )
-        };
-        let dir = owned_fd(fd).map_err(|_| io::Error::last_os_error())?;
-        let st = fstat_fd(dir.as_raw_fd()).map_err(|e| io::Error::from_raw_os_error(e.errno()))?;
-        // SAFETY: getuid/getgid cannot fail.
-        let (uid, gid) = unsafe { (libc::getuid(), libc::getgid()) };
-        Ok(GitDirModes {
-            dir,
-            seen: Mutex::new((std::time::Instant::now(), st.st_mode, st.st_uid, st.st_gid)),
-            uid,
-            gid,
-        })
-    }
-
-    /// (mode, uid, gid) of GITDIR, read again when older than [`PASS_TTL`] (if that fails,
-    /// the last ones).
-    fn current(&self) -> (u32, u32, u32) {
-        let mut seen = self.seen.lock().unwrap_or_else(|p| p.into_inner());
-        if seen.0.elapsed() >= PASS_TTL {
-            if let Ok(st) = fstat_fd(self.dir.as_raw_fd()) {
-                *seen = (std::time::Instant::now(), st.st_mode, st.st_uid, st.st_gid);
-            }
-        }
-        let (_, mode, uid, gid) = *seen;
-        let uid = if uid == 0 { self.uid } else { uid };
-        let gid = if gid == 0 { self.gid } else { gid };
-        (mode, uid, gid)
-    }
-
-    /// Gives `a` (a node of a ref view) GITDIR's mode and owner.
-    pub fn apply(&self, a: &mut FileAttr) {
-        let (mode, uid, gid) = self.current();
-        a.perm = if a.kind == FileType::Directory {
-            mode & 0o7777
-        } else {
-            mode & 0o666
-        } as u16;
-        a.uid = uid;
-        a.gid = gid;
-    }
-}
 
 /// Whether a name at the top of the mount belongs to the ref view: `refs`, `logs`,
 /// `packed-refs` (and its `.lock`, `.new`), git's root refs (`HEAD`, `ORIG_HEAD`,
@@ -488,7 +404,7 @@ impl Inner {
             }
         }
         self.next_ino += 1;
-        let ino = PASS_BIT | self.next_ino;
+        let ino = pass_ino(self.next_ino);
         self.nodes.insert(
             ino,
             Node {
@@ -652,6 +568,13 @@ impl Passthrough {
         })
     }
 
+    /// [`Self::open_dir`] for other views of the mount (a linked worktree's stack): an
+    /// `O_PATH` descriptor of the directory `path` beneath the git directory, no symbolic
+    /// link followed in any component.
+    pub(crate) fn dir_beneath(&self, path: &[u8]) -> Result<OwnedFd, FsError> {
+        self.open_dir(path)
+    }
+
     /// An `O_PATH` descriptor of the directory `path` beneath the git directory: one
     /// `openat2`, or (without it) a walk from the git directory's descriptor, one
     /// component at a time, each opened `O_NOFOLLOW` and checked to be a directory.
@@ -750,7 +673,7 @@ impl Passthrough {
     /// linked worktree's directory).
     fn check_creatable(&self, parent: u64, name: &[u8]) -> Result<(), FsError> {
         if is_reserved_at_root(name) && self.lock().is_ref_root(parent) {
-            return Err(crate::fs::state::refuse_for(
+            return Err(crate::fs::record::refuse_for(
                 "create",
                 name,
                 libc::EPERM,
@@ -826,7 +749,7 @@ impl Passthrough {
         };
         if let Some(size) = size {
             if is_config {
-                return Err(crate::fs::state::refuse_for(
+                return Err(crate::fs::record::refuse_for(
                     "truncate",
                     &path,
                     libc::EPERM,
@@ -960,7 +883,7 @@ impl Passthrough {
         };
         if is_config {
             if flags & libc::O_ACCMODE != libc::O_RDONLY {
-                return Err(crate::fs::state::refuse_for(
+                return Err(crate::fs::record::refuse_for(
                     "open for writing",
                     &path,
                     libc::EPERM,
@@ -993,7 +916,7 @@ impl Passthrough {
             } else {
                 libc::EPERM
             };
-            return Err(crate::fs::state::refuse_for(
+            return Err(crate::fs::record::refuse_for(
                 "create",
                 name,
                 errno,
@@ -1133,7 +1056,7 @@ impl Passthrough {
 
     fn remove(&self, parent: u64, name: &[u8], dir: bool) -> Result<(), FsError> {
         if parent == ROOT && name == CONFIG {
-            return Err(crate::fs::state::refuse_for(
+            return Err(crate::fs::record::refuse_for(
                 "unlink",
                 name,
                 libc::EPERM,
@@ -1173,7 +1096,7 @@ impl Passthrough {
     ) -> Result<(), FsError> {
         self.check_creatable(newparent, newname)?;
         if parent == ROOT && name == CONFIG {
-            return Err(crate::fs::state::refuse_for(
+            return Err(crate::fs::record::refuse_for(
                 "rename",
                 name,
                 libc::EPERM,
@@ -1337,7 +1260,7 @@ impl Passthrough {
                 _ => FileType::RegularFile,
             };
             // Informational only (readdir's d_ino): the real number in our range.
-            let ino = PASS_BIT | (d_ino & !PASS_BIT);
+            let ino = pass_ino(d_ino);
             out.push(DirEntry {
                 name: name.into(),
                 kind,
@@ -1640,48 +1563,6 @@ mod tests {
             0o600
         );
         p.unlink(b_old, b"y").unwrap();
-    }
-
-    #[test]
-    fn ref_views_show_the_git_directorys_mode_and_owner() {
-        use std::os::unix::fs::PermissionsExt;
-        let t = tempfile::tempdir().unwrap();
-        let set = |mode: u32| {
-            std::fs::set_permissions(t.path(), std::fs::Permissions::from_mode(mode)).unwrap()
-        };
-        set(0o700);
-        let m = GitDirModes::open(t.path()).unwrap();
-        let shown = |kind: FileType| {
-            let mut a = crate::fs::fuse::attr(
-                5,
-                if kind == FileType::Directory {
-                    crate::fs::view::Kind::Dir
-                } else {
-                    crate::fs::view::Kind::Ref
-                },
-                3,
-                UNIX_EPOCH,
-                12345,
-                12345,
-            );
-            m.apply(&mut a);
-            (a.perm, a.uid, a.gid)
-        };
-        let st = fstat_fd(m.dir.as_raw_fd()).unwrap();
-        // SAFETY: getuid/getgid cannot fail.
-        let (me, my_group) = unsafe { (libc::getuid(), libc::getgid()) };
-        let owner = if st.st_uid == 0 { me } else { st.st_uid };
-        let group = if st.st_gid == 0 { my_group } else { st.st_gid };
-        assert_eq!(shown(FileType::Directory), (0o700, owner, group));
-        assert_eq!(shown(FileType::RegularFile), (0o600, owner, group));
-        // A chmod of the directory is seen once the last reading is a second old.
-        set(0o2775);
-        assert_eq!(shown(FileType::Directory).0, 0o700, "read again at once");
-        if let Some(old) = std::time::Instant::now().checked_sub(PASS_TTL * 2) {
-            m.seen.lock().unwrap().0 = old;
-            assert_eq!(shown(FileType::Directory).0, 0o2775);
-            assert_eq!(shown(FileType::RegularFile).0, 0o664);
-        }
     }
 
     #[test]

@@ -23,6 +23,8 @@ use std::ffi::CString;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 
 /// What an edit staged at a commit point can take in a table at most, before its own
 /// bytes: record, restart point, index entry and block padding, generously.
@@ -66,6 +68,8 @@ pub struct Reserve {
     promised: BTreeMap<u64, u64>,
     /// Their sum.
     total: u64,
+    /// `total`, readable without the state lock (staging waits on it: `budget.rs`).
+    staged: Arc<AtomicU64>,
 }
 
 impl Default for Reserve {
@@ -84,6 +88,7 @@ impl Reserve {
             lent: 0,
             promised: BTreeMap::new(),
             total: 0,
+            staged: Arc::default(),
         }
     }
 
@@ -113,6 +118,7 @@ impl Reserve {
             lent: 0,
             promised: BTreeMap::new(),
             total: 0,
+            staged: Arc::default(),
         };
         if let Err(errno) = r.ensure(0) {
             eprintln!(
@@ -138,6 +144,7 @@ impl Reserve {
         self.ensure(bytes)?;
         *self.promised.entry(seq).or_default() += bytes;
         self.total += bytes;
+        self.staged.store(self.total, Ordering::Relaxed);
         Ok(())
     }
 
@@ -271,12 +278,26 @@ impl Reserve {
             self.promised = rest;
         }
         self.total = self.promised.values().sum();
+        self.staged.store(self.total, Ordering::Relaxed);
         // Take back what was lent for the table, as far as the table left it free.
         let lent = std::mem::take(&mut self.lent);
         if lent > 0 && self.grow(self.allocated.saturating_add(lent)).is_err() {
             let _ = self.grow(self.total.saturating_add(HEADROOM).div_ceil(4096) * 4096);
         }
         let _ = self.ensure(0);
+    }
+
+    /// The promised bytes, readable without the state lock.
+    pub fn staged(&self) -> Arc<AtomicU64> {
+        self.staged.clone()
+    }
+
+    /// Shares `counter` as this reservation's [`Reserve::staged`] (a reservation that
+    /// replaces another keeps its readers).
+    pub fn with_counter(mut self, counter: Arc<AtomicU64>) -> Reserve {
+        counter.store(self.total, Ordering::Relaxed);
+        self.staged = counter;
+        self
     }
 
     /// Bytes promised and not yet written, and bytes held (for `status`).

@@ -8,8 +8,13 @@
 use std::collections::BTreeMap;
 
 use crate::format::{HashKind, LogRecord, RefRecord, RefValue};
-use crate::transaction::Expected;
+use crate::transaction::{Expected, LogAllRefUpdates};
 use crate::{Error, Result};
+
+/// Appended to a name, gives a key past every record of that name and before every
+/// longer valid name: refnames cannot contain control characters, and in log keys the
+/// name is followed by a NUL, which sorts below it.
+pub const NEXT_NAME: u8 = 1;
 
 /// One ref change of a batch, with the log records that go with it.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -140,7 +145,7 @@ pub trait RefSource: Send {
                 Step::Next => {
                     key.clear();
                     key.extend_from_slice(&rec.name);
-                    key.push(crate::fs::view::NEXT_NAME);
+                    key.push(NEXT_NAME);
                 }
             }
         }
@@ -393,5 +398,25 @@ impl RefSource for MemSource {
             self.generation += 1;
         }
         Ok(outcome)
+    }
+}
+
+/// How generated reflog entries are written (commit points without an appended line).
+#[derive(Clone, Debug)]
+pub struct LogSettings {
+    /// `core.logAllRefUpdates`.
+    pub log_all: LogAllRefUpdates,
+    /// Committer name and email for generated entries.
+    pub name: Vec<u8>,
+    pub email: Vec<u8>,
+}
+
+impl Default for LogSettings {
+    fn default() -> Self {
+        LogSettings {
+            log_all: LogAllRefUpdates::True,
+            name: b"reftablefs".to_vec(),
+            email: b"reftablefs@localhost".to_vec(),
+        }
     }
 }

@@ -10,8 +10,8 @@ use std::time::{Duration, Instant};
 
 use crate::format::{HashKind, LogRecord, RefRecord, RefValue};
 use crate::fs::ref_times::RefTimes;
+use crate::fs::source::LogSettings;
 use crate::fs::source::{BatchEdit, CommitOutcome, Conflict, RefSource, Step};
-use crate::fs::write::LogSettings;
 use crate::fs::MountOptions;
 use crate::merged::MergedLogIter;
 use crate::repo::Repo;

@@ -14,16 +14,24 @@ use fuser::FileAttr;
 use lru::LruCache;
 
 use crate::format::{HashKind, RefValue};
-use crate::fs::batch::BatchQueue;
+use crate::fs::attr::attr;
+use crate::fs::attr::GitDirModes;
+use crate::fs::budget::{
+    resize_bounded, splice, HANDLES_MAX, HELD_BYTES_MAX, REF_FILE_MAX, SCRATCH_FILES_MAX,
+    SCRATCH_FILE_MAX, STAGED_BYTES_MAX, VDIRS_MAX,
+};
 use crate::fs::error::FsError;
-use crate::fs::fuse::attr;
-use crate::fs::inode::{Inodes, OpenMode, ROOT};
-use crate::fs::passthrough::GitDirModes;
+use crate::fs::error::Refusal;
+use crate::fs::ino::ROOT;
+use crate::fs::inode::{Inodes, OpenMode};
 use crate::fs::procfs;
+use crate::fs::queue::BatchQueue;
+use crate::fs::record::{log_error, refuse, refuse_for};
 use crate::fs::reserve::{self, Reserve};
+use crate::fs::source::LogSettings;
 use crate::fs::source::RefSource;
 use crate::fs::view::{self, Kind, Listing, Scratch};
-use crate::fs::write::{ref_name_of, LogSettings, Refusal, WriteState};
+use crate::fs::write::{ref_name_of, Caller, WriteState};
 
 /// How many directory listings are cached at most (each sorted once, dropped on reload).
 const DIR_CACHE_DIRS: usize = 4096;
@@ -66,6 +74,17 @@ pub enum Handle {
     },
 }
 
+impl Handle {
+    /// Bytes this handle holds (`budget.rs`).
+    fn held(&self) -> usize {
+        match self {
+            Handle::File { data, .. } => data.capacity(),
+            Handle::Dir { path, entries } => path.capacity() + entries.len() * 32,
+            Handle::Write { path, data, .. } => path.capacity() + data.capacity(),
+        }
+    }
+}
+
 /// Everything behind the state mutex.
 pub struct Inner {
     pub(crate) src: Box<dyn RefSource>,
@@ -77,6 +96,8 @@ pub struct Inner {
     /// The generation the caches were built for.
     generation: u64,
     handles: HashMap<u64, Handle>,
+    /// Bytes the open handles hold ([`Handle::held`]).
+    handle_bytes: usize,
     next_fh: u64,
     buf: Vec<u8>,
     /// Bumped whenever what the mount shows may have changed: the mtime of directories
@@ -125,6 +146,9 @@ pub struct Shared {
     /// mounting user's).
     gitdir_modes: OnceLock<Arc<GitDirModes>>,
     stopping: AtomicBool,
+    /// Bytes staged and not yet written ([`Reserve::staged`]): staging waits while they
+    /// are over [`STAGED_BYTES_MAX`].
+    staged: Arc<std::sync::atomic::AtomicU64>,
     /// An eventfd that wakes the watcher when a request handler found a stale kernel
     /// entry (`-1` if none could be made: the watcher then finds it at its next tick).
     wake_fd: libc::c_int,
@@ -141,28 +165,6 @@ impl Drop for Shared {
     }
 }
 
-/// Logs one error line: what failed, on which path, and why.
-pub fn log_error(op: &str, path: &[u8], err: &dyn std::fmt::Display) {
-    eprintln!("reftablefs: {op} {}: {err}", String::from_utf8_lossy(path));
-}
-
-/// A refused request: logged, recorded for `reftablefs status`, and returned as
-/// [`FsError::Refused`] (so it is recorded once, here). Every refusal with a reason goes
-/// through here.
-pub(crate) fn refuse(op: &str, path: &[u8], r: Refusal) -> FsError {
-    log_error(op, path, &r.reason);
-    crate::fs::status::recorder().refused(op, path, r.errno, &r.reason);
-    FsError::Refused {
-        errno: r.errno,
-        reason: r.reason,
-    }
-}
-
-/// [`refuse`] with the errno and the reason given apart.
-pub(crate) fn refuse_for(op: &str, path: &[u8], errno: i32, reason: impl Into<String>) -> FsError {
-    refuse(op, path, Refusal::new(errno, reason))
-}
-
 /// An `EFBIG` from [`splice`] or [`resize_bounded`] as a recorded refusal (other errnos
 /// pass through).
 fn too_big(op: &str, path: &[u8], e: FsError, limit: usize) -> FsError {
@@ -175,7 +177,7 @@ fn too_big(op: &str, path: &[u8], e: FsError, limit: usize) -> FsError {
         libc::EFBIG,
         format!(
             "a file here holds at most {limit} bytes, and all lock and scratch files \
-                 together {SCRATCH_TOTAL_MAX}"
+                 together {HELD_BYTES_MAX}"
         ),
     )
 }
@@ -200,6 +202,8 @@ impl Shared {
         let log_index_seen = src.max_update_index();
         let w = WriteState::new(hash, log);
         let queue = w.queue().clone();
+        let reserve = Reserve::none();
+        let staged = reserve.staged();
         Arc::new(Shared {
             inner: Mutex::new(Inner {
                 src,
@@ -209,13 +213,14 @@ impl Shared {
                 dirs_entries: 0,
                 generation,
                 handles: HashMap::new(),
+                handle_bytes: 0,
                 next_fh: 1,
                 buf: Vec::new(),
                 changed_at: SystemTime::now(),
                 log_index_seen,
                 needs_invalidation: false,
                 w,
-                reserve: Reserve::none(),
+                reserve,
                 broken: None,
                 stale_names: Vec::new(),
                 stale_attrs: Vec::new(),
@@ -228,6 +233,7 @@ impl Shared {
             gid,
             gitdir_modes: OnceLock::new(),
             stopping: AtomicBool::new(false),
+            staged,
             // SAFETY: a plain syscall; the descriptor is owned by `Shared`.
             wake_fd: unsafe { libc::eventfd(0, libc::EFD_NONBLOCK | libc::EFD_CLOEXEC) },
         })
@@ -465,7 +471,17 @@ impl Shared {
     /// edit acknowledged and not yet written (`reserve.rs`); a read-only mount holds none.
     pub fn reserve_space_in(&self, dir: &std::path::Path) {
         if !self.read_only {
-            self.lock().reserve = Reserve::open(dir);
+            self.lock().reserve = Reserve::open(dir).with_counter(self.staged.clone());
+        }
+    }
+
+    /// Before a call that may stage an edit: while the edits staged and not yet written
+    /// are over [`STAGED_BYTES_MAX`], waits for the batcher (as a write waits for
+    /// writeback), holding no lock.
+    fn wait_staging_room(&self) {
+        while self.staged.load(Ordering::Relaxed) >= STAGED_BYTES_MAX && !self.stopping() {
+            self.queue.request_flush();
+            self.queue.wait_progress(Duration::from_millis(100));
         }
     }
 
@@ -532,7 +548,7 @@ impl Shared {
                 Kind::PackedRefs => (OpenMode::Refill, None),
                 _ => (OpenMode::Direct, None),
             };
-            let fh = g.add_handle(Handle::File { data, fp });
+            let fh = g.add_handle(&path, Handle::File { data, fp })?;
             return Ok((fh, mode));
         }
         g.still(&path, kind)?;
@@ -549,13 +565,23 @@ impl Shared {
         parent: u64,
         name: &[u8],
         flags: i32,
+        pid: u32,
     ) -> Result<(FileAttr, u64), FsError> {
         if self.read_only() {
             return Err(FsError::EROFS);
         }
+        self.wait_staging_room();
         let mut g = self.lock();
         g.fresh()?;
         let path = g.child_path(parent, name)?;
+        if g.handles.len() >= HANDLES_MAX {
+            return Err(refuse_for(
+                "create",
+                &path,
+                libc::ENFILE,
+                format!("{HANDLES_MAX} files are open on the mount already"),
+            ));
+        }
         if let Some(kind) = g.classify(&path)? {
             if flags & libc::O_EXCL != 0 {
                 return Err(FsError::EEXIST);
@@ -588,7 +614,6 @@ impl Shared {
         let target = match view::area(&path) {
             view::Area::Logs(Some(n)) if !is_lockish(n) && crate::fs::write::valid_ref_name(n) => {
                 g.promise("create", &path, reserve::edit_bytes(path.len(), 0))?;
-                g.w.note_new_log(n);
                 Target::Log { name: n.to_vec() }
             }
             view::Area::Refs(n)
@@ -635,13 +660,26 @@ impl Shared {
                 Kind::Scratch
             }
         };
-        let fh = g.add_handle(Handle::Write {
-            path: path.clone(),
-            target,
-            data: Vec::new(),
-            dirty: false,
-            failed: false,
-        });
+        let new_log = match &target {
+            Target::Log { name } => Some(name.clone()),
+            _ => None,
+        };
+        let fh = g.add_handle(
+            &path,
+            Handle::Write {
+                path: path.clone(),
+                target,
+                data: Vec::new(),
+                dirty: false,
+                failed: false,
+            },
+        )?;
+        if let Some(n) = new_log {
+            // The reflog exists from now on (an edit: git's existence marker), staged for
+            // this process through this file.
+            let who = Caller::new(self.tgid(pid), vec![fh]);
+            g.w.note_new_log(&who, &n);
+        }
         let ino = g.inodes.remember(parent, name, &path, kind, None);
         Ok((self.attr_of(&g, ino, kind, 0), fh))
     }
@@ -654,10 +692,11 @@ impl Shared {
         flags: i32,
         pid: u32,
     ) -> Result<u32, FsError> {
+        self.wait_staging_room();
         let actor = self.tgid(pid);
         let mut g = self.lock();
         let g = &mut *g;
-        let total = g.w.scratch_bytes();
+        let total = g.w.files.bytes() + g.handle_bytes;
         let Some(Handle::Write {
             path,
             target,
@@ -674,49 +713,44 @@ impl Shared {
             Target::Log { name } => {
                 let name = name.clone();
                 let path = path.clone();
-                g.w.actor = actor;
-                g.w.actor_handles = vec![fh];
+                let who = Caller::new(actor, vec![fh]);
                 g.promise("append", &path, reserve::edit_bytes(name.len(), data.len()))?;
-                g.w.append_log(&name, data)
+                g.w.append_log(&who, &name, data)
                     .map_err(|r| refuse("append", &path, r))?;
                 g.after_staging(self.batch.max);
                 return Ok(n);
             }
             Target::Scratch => {
                 let hash = g.w.hash;
-                let Some(content) = g.w.files.get_mut(path.as_slice()) else {
-                    return Err(FsError::ENOENT);
-                };
                 let limit = scratch_limit(path);
-                let old_len = content.len();
-                let mut next = std::mem::take(content);
-                let r = splice(&mut next, offset, data, append, limit, total - old_len)
-                    .map_err(|e| too_big("write", path, e, limit));
-                let r = r.and_then(|()| {
-                    check_ref_prefix(path, &next, hash).map_err(|why| {
-                        refuse(
-                            "write",
-                            path,
-                            Refusal {
-                                errno: libc::EINVAL,
-                                reason: why,
-                            },
-                        )
-                    })
-                });
-                match r {
-                    Ok(()) => *content = next,
-                    Err(e) => {
-                        next.truncate(old_len);
-                        *content = next;
-                        return Err(e);
+                let r = g.w.files.update(path, |content| {
+                    let old_len = content.len();
+                    let others = total - content.capacity();
+                    let r = splice(content, offset, data, append, limit, others)
+                        .map_err(|e| too_big("write", path, e, limit))
+                        .and_then(|()| {
+                            check_ref_prefix(path, content, hash)
+                                .map_err(|why| refuse_for("write", path, libc::EINVAL, why))
+                        });
+                    if r.is_err() {
+                        content.truncate(old_len);
                     }
-                }
+                    r
+                });
+                r.ok_or(FsError::ENOENT)??;
             }
             Target::Ref { .. } => {
+                let before = buf.capacity();
                 let mut next = buf.clone();
-                splice(&mut next, offset, data, append, REF_FILE_MAX, 0)
-                    .map_err(|e| too_big("write", path, e, REF_FILE_MAX))?;
+                splice(
+                    &mut next,
+                    offset,
+                    data,
+                    append,
+                    REF_FILE_MAX,
+                    total - before,
+                )
+                .map_err(|e| too_big("write", path, e, REF_FILE_MAX))?;
                 check_ref_prefix(path, &next, g.w.hash).map_err(|why| {
                     refuse(
                         "write",
@@ -729,6 +763,7 @@ impl Shared {
                 })?;
                 *buf = next;
                 *dirty = true;
+                g.handle_bytes = g.handle_bytes - before + buf.capacity();
             }
         }
         Ok(n)
@@ -737,6 +772,7 @@ impl Shared {
     /// `flush` (every close): a ref written in place is committed here, so that close()
     /// reports a refusal; EIO if an edit staged through this file could not be written.
     pub(crate) fn flush(&self, fh: u64, pid: u32) -> Result<(), FsError> {
+        self.wait_staging_room();
         let actor = self.tgid(pid);
         let mut g = self.lock();
         // Every close of the handle reports it (a forked child's close of an inherited
@@ -744,9 +780,7 @@ impl Shared {
         if let Some(Handle::Write { failed: true, .. }) = g.handles.get(&fh) {
             return Err(FsError::EIO);
         }
-        g.w.actor = actor;
-        g.w.actor_handles = vec![fh];
-        g.commit_direct(fh, self.batch.max)
+        g.commit_direct(fh, &Caller::new(actor, vec![fh]), self.batch.max)
     }
 
     /// `fsync` of a file: commits a ref written in place, then waits until everything
@@ -756,9 +790,7 @@ impl Shared {
         let actor = self.tgid(pid);
         let handle_failed = {
             let mut g = self.lock();
-            g.w.actor = actor;
-            g.w.actor_handles = vec![fh];
-            g.commit_direct(fh, self.batch.max)?;
+            g.commit_direct(fh, &Caller::new(actor, vec![fh]), self.batch.max)?;
             matches!(g.handles.get(&fh), Some(Handle::Write { failed: true, .. }))
         };
         let own = self.sync_for(actor);
@@ -800,7 +832,7 @@ impl Shared {
         let mut g = self.lock();
         let g = &mut *g;
         g.inodes.suspect(ino);
-        let total = g.w.scratch_bytes();
+        let total = g.w.files.bytes() + g.handle_bytes;
         if let Some(Handle::Write {
             path,
             target,
@@ -811,17 +843,21 @@ impl Shared {
         {
             match target {
                 Target::Scratch => {
-                    if let Some(c) = g.w.files.get_mut(path.as_slice()) {
-                        let others = total - c.len();
-                        let limit = scratch_limit(path);
-                        resize_bounded(c, size, limit, others)
-                            .map_err(|e| too_big("truncate", path, e, limit))?;
-                    }
+                    let limit = scratch_limit(path);
+                    g.w.files
+                        .update(path, |c| {
+                            let others = total - c.capacity();
+                            resize_bounded(c, size, limit, others)
+                        })
+                        .unwrap_or(Ok(()))
+                        .map_err(|e| too_big("truncate", path, e, limit))?;
                 }
                 Target::Ref { .. } => {
-                    resize_bounded(data, size, REF_FILE_MAX, 0)
+                    let before = data.capacity();
+                    resize_bounded(data, size, REF_FILE_MAX, total - before)
                         .map_err(|e| too_big("truncate", path, e, REF_FILE_MAX))?;
                     *dirty = true;
+                    g.handle_bytes = g.handle_bytes - before + data.capacity();
                 }
                 // A reflog emptied in place (dulwich rewrites one through a read-write
                 // handle: truncate, then write the lines it keeps): the reflog stays,
@@ -829,10 +865,9 @@ impl Shared {
                 Target::Log { name } if size == 0 => {
                     let name = name.clone();
                     let path = path.clone();
-                    g.w.actor = actor;
-                    g.w.actor_handles = fh.into_iter().collect();
+                    let who = Caller::new(actor, fh.into_iter().collect());
                     g.promise("truncate", &path, reserve::edit_bytes(name.len(), 0))?;
-                    g.w.replace_log(&name, Vec::new());
+                    g.w.replace_log(&who, &name, Vec::new());
                     g.after_staging(self.batch.max);
                 }
                 Target::Log { .. } => {
@@ -849,13 +884,14 @@ impl Shared {
         let (path, kind) = g.path_of(ino)?;
         match kind {
             Kind::Scratch => {
-                if let Some(c) = g.w.files.get_mut(&path) {
-                    let others = total - c.len();
-                    let limit = scratch_limit(&path);
-                    resize_bounded(c, size, limit, others)
-                        .map_err(|e| too_big("truncate", &path, e, limit))?;
-                }
-                Ok(())
+                let limit = scratch_limit(&path);
+                g.w.files
+                    .update(&path, |c| {
+                        let others = total - c.capacity();
+                        resize_bounded(c, size, limit, others)
+                    })
+                    .unwrap_or(Ok(()))
+                    .map_err(|e| too_big("truncate", &path, e, limit))
             }
             Kind::Dir => Err(FsError::EISDIR),
             _ => Err(refuse_for(
@@ -875,7 +911,7 @@ impl Shared {
             return Err(FsError::ENOTDIR);
         }
         let entries = g.listing(&path)?;
-        Ok(g.add_handle(Handle::Dir { path, entries }))
+        g.add_handle(&path.clone(), Handle::Dir { path, entries })
     }
 
     /// `ino` is a ref file's inode of an old size that the kernel still reaches by name:
@@ -963,14 +999,15 @@ impl Shared {
                 data,
                 ..
             }) => Ok(slice(data)),
-            Some(Handle::Write { path, target, .. }) => {
-                let kind = match target {
-                    Target::Log { .. } => Kind::Log,
-                    _ => Kind::Scratch,
-                };
+            Some(Handle::Write {
+                path,
+                target: Target::Scratch,
+                ..
+            }) => Ok(slice(g.w.files.get(path).ok_or(FsError::ENOENT)?)),
+            Some(Handle::Write { path, .. }) => {
                 let path = path.clone();
                 let mut buf = Vec::new();
-                g.render(&path, kind, &mut buf)?;
+                g.render(&path, Kind::Log, &mut buf)?;
                 Ok(slice(&buf))
             }
             _ => Err(FsError::EBADF),
@@ -990,7 +1027,7 @@ impl Shared {
                 placeholder: true, ..
             },
             ..
-        }) = g.handles.remove(&fh)
+        }) = g.remove_handle(fh)
         {
             // A ref created in place but never validly written (e.g. `touch`) vanishes.
             g.w.files.remove(&path);
@@ -1001,6 +1038,7 @@ impl Shared {
         if self.read_only() {
             return Err(FsError::EROFS);
         }
+        self.wait_staging_room();
         let actor = self.tgid(pid);
         let mut g = self.lock();
         g.fresh()?;
@@ -1019,19 +1057,18 @@ impl Shared {
         if matches!(kind, Kind::Ref | Kind::Log) {
             g.promise("unlink", &path, reserve::edit_bytes(path.len(), 0))?;
         }
+        let who = Caller::new(actor, Vec::new());
         let Inner { w, src, .. } = &mut *g;
-        w.actor = actor;
-        w.actor_handles.clear();
         let r = match kind {
             Kind::Scratch => {
                 w.files.remove(&path);
                 w.locks.remove(&path);
                 Ok(())
             }
-            Kind::Ref => w.unlink_ref(src.as_mut(), &path),
+            Kind::Ref => w.unlink_ref(src.as_mut(), &who, &path),
             Kind::Log => {
                 let n = path.get(5..).unwrap_or_default().to_vec();
-                w.delete_log(&n);
+                w.delete_log(&who, &n);
                 Ok(())
             }
             Kind::Dir => return Err(FsError::EISDIR),
@@ -1078,6 +1115,14 @@ impl Shared {
                 )
             })?;
         }
+        if g.w.vdirs.len() >= VDIRS_MAX {
+            return Err(refuse_for(
+                "mkdir",
+                &path,
+                libc::ENOSPC,
+                format!("{VDIRS_MAX} directories made by mkdir exist already"),
+            ));
+        }
         g.w.vdirs.insert(path.clone());
         let ino = g.inodes.remember(parent, name, &path, Kind::Dir, None);
         Ok(self.attr_of(&g, ino, Kind::Dir, 4096))
@@ -1119,11 +1164,10 @@ impl Shared {
         if self.read_only() {
             return Err(FsError::EROFS);
         }
+        self.wait_staging_room();
         let actor = self.tgid(pid);
         let mut g = self.lock();
         g.fresh()?;
-        g.w.actor = actor;
-        g.w.actor_handles.clear();
         let from = g.child_path(parent, name)?;
         let to = g.child_path(newparent, newname)?;
         // Handles still open on the renamed file (a lock written and not yet closed).
@@ -1133,7 +1177,7 @@ impl Shared {
             .filter(|(_, h)| matches!(h, Handle::Write { path, .. } if *path == from))
             .map(|(fh, _)| *fh)
             .collect();
-        g.w.actor_handles = open_on_from;
+        let who = Caller::new(actor, open_on_from);
         let kind = g.classify(&from)?.ok_or(FsError::ENOENT)?;
         let to_kind = g.classify(&to)?;
         if to_kind == Some(Kind::Dir) && kind != Kind::Dir {
@@ -1148,7 +1192,7 @@ impl Shared {
             &from,
             reserve::edit_bytes(from.len() + to.len(), content),
         )?;
-        let r = g.do_rename(&from, kind, &to, to_kind);
+        let r = g.do_rename(&who, &from, kind, &to, to_kind);
         if let Err(e) = r {
             return Err(refuse("rename", &from, e));
         }
@@ -1286,16 +1330,6 @@ fn is_lockish(name: &[u8]) -> bool {
     name.ends_with(b".lock") || name.ends_with(b".new")
 }
 
-/// Largest ref file, ref lock or in-place ref write (a ref holds a few hundred bytes).
-pub const REF_FILE_MAX: usize = 64 << 10;
-/// Largest other scratch file (`packed-refs.new` of 1M refs is about 100 MB, a reflog
-/// moved through a temporary name, files of the git directory such as `COMMIT_EDITMSG`).
-pub const SCRATCH_FILE_MAX: usize = 256 << 20;
-/// All scratch files together.
-pub const SCRATCH_TOTAL_MAX: usize = 512 << 20;
-/// Number of scratch files (locks and others) at most.
-pub const SCRATCH_FILES_MAX: usize = 1 << 16;
-
 /// The size limit of scratch file `path`: a ref's lock is a ref file.
 fn scratch_limit(path: &[u8]) -> usize {
     let base = path.strip_suffix(b".lock").unwrap_or(path);
@@ -1314,51 +1348,6 @@ fn check_ref_prefix(path: &[u8], data: &[u8], hash: HashKind) -> Result<(), Stri
         return Ok(());
     }
     crate::fs::write::ref_content_prefix_ok(data, hash)
-}
-
-/// Writes `data` into `buf` at `offset` (or at the end for O_APPEND), refusing (EFBIG)
-/// a file beyond `limit` or beyond the total scratch budget (`others`: bytes held by
-/// the other scratch files).
-fn splice(
-    buf: &mut Vec<u8>,
-    offset: u64,
-    data: &[u8],
-    append: bool,
-    limit: usize,
-    others: usize,
-) -> Result<(), FsError> {
-    let at = if append {
-        buf.len()
-    } else {
-        usize::try_from(offset).map_err(|_| FsError::EFBIG)?
-    };
-    let end = at.checked_add(data.len()).ok_or(FsError::EFBIG)?;
-    if end > limit || others.saturating_add(end) > SCRATCH_TOTAL_MAX {
-        return Err(FsError::EFBIG);
-    }
-    if buf.len() < end {
-        buf.resize(end, 0);
-    }
-    if let Some(dst) = buf.get_mut(at..end) {
-        dst.copy_from_slice(data);
-    }
-    Ok(())
-}
-
-/// `truncate`/`ftruncate` of a scratch file or in-place ref write, bounded as [`splice`].
-fn resize_bounded(
-    buf: &mut Vec<u8>,
-    size: u64,
-    limit: usize,
-    others: usize,
-) -> Result<(), FsError> {
-    let size = usize::try_from(size).map_err(|_| FsError::EFBIG)?;
-    if size > limit || others.saturating_add(size) > SCRATCH_TOTAL_MAX {
-        return Err(FsError::EFBIG);
-    }
-    buf.resize(size, 0);
-    buf.shrink_to(size.max(64));
-    Ok(())
 }
 
 impl Inner {
@@ -1475,11 +1464,41 @@ impl Inner {
         })
     }
 
-    fn add_handle(&mut self, h: Handle) -> u64 {
+    /// Registers an open file: `ENFILE` beyond [`HANDLES_MAX`] open files, `ENOMEM` when
+    /// its content would take the bytes held beyond [`HELD_BYTES_MAX`] (`budget.rs`).
+    fn add_handle(&mut self, path: &[u8], h: Handle) -> Result<u64, FsError> {
+        if self.handles.len() >= HANDLES_MAX {
+            return Err(refuse_for(
+                "open",
+                path,
+                libc::ENFILE,
+                format!("{HANDLES_MAX} files are open on the mount already"),
+            ));
+        }
+        let held = h.held();
+        if self.w.files.bytes() + self.handle_bytes + held > HELD_BYTES_MAX {
+            return Err(refuse_for(
+                "open",
+                path,
+                libc::ENOMEM,
+                format!(
+                    "lock, scratch and open files hold {HELD_BYTES_MAX} bytes at most, and this \
+                     open would pass that"
+                ),
+            ));
+        }
         let fh = self.next_fh;
         self.next_fh += 1;
+        self.handle_bytes += held;
         self.handles.insert(fh, h);
-        fh
+        Ok(fh)
+    }
+
+    /// Closes an open file's handle.
+    fn remove_handle(&mut self, fh: u64) -> Option<Handle> {
+        let h = self.handles.remove(&fh)?;
+        self.handle_bytes -= h.held();
+        Some(h)
     }
 
     fn path_of(&self, ino: u64) -> Result<(Vec<u8>, Kind), FsError> {
@@ -1517,12 +1536,26 @@ impl Inner {
     }
 
     fn size_of(&mut self, path: &[u8], kind: Kind) -> Result<u64, FsError> {
-        if kind == Kind::Dir {
-            return Ok(4096);
+        match kind {
+            Kind::Dir => return Ok(4096),
+            // Measured where it is: a scratch file may hold hundreds of MiB.
+            Kind::Scratch => {
+                return self
+                    .w
+                    .files
+                    .get(path)
+                    .map(|c| c.len() as u64)
+                    .ok_or(FsError::ENOENT)
+            }
+            _ => {}
         }
         let mut buf = std::mem::take(&mut self.buf);
         let r = self.render(path, kind, &mut buf);
         let n = buf.len() as u64;
+        if buf.capacity() > 64 << 10 {
+            // A large rendering (packed-refs, a long reflog) is not kept around.
+            buf = Vec::new();
+        }
         self.buf = buf;
         r.map(|_| n)
     }
@@ -1603,9 +1636,7 @@ impl Inner {
         let target = match kind {
             Kind::Scratch => {
                 if trunc {
-                    if let Some(c) = self.w.files.get_mut(path) {
-                        c.clear();
-                    }
+                    self.w.files.update(path, Vec::clear);
                 }
                 Target::Scratch
             }
@@ -1625,17 +1656,20 @@ impl Inner {
         if let (Target::Ref { .. }, false) = (&target, trunc) {
             self.render(path, kind, &mut data)?;
         }
-        Ok(self.add_handle(Handle::Write {
-            path: path.to_vec(),
-            target,
-            data,
-            dirty: trunc,
-            failed: false,
-        }))
+        self.add_handle(
+            path,
+            Handle::Write {
+                path: path.to_vec(),
+                target,
+                data,
+                dirty: trunc,
+                failed: false,
+            },
+        )
     }
 
     /// Commits a ref written in place (on flush or fsync), if its handle is dirty.
-    fn commit_direct(&mut self, fh: u64, max: usize) -> Result<(), FsError> {
+    fn commit_direct(&mut self, fh: u64, who: &Caller, max: usize) -> Result<(), FsError> {
         let Some(Handle::Write {
             path,
             target: Target::Ref { name, placeholder },
@@ -1674,7 +1708,7 @@ impl Inner {
                 if placeholder {
                     w.files.remove(&path);
                 }
-                let r = w.commit_ref(src.as_mut(), &name, v);
+                let r = w.commit_ref(src.as_mut(), who, &name, v);
                 if r.is_err() && placeholder {
                     w.files.insert(path.clone(), Vec::new());
                 }
@@ -1696,6 +1730,7 @@ impl Inner {
 
     fn do_rename(
         &mut self,
+        who: &Caller,
         from: &[u8],
         kind: Kind,
         to: &[u8],
@@ -1721,16 +1756,16 @@ impl Inner {
             Kind::Scratch => {
                 let content = w.files.get(from).cloned().unwrap_or_default();
                 if to == b"packed-refs" {
-                    w.commit_packed_refs(src, &content)?;
+                    w.commit_packed_refs(src, who, &content)?;
                 } else if let Some(n) = to_log {
                     let entries = w.parse_log_text(&content)?;
-                    w.replace_log(n, entries);
+                    w.replace_log(who, n, entries);
                 } else if let Some(n) = to_ref {
                     let v = w.parse_ref_content(&content)?;
                     if from.strip_suffix(b".lock") == Some(n) {
                         w.check_lock_base(src, from)?;
                     }
-                    w.commit_ref(src, n, v)?;
+                    w.commit_ref(src, who, n, v)?;
                 } else if to_kind.is_none_or(is_scratch_kind) {
                     w.files.insert(to.to_vec(), content);
                 } else {
@@ -1746,13 +1781,13 @@ impl Inner {
                 w.render_log(src, &name, &mut text)?;
                 if let Some(n) = to_log {
                     let entries = w.parse_log_text(&text)?;
-                    w.delete_log(&name);
-                    w.replace_log(n, entries);
+                    w.delete_log(who, &name);
+                    w.replace_log(who, n, entries);
                 } else if to_kind.is_none_or(is_scratch_kind)
                     && !matches!(view::area(to), view::Area::Refs(_))
                 {
                     w.files.insert(to.to_vec(), text);
-                    w.delete_log(&name);
+                    w.delete_log(who, &name);
                 } else {
                     return Err(bad(
                         "a reflog can only move to another reflog or a temporary name",
@@ -1765,8 +1800,8 @@ impl Inner {
                     return Err(bad("a ref can only be renamed to another ref name"));
                 };
                 let v = w.effective(src, from)?.unwrap_or(RefValue::Deletion);
-                w.commit_ref(src, n, v)?;
-                w.commit_ref(src, from, RefValue::Deletion)
+                w.commit_ref(src, who, n, v)?;
+                w.commit_ref(src, who, from, RefValue::Deletion)
             }
             Kind::Dir => Err(Refusal {
                 errno: libc::EXDEV,
@@ -1788,6 +1823,78 @@ mod tests {
 
     fn oid(b: u8) -> RefValue {
         RefValue::Val1(ObjectId::from_bytes(&[b; 20]).expect("sha-1 id"))
+    }
+
+    /// A reflog created in place (`open(logs/x, O_CREAT|O_APPEND)`) is staged for the
+    /// process that created it, through the file it opened: if its batch fails, that
+    /// process's `fsync` and that file's `close` are told (it was staged under whichever
+    /// process the previous request served).
+    #[test]
+    fn a_created_reflog_is_staged_for_its_creator() {
+        let mut mem = MemSource::new();
+        mem.set("refs/heads/x", oid(1));
+        mem.add_log(crate::format::LogRecord {
+            refname: b"refs/heads/y".to_vec(),
+            update_index: 1,
+            ..Default::default()
+        });
+        let shared = Shared::new(
+            Box::new(mem),
+            false,
+            LogSettings::default(),
+            BatchSettings {
+                window: Duration::from_secs(60),
+                max: 1000,
+            },
+        );
+        let me = std::process::id();
+        let logs = shared.lookup(ROOT, b"logs").expect("logs").0.ino.0;
+        let refs = shared.lookup(logs, b"refs").expect("refs").0.ino.0;
+        let heads = shared.lookup(refs, b"heads").expect("heads").0.ino.0;
+        // Another process's request first.
+        let _ = shared.unlink(heads, b"nothing", 1);
+        let (_, fh) = shared
+            .create(
+                heads,
+                b"x",
+                libc::O_CREAT | libc::O_WRONLY | libc::O_APPEND,
+                me,
+            )
+            .expect("create the reflog");
+        let tgid = shared.tgid(me);
+        let g = shared.lock();
+        let e =
+            g.w.open
+                .edits
+                .iter()
+                .find(|e| e.name == b"refs/heads/x")
+                .expect("the creation is staged");
+        assert_eq!(e.pids, vec![tgid]);
+        assert_eq!(e.handles, vec![fh]);
+    }
+
+    /// Staging waits, holding no lock, while the edits staged and not yet written are
+    /// over the bound (`budget.rs`), and goes on once the batcher has written them.
+    #[test]
+    fn staging_waits_while_too_much_is_staged() {
+        let shared = Shared::new(
+            Box::new(MemSource::new()),
+            false,
+            LogSettings::default(),
+            BatchSettings {
+                window: Duration::from_millis(1),
+                max: 1,
+            },
+        );
+        shared.staged.store(STAGED_BYTES_MAX, Ordering::Relaxed);
+        let s2 = shared.clone();
+        let t = std::thread::spawn(move || s2.wait_staging_room());
+        std::thread::sleep(Duration::from_millis(300));
+        assert!(!t.is_finished(), "staging went on past the bound");
+        // The state lock is free meanwhile.
+        drop(shared.lock());
+        shared.staged.store(0, Ordering::Relaxed);
+        t.join().expect("the waiter");
     }
 
     /// The pages of a ref file are kept by an open only when the last page fill answered

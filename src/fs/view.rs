@@ -6,16 +6,11 @@
 //! `HEAD`, `refs/heads/main`, `logs/refs/heads/main`, `packed-refs`.
 
 use crate::format::{HashKind, LogRecord, RefRecord, RefValue};
-use crate::fs::source::{RefSource, Step};
+use crate::fs::source::{RefSource, Step, NEXT_NAME};
 use crate::Result;
 
 /// Header of the `packed-refs` file the mount serves: git's, as `files` writes it.
 pub use crate::files::PACKED_REFS_HEADER;
-
-/// Appended to a name, gives a key past every record of that name and before every
-/// longer valid name: refnames cannot contain control characters, and in log keys the
-/// name is followed by a NUL, which sorts below it.
-pub const NEXT_NAME: u8 = 1;
 
 /// What a path of the mount is.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]

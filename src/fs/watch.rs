@@ -11,7 +11,8 @@ use std::thread::JoinHandle;
 
 use fuser::{INodeNo, Notifier};
 
-use crate::fs::state::{log_error, Shared};
+use crate::fs::record::log_error;
+use crate::fs::state::Shared;
 
 /// How long the watcher waits between checks when inotify is unavailable.
 const POLL_INTERVAL: std::time::Duration = std::time::Duration::from_millis(50);

@@ -8,7 +8,7 @@
 //! batcher and watcher — exactly as the main view, started at the first request that
 //! reaches one of its ref names. Its inode numbers are the main view's scheme shifted into
 //! their own range: bit 62 set, the worktree's slot in bits 48..62, the view's own
-//! number (at most [`REF_INO_MAX`]) below; its root (`ROOT` inside the view) is the
+//! number (at most `ino::REF_INO_MAX`) below; its root (`ROOT` inside the view) is the
 //! passed-through directory `worktrees/<id>` itself. [`Map`] translates both ways.
 //!
 //! A worktree is served once its stack exists (`tables.list`), so one that git 2.47 adds
@@ -26,65 +26,10 @@ use std::thread::JoinHandle;
 use fuser::Notifier;
 
 use crate::fs::error::FsError;
-use crate::fs::inode::{REF_INO_MAX, ROOT};
-use crate::fs::state::{log_error, BatchSettings, Shared};
+use crate::fs::ino::{slot_of, Map, ROOT, SLOTS_MAX};
+use crate::fs::record::log_error;
+use crate::fs::state::{BatchSettings, Shared};
 use crate::fs::{batch, stack_source, watch, MountOptions};
-
-/// Set in every inode number of a linked worktree's ref view (never together with
-/// `passthrough::PASS_BIT`).
-pub const WT_BIT: u64 = 1 << 62;
-/// The slot sits above the view's own inode numbers.
-const SLOT_SHIFT: u32 = 48;
-/// How many worktrees one mount serves at most (slots are not reused while mounted).
-const SLOTS_MAX: usize = 1 << (62 - SLOT_SHIFT);
-
-const _: () = assert!(REF_INO_MAX < 1 << SLOT_SHIFT);
-
-/// Whether `ino` belongs to a linked worktree's ref view.
-pub fn is_wt_ino(ino: u64) -> bool {
-    ino & WT_BIT != 0 && ino & crate::fs::passthrough::PASS_BIT == 0
-}
-
-fn slot_of(ino: u64) -> usize {
-    usize::try_from((ino & !WT_BIT) >> SLOT_SHIFT).unwrap_or(usize::MAX)
-}
-
-/// How a ref view's inode numbers map to the mount's: the identity for the main view; for
-/// a worktree, its slot above the view's numbers and its root at the worktree directory.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Map {
-    slot: Option<u64>,
-    /// The mount's inode of `worktrees/<id>` (passed through).
-    dir: u64,
-}
-
-impl Map {
-    /// The main view's (identity) map.
-    pub const MAIN: Map = Map { slot: None, dir: 0 };
-
-    /// The mount's inode number → the view's.
-    pub fn inn(&self, ino: u64) -> u64 {
-        match self.slot {
-            None => ino,
-            Some(_) if ino == self.dir => ROOT,
-            Some(_) => ino & REF_INO_MAX,
-        }
-    }
-
-    /// Whether `other` maps the same view.
-    pub fn same_view(&self, other: &Map) -> bool {
-        self.slot == other.slot
-    }
-
-    /// The view's inode number → the mount's.
-    pub fn out(&self, ino: u64) -> u64 {
-        match self.slot {
-            None => ino,
-            Some(_) if ino == ROOT => self.dir,
-            Some(s) => WT_BIT | s << SLOT_SHIFT | (ino & REF_INO_MAX),
-        }
-    }
-}
 
 /// One served linked worktree.
 pub struct Worktree {
@@ -94,6 +39,8 @@ pub struct Worktree {
     /// (st_dev, st_ino) of the stack's directory: a worktree removed and made again under
     /// the same id has another.
     real: (u64, u64),
+    /// The stack directory's descriptor, which its `/proc/self/fd/N` path names.
+    _stack: std::os::fd::OwnedFd,
     /// The mount's inode of `worktrees/<id>` as last seen (the passthrough may give the
     /// directory a new number after the kernel forgot it).
     dir: Arc<AtomicU64>,
@@ -123,16 +70,13 @@ impl Worktree {
                    refs/rewritten/) and their reflogs live in a worktree's stack: shared refs \
                    are written in the common directory";
         log_error("create", &shown, &why);
-        crate::fs::status::recorder().refused("create", &shown, libc::EPERM, why);
+        crate::fs::record::recorder().refused("create", &shown, libc::EPERM, why);
         Err(FsError::EPERM)
     }
 
     /// The map of this view, with its directory's current inode.
     pub fn map(&self) -> Map {
-        Map {
-            slot: Some(self.slot),
-            dir: self.dir.load(Ordering::SeqCst),
-        }
+        Map::worktree(self.slot, self.dir.load(Ordering::SeqCst))
     }
 }
 
@@ -144,8 +88,11 @@ struct Inner {
 
 /// The linked worktrees of one mount.
 pub struct Worktrees {
-    /// The real git directory (the caller's spelling: `/proc/self/fd/N` over `.git`).
-    gitdir: PathBuf,
+    /// The passthrough, through which each worktree's stack directory is reached beneath
+    /// the git directory.
+    pass: Arc<crate::fs::passthrough::Passthrough>,
+    /// GITDIR's modes, which every view shows.
+    modes: Arc<crate::fs::attr::GitDirModes>,
     /// The repository's settings, read before mounting (`stack_source::open_dir`).
     repo: crate::repo::Repo,
     opts: MountOptions,
@@ -180,16 +127,44 @@ fn identity(dir: &Path) -> Option<(u64, u64)> {
     std::fs::metadata(dir).ok().map(|m| (m.dev(), m.ino()))
 }
 
+/// A worktree's stack directory, reached beneath the git directory with no symbolic link
+/// followed (a `worktrees/<id>` swapped for a link to a directory outside is never
+/// served): its descriptor, and the path that names it for as long as the descriptor is
+/// open (`/proc/self/fd/N`, as `--over` names the real `.git`).
+struct StackDir {
+    fd: std::os::fd::OwnedFd,
+    path: PathBuf,
+}
+
+impl StackDir {
+    fn open(pass: &crate::fs::passthrough::Passthrough, id: &[u8]) -> Option<StackDir> {
+        use std::os::fd::AsRawFd;
+        let mut rel = b"worktrees/".to_vec();
+        rel.extend_from_slice(id);
+        rel.extend_from_slice(b"/reftable");
+        let fd = pass.dir_beneath(&rel).ok()?;
+        let path = PathBuf::from(format!("/proc/self/fd/{}", fd.as_raw_fd()));
+        Some(StackDir { fd, path })
+    }
+}
+
 /// Whether `id` can name a worktree directory (one path component).
 fn valid_id(id: &[u8]) -> bool {
     crate::fs::view::is_component(id) && id != b"." && id != b".."
 }
 
 impl Worktrees {
-    /// The worktrees of the repository at `gitdir` (to be called before mounting).
-    pub fn new(gitdir: &Path, opts: &MountOptions) -> crate::Result<Worktrees> {
+    /// The worktrees of the repository at `gitdir` (to be called before mounting); their
+    /// stacks are found through `pass`, beneath the git directory.
+    pub fn new(
+        gitdir: &Path,
+        pass: Arc<crate::fs::passthrough::Passthrough>,
+        modes: Arc<crate::fs::attr::GitDirModes>,
+        opts: &MountOptions,
+    ) -> crate::Result<Worktrees> {
         Ok(Worktrees {
-            gitdir: gitdir.to_path_buf(),
+            pass,
+            modes,
             repo: crate::repo::Repo::open(gitdir)?,
             opts: opts.clone(),
             notifier: OnceLock::new(),
@@ -207,17 +182,9 @@ impl Worktrees {
         let _ = self.notifier.set(n);
     }
 
-    /// The worktree view owning the mount inode `ino` (a [`WT_BIT`] number).
+    /// The worktree view owning the mount inode `ino` (an `ino::WT_BIT` number).
     pub fn by_ino(&self, ino: u64) -> Option<Arc<Worktree>> {
         self.lock().slots.get(slot_of(ino)).cloned()
-    }
-
-    fn stack_dir(&self, id: &[u8]) -> PathBuf {
-        use std::os::unix::ffi::OsStrExt;
-        self.gitdir
-            .join("worktrees")
-            .join(std::ffi::OsStr::from_bytes(id))
-            .join("reftable")
     }
 
     /// The view of worktree `id`, whose directory is the mount's inode `dir`; started now
@@ -228,8 +195,8 @@ impl Worktrees {
         if !valid_id(id) {
             return Err(FsError::ENOENT);
         }
-        let stack = self.stack_dir(id);
-        let real = identity(&stack);
+        let stack = StackDir::open(&self.pass, id);
+        let real = stack.as_ref().and_then(|s| identity(&s.path));
         let mut g = self.lock();
         if let Some(&k) = g.by_id.get(id) {
             let w = g.slots.get(k).cloned().ok_or(FsError::EIO)?;
@@ -257,7 +224,7 @@ impl Worktrees {
                 }
             }
         }
-        if !stack.join("tables.list").is_file() {
+        let Some(stack) = stack.filter(|s| s.path.join("tables.list").is_file()) else {
             if create {
                 // A files-backend git creating a worktree (`git worktree add` writes
                 // `worktrees/<id>/HEAD` as a plain file holding the null id, which no
@@ -269,7 +236,7 @@ impl Worktrees {
                            (its HEAD would need a stack of its own): run `git worktree add` \
                            with git >= 2.45 on the real git directory, then use the worktree \
                            through the mount";
-                return Err(crate::fs::state::refuse_for(
+                return Err(crate::fs::record::refuse_for(
                     "create",
                     &path,
                     libc::EPERM,
@@ -277,7 +244,7 @@ impl Worktrees {
                 ));
             }
             return Err(FsError::ENOENT);
-        }
+        };
         if g.slots.len() >= SLOTS_MAX {
             log_error(
                 "serve worktree",
@@ -287,7 +254,7 @@ impl Worktrees {
             return Err(FsError::ENOSPC);
         }
         let k = g.slots.len();
-        let w = self.start(id, dir, k as u64, &stack, real.unwrap_or_default())?;
+        let w = self.start(id, dir, k as u64, stack, real.unwrap_or_default())?;
         g.by_id.insert(id.to_vec(), k);
         g.slots.push(w.clone());
         Ok(w)
@@ -299,9 +266,10 @@ impl Worktrees {
         id: &[u8],
         dir: u64,
         slot: u64,
-        stack: &Path,
+        stack_dir: StackDir,
         real: (u64, u64),
     ) -> Result<Arc<Worktree>, FsError> {
+        let stack = stack_dir.path.as_path();
         let fail = |what: &str, e: &dyn std::fmt::Display| {
             log_error(what, stack.as_os_str().as_encoded_bytes(), e);
             FsError::EIO
@@ -320,17 +288,12 @@ impl Worktrees {
         );
         shared.set_inode_cap(self.opts.inode_cap);
         shared.reserve_space_in(stack);
+        shared.set_gitdir_modes(self.modes.clone());
         let dir = Arc::new(AtomicU64::new(dir));
         let mut threads = Vec::new();
         if let Some(n) = self.notifier.get() {
             let d = dir.clone();
-            let map = move |ino: u64| {
-                Map {
-                    slot: Some(slot),
-                    dir: d.load(Ordering::SeqCst),
-                }
-                .out(ino)
-            };
+            let map = move |ino: u64| Map::worktree(slot, d.load(Ordering::SeqCst)).out(ino);
             threads.push(
                 watch::spawn_mapped(shared.clone(), stack, n.clone(), Box::new(map))
                     .map_err(|e| fail("start worktree watcher", &e))?,
@@ -349,6 +312,7 @@ impl Worktrees {
             shared,
             slot,
             real,
+            _stack: stack_dir.fd,
             dir,
             threads: Mutex::new(threads),
         }))
@@ -417,26 +381,5 @@ mod tests {
         ] {
             assert!(!is_worktree_path(no), "{}", String::from_utf8_lossy(no));
         }
-    }
-
-    #[test]
-    fn maps_are_disjoint_and_invertible() {
-        let m = Map {
-            slot: Some(3),
-            dir: crate::fs::passthrough::PASS_BIT | 17,
-        };
-        for inner in [2u64, 99, REF_INO_MAX] {
-            let o = m.out(inner);
-            assert!(is_wt_ino(o));
-            assert!(!crate::fs::passthrough::is_pass_ino(o));
-            assert!(o > REF_INO_MAX);
-            assert_eq!(slot_of(o), 3);
-            assert_eq!(m.inn(o), inner);
-        }
-        assert_eq!(m.out(ROOT), m.dir);
-        assert_eq!(m.inn(m.dir), ROOT);
-        assert_eq!(Map::MAIN.out(12345), 12345);
-        assert!(!is_wt_ino(crate::fs::passthrough::PASS_BIT | WT_BIT | 5));
-        assert!(!is_wt_ino(REF_INO_MAX));
     }
 }

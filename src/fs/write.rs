@@ -14,32 +14,17 @@ use std::sync::Arc;
 
 use crate::files::{self, LooseRef};
 use crate::format::{HashKind, LogRecord, ObjectId, RefRecord, RefValue};
-use crate::fs::batch::BatchQueue;
+use crate::fs::budget::ScratchFiles;
+use crate::fs::error::Refusal;
+use crate::fs::queue::{Batch, BatchQueue};
+use crate::fs::source::LogSettings;
+use crate::fs::source::NEXT_NAME;
 use crate::fs::source::{BatchEdit, RefSource};
-use crate::fs::view::{self, Entry, Kind, Scratch, NEXT_NAME};
+use crate::fs::view::{self, Entry, Kind, Scratch};
 use crate::refname::{check_for_update, check_refname_format, RefnameFlags};
-use crate::transaction::LogAllRefUpdates;
 
 /// How long a reflog line waits in the open batch for the rename that commits its update.
 pub const LINE_WAITS_FOR_RENAME: std::time::Duration = std::time::Duration::from_millis(100);
-
-/// A refusal: the errno for the caller and the reason for the log line. Not recorded yet:
-/// `state::refuse` logs and records it with its operation and path, making it an
-/// [`FsError::Refused`](crate::fs::error::FsError::Refused).
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Refusal {
-    pub errno: i32,
-    pub reason: String,
-}
-
-impl Refusal {
-    pub(crate) fn new(errno: i32, reason: impl Into<String>) -> Refusal {
-        Refusal {
-            errno,
-            reason: reason.into(),
-        }
-    }
-}
 
 /// A source error as a refusal (EIO and the message).
 fn source_err(e: crate::Error) -> Refusal {
@@ -50,26 +35,6 @@ fn source_err(e: crate::Error) -> Refusal {
 }
 
 type R<T> = std::result::Result<T, Refusal>;
-
-/// How generated reflog entries are written (commit points without an appended line).
-#[derive(Clone, Debug)]
-pub struct LogSettings {
-    /// `core.logAllRefUpdates`.
-    pub log_all: LogAllRefUpdates,
-    /// Committer name and email for generated entries.
-    pub name: Vec<u8>,
-    pub email: Vec<u8>,
-}
-
-impl Default for LogSettings {
-    fn default() -> Self {
-        LogSettings {
-            log_all: LogAllRefUpdates::True,
-            name: b"reftablefs".to_vec(),
-            email: b"reftablefs@localhost".to_vec(),
-        }
-    }
-}
 
 /// A packed-layer entry.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -134,31 +99,20 @@ pub struct LockBase {
     pub changed_through_mount: bool,
 }
 
-/// One batch under construction or waiting to be written.
-#[derive(Debug, Default)]
-pub struct Batch {
-    pub seq: u64,
-    pub edits: Vec<BatchEdit>,
-    index: HashMap<Vec<u8>, usize>,
-    /// Names whose log-only edit holds a line a writer appended and whose commit point
-    /// (the rename that follows it in git's protocol) has not arrived yet.
-    awaiting: HashMap<Vec<u8>, std::time::Instant>,
+/// Who a staging call serves: the edits it stages record them, so that a failure is
+/// reported to that process (its next `fsync`) and fails those handles (their `close`).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Caller {
+    /// The process (thread group id; 0 when unknown).
+    pub pid: u32,
+    /// The open files the call stages through.
+    pub handles: Vec<u64>,
 }
 
-impl Batch {
-    fn new(seq: u64) -> Batch {
-        Batch {
-            seq,
-            ..Default::default()
-        }
-    }
-    /// Number of edits.
-    pub fn len(&self) -> usize {
-        self.edits.len()
-    }
-    /// Whether the batch holds nothing.
-    pub fn is_empty(&self) -> bool {
-        self.edits.is_empty()
+impl Caller {
+    /// Process `pid` through the open files `handles`.
+    pub fn new(pid: u32, handles: Vec<u64>) -> Caller {
+        Caller { pid, handles }
     }
 }
 
@@ -169,7 +123,7 @@ pub struct WriteState {
     pub log: LogSettings,
     /// Created files that are not refs (yet): `*.lock`, `packed-refs.new`, temporary
     /// reflogs. Content in memory; gone at unmount.
-    pub files: BTreeMap<Vec<u8>, Vec<u8>>,
+    pub files: ScratchFiles,
     /// Directories made by `mkdir` (they exist until `rmdir`, empty or not).
     pub vdirs: BTreeSet<Vec<u8>>,
     /// Ref values accepted at a commit point, not yet in the stack (read-your-writes).
@@ -186,12 +140,6 @@ pub struct WriteState {
     pub last_seq: u64,
     /// Ref locks held (by lock path), with what they saw of their ref.
     pub locks: HashMap<Vec<u8>, LockBase>,
-    /// The process (thread group id, 0 when unknown) whose request is being served: the
-    /// edits it stages record it, so that a failure is reported to it.
-    pub actor: u32,
-    /// The open-file handles the request being served stages through (recorded in the
-    /// edits, like `actor`).
-    pub actor_handles: Vec<u64>,
     rec: RefRecord,
 }
 
@@ -264,11 +212,6 @@ pub fn valid_ref_name(name: &[u8]) -> bool {
 }
 
 impl WriteState {
-    /// Bytes held by scratch files.
-    pub fn scratch_bytes(&self) -> usize {
-        self.files.values().map(Vec::len).sum()
-    }
-
     /// Whether the overlay is empty (reads can skip it).
     pub fn is_idle(&self) -> bool {
         self.files.is_empty()
@@ -282,10 +225,10 @@ impl WriteState {
     ///
     /// The creation is an edit of the open batch (git's existence marker when written), so
     /// that the empty reflog outlives the batch: it is not only a note in the overlay.
-    pub fn note_new_log(&mut self, name: &[u8]) {
+    pub fn note_new_log(&mut self, who: &Caller, name: &[u8]) {
         // Joins the open edit of `name` unless that one rewrites or deletes the reflog
         // (then `edit_slot` seals first).
-        let i = self.edit_for(name, false, false);
+        let i = self.edit_for(who, name, false, false);
         let seq = self.open.seq;
         if let Some(e) = self.open.edits.get_mut(i) {
             e.create_log = true;
@@ -373,9 +316,9 @@ impl WriteState {
 
     fn any_path_below(&self, prefix: &[u8]) -> bool {
         self.files
-            .range(prefix.to_vec()..)
+            .paths_from(prefix)
             .next()
-            .is_some_and(|(p, _)| p.starts_with(prefix))
+            .is_some_and(|p| p.starts_with(prefix))
             || self
                 .vdirs
                 .range(prefix.to_vec()..)
@@ -495,10 +438,10 @@ impl WriteState {
                 }),
             }
         }
-        for (p, _) in self
+        for p in self
             .files
-            .range(prefix.clone()..)
-            .take_while(|(p, _)| p.starts_with(&prefix))
+            .paths_from(&prefix)
+            .take_while(|p| p.starts_with(&prefix))
         {
             add(out, &p[prefix.len()..], Kind::Scratch);
         }
@@ -680,14 +623,13 @@ impl WriteState {
     }
 
     /// [`Self::edit_slot`], recording the serving process as one that staged the edit.
-    fn edit_for(&mut self, name: &[u8], wants_value: bool, wants_log: bool) -> usize {
+    fn edit_for(&mut self, who: &Caller, name: &[u8], wants_value: bool, wants_log: bool) -> usize {
         let i = self.edit_slot(name, wants_value, wants_log);
-        let actor = self.actor;
         if let Some(e) = self.open.edits.get_mut(i) {
-            if !e.pids.contains(&actor) {
-                e.pids.push(actor);
+            if !e.pids.contains(&who.pid) {
+                e.pids.push(who.pid);
             }
-            for fh in &self.actor_handles {
+            for fh in &who.handles {
                 if !e.handles.contains(fh) {
                     e.handles.push(*fh);
                 }
@@ -750,7 +692,13 @@ impl WriteState {
     /// Validates first; on refusal nothing changes. The update's reflog entry is only
     /// what the writer appended to `logs/<name>` (as in the files backend, a ref written
     /// without a line gets no entry, and a deleted ref keeps its reflog).
-    pub fn commit_ref(&mut self, src: &mut dyn RefSource, name: &[u8], value: RefValue) -> R<()> {
+    pub fn commit_ref(
+        &mut self,
+        src: &mut dyn RefSource,
+        who: &Caller,
+        name: &[u8],
+        value: RefValue,
+    ) -> R<()> {
         let old = self.effective(src, name)?;
         if !matches!(value, RefValue::Deletion) {
             if old.is_none() {
@@ -789,7 +737,7 @@ impl WriteState {
             self.open.awaiting.remove(name);
             return Ok(());
         }
-        let i = self.edit_for(name, true, false);
+        let i = self.edit_for(who, name, true, false);
         self.open.awaiting.remove(name);
         let seq = self.open.seq;
         let e = &mut self.open.edits[i];
@@ -855,7 +803,7 @@ impl WriteState {
     /// falls back to it — no stack change when it is the same value, which is what
     /// `pack-refs --prune` does — and the packed entry is consumed (the ref shows as a
     /// loose file again, so a later plain `rm` deletes it). Without one it is deleted.
-    pub fn unlink_ref(&mut self, src: &mut dyn RefSource, name: &[u8]) -> R<()> {
+    pub fn unlink_ref(&mut self, src: &mut dyn RefSource, who: &Caller, name: &[u8]) -> R<()> {
         if !self.is_loose_ref(src, name)? {
             return Err(Refusal::new(libc::ENOENT, "no such ref"));
         }
@@ -863,21 +811,21 @@ impl WriteState {
             Some(p) => {
                 let v = p.value();
                 if !same_object(self.effective(src, name)?.as_ref(), &v) {
-                    self.commit_ref(src, name, v)?;
+                    self.commit_ref(src, who, name, v)?;
                 }
                 self.packed.remove(name);
                 Ok(())
             }
-            None => self.commit_ref(src, name, RefValue::Deletion),
+            None => self.commit_ref(src, who, name, RefValue::Deletion),
         }
     }
 
     /// `unlink(logs/<name>)` or a move of the reflog away: the reflog is deleted.
-    pub fn delete_log(&mut self, name: &[u8]) {
+    pub fn delete_log(&mut self, who: &Caller, name: &[u8]) {
         if self.open.index.contains_key(name) {
             self.seal();
         }
-        let i = self.edit_for(name, false, true);
+        let i = self.edit_for(who, name, false, true);
         let seq = self.open.seq;
         let e = &mut self.open.edits[i];
         e.delete_log = true;
@@ -895,7 +843,7 @@ impl WriteState {
     }
 
     /// A reflog line appended to `logs/<name>`: becomes the log record of the update.
-    pub fn append_log(&mut self, name: &[u8], data: &[u8]) -> R<usize> {
+    pub fn append_log(&mut self, who: &Caller, name: &[u8], data: &[u8]) -> R<usize> {
         let mut recs = Vec::new();
         for (line_no, _, line) in files::reflog_lines(data) {
             let rec = files::parse_reflog_line(line, self.hash)
@@ -904,7 +852,7 @@ impl WriteState {
         }
         for mut rec in recs {
             rec.refname = name.to_vec();
-            let i = self.edit_for(name, false, true);
+            let i = self.edit_for(who, name, false, true);
             let seq = self.open.seq;
             self.open.edits[i].logs.push(rec.clone());
             self.open
@@ -919,7 +867,7 @@ impl WriteState {
 
     /// Replaces the whole reflog of `name` (a rewrite through `logs/x.lock`, the target of
     /// a move). `entries` are oldest first; with none the reflog stays, empty.
-    pub fn replace_log(&mut self, name: &[u8], entries: Vec<LogRecord>) {
+    pub fn replace_log(&mut self, who: &Caller, name: &[u8], entries: Vec<LogRecord>) {
         let mut base: Vec<LogRecord> = entries;
         for (i, r) in base.iter_mut().enumerate() {
             r.refname = name.to_vec();
@@ -928,7 +876,7 @@ impl WriteState {
         if self.open.index.contains_key(name) {
             self.seal();
         }
-        let i = self.edit_for(name, false, true);
+        let i = self.edit_for(who, name, false, true);
         let seq = self.open.seq;
         let e = &mut self.open.edits[i];
         e.replace_logs = true;
@@ -959,7 +907,12 @@ impl WriteState {
 
     /// A new `packed-refs` (renamed over it): the packed layer becomes its content, and
     /// only changes of effective values (refs with no loose file) are committed.
-    pub fn commit_packed_refs(&mut self, src: &mut dyn RefSource, content: &[u8]) -> R<()> {
+    pub fn commit_packed_refs(
+        &mut self,
+        src: &mut dyn RefSource,
+        who: &Caller,
+        content: &[u8],
+    ) -> R<()> {
         let parsed = files::parse_packed_refs(content, self.hash)
             .map_err(|e| Refusal::new(libc::EINVAL, format!("packed-refs: {e}")))?;
         let mut new: BTreeMap<Vec<u8>, Packed> = BTreeMap::new();
@@ -983,7 +936,7 @@ impl WriteState {
             }
         }
         for (name, v) in created {
-            self.commit_ref(src, &name, v)?;
+            self.commit_ref(src, who, &name, v)?;
         }
         self.packed = new;
         Ok(())
@@ -1028,6 +981,11 @@ impl WriteState {
 
 #[cfg(test)]
 mod tests {
+    /// The caller of the staging calls in these tests.
+    const ME: Caller = Caller {
+        pid: 0,
+        handles: Vec::new(),
+    };
     use super::*;
     use crate::fs::source::{Conflict, MemSource};
     use crate::transaction::Expected;
@@ -1075,8 +1033,8 @@ mod tests {
             hex(1),
             hex(2)
         );
-        w.append_log(b"HEAD", line.as_bytes()).unwrap();
-        w.note_new_log(b"refs/stash");
+        w.append_log(&ME, b"HEAD", line.as_bytes()).unwrap();
+        w.note_new_log(&ME, b"refs/stash");
         assert_eq!(
             w.classify(&mut m, &mut s, b"logs/refs/stash").unwrap(),
             Some(Kind::Log)
@@ -1093,12 +1051,12 @@ mod tests {
         // Written as git's existence marker, once: a second creation adds nothing.
         let marker = |m: &MemSource| m.logs.keys().filter(|(n, _)| n == b"refs/stash").count();
         assert_eq!(marker(&m), 1);
-        w.note_new_log(b"refs/stash");
+        w.note_new_log(&ME, b"refs/stash");
         flush(&mut w, &mut m);
         assert_eq!(marker(&m), 1);
         // Deleted, then created again before the deletion is written: it exists, empty.
-        w.delete_log(b"refs/stash");
-        w.note_new_log(b"refs/stash");
+        w.delete_log(&ME, b"refs/stash");
+        w.note_new_log(&ME, b"refs/stash");
         assert_eq!(
             w.classify(&mut m, &mut s, b"logs/refs/stash").unwrap(),
             Some(Kind::Log)
@@ -1116,8 +1074,9 @@ mod tests {
         let v = w
             .parse_ref_content(format!("{}\n", hex(9)).as_bytes())
             .unwrap();
-        w.commit_ref(&mut m, b"refs/heads/main", v.clone()).unwrap();
-        w.commit_ref(&mut m, b"refs/heads/new/deep", RefValue::Val1(id(8)))
+        w.commit_ref(&mut m, &ME, b"refs/heads/main", v.clone())
+            .unwrap();
+        w.commit_ref(&mut m, &ME, b"refs/heads/new/deep", RefValue::Val1(id(8)))
             .unwrap();
         assert_eq!(
             w.effective(&mut m, b"refs/heads/main").unwrap(),
@@ -1151,11 +1110,12 @@ mod tests {
             hex(1),
             hex(9)
         );
-        w.append_log(b"refs/heads/main", line.as_bytes()).unwrap();
-        w.commit_ref(&mut m, b"refs/heads/main", RefValue::Val1(id(9)))
+        w.append_log(&ME, b"refs/heads/main", line.as_bytes())
+            .unwrap();
+        w.commit_ref(&mut m, &ME, b"refs/heads/main", RefValue::Val1(id(9)))
             .unwrap();
         // HEAD's line comes after the rename, into the same batch.
-        w.append_log(b"HEAD", line.as_bytes()).unwrap();
+        w.append_log(&ME, b"HEAD", line.as_bytes()).unwrap();
         assert_eq!(w.open.len(), 2);
         flush(&mut w, &mut m);
         let mut logs = Vec::new();
@@ -1174,20 +1134,21 @@ mod tests {
     #[test]
     fn reflog_line_waits_across_windows_for_its_rename() {
         let (mut m, mut w, _) = setup();
-        w.commit_ref(&mut m, b"refs/heads/topic", RefValue::Val1(id(4)))
+        w.commit_ref(&mut m, &ME, b"refs/heads/topic", RefValue::Val1(id(4)))
             .unwrap();
         let line = format!(
             "{} {} C O Mitter <c@o.m> 1700000000 +0100\tcommit: y\n",
             hex(1),
             hex(9)
         );
-        w.append_log(b"refs/heads/main", line.as_bytes()).unwrap();
+        w.append_log(&ME, b"refs/heads/main", line.as_bytes())
+            .unwrap();
         // Two windows pass before git's rename arrives: the line is carried, the rest goes.
         w.seal_for_window();
         w.seal_for_window();
         assert_eq!(w.queue().sealed_len(), 1);
         assert_eq!(w.open.len(), 1);
-        w.commit_ref(&mut m, b"refs/heads/main", RefValue::Val1(id(9)))
+        w.commit_ref(&mut m, &ME, b"refs/heads/main", RefValue::Val1(id(9)))
             .unwrap();
         flush(&mut w, &mut m);
         let mut logs = Vec::new();
@@ -1195,7 +1156,8 @@ mod tests {
         assert_eq!(logs.len(), 1, "one entry, the appended line: {logs:?}");
         assert_eq!(logs[0].message, b"commit: y\n");
         // A line whose rename never comes is written on its own after the wait.
-        w.append_log(b"refs/heads/topic", line.as_bytes()).unwrap();
+        w.append_log(&ME, b"refs/heads/topic", line.as_bytes())
+            .unwrap();
         std::thread::sleep(LINE_WAITS_FOR_RENAME);
         w.seal_for_window();
         assert!(w.open.is_empty());
@@ -1204,9 +1166,9 @@ mod tests {
     #[test]
     fn second_update_of_same_ref_starts_a_new_batch() {
         let (mut m, mut w, _) = setup();
-        w.commit_ref(&mut m, b"refs/heads/main", RefValue::Val1(id(5)))
+        w.commit_ref(&mut m, &ME, b"refs/heads/main", RefValue::Val1(id(5)))
             .unwrap();
-        w.commit_ref(&mut m, b"refs/heads/main", RefValue::Val1(id(6)))
+        w.commit_ref(&mut m, &ME, b"refs/heads/main", RefValue::Val1(id(6)))
             .unwrap();
         assert_eq!(w.queue().sealed_len(), 1);
         assert_eq!(flush(&mut w, &mut m), 2);
@@ -1230,20 +1192,22 @@ mod tests {
             assert_eq!(e.errno, libc::EINVAL, "{bad:?}");
         }
         let e = w
-            .commit_ref(&mut m, b"refs/heads/a..b", RefValue::Val1(id(1)))
+            .commit_ref(&mut m, &ME, b"refs/heads/a..b", RefValue::Val1(id(1)))
             .unwrap_err();
         assert_eq!(e.errno, libc::EINVAL);
         // D/F: refs/heads/main is a ref, so refs/heads/main/x cannot be created.
         let e = w
-            .commit_ref(&mut m, b"refs/heads/main/x", RefValue::Val1(id(1)))
+            .commit_ref(&mut m, &ME, b"refs/heads/main/x", RefValue::Val1(id(1)))
             .unwrap_err();
         assert_eq!(e.errno, libc::ENOTDIR);
         // And refs/heads cannot become a ref.
         let e = w
-            .commit_ref(&mut m, b"refs/heads", RefValue::Val1(id(1)))
+            .commit_ref(&mut m, &ME, b"refs/heads", RefValue::Val1(id(1)))
             .unwrap_err();
         assert_eq!(e.errno, libc::EISDIR);
-        let e = w.append_log(b"refs/heads/main", b"garbage\n").unwrap_err();
+        let e = w
+            .append_log(&ME, b"refs/heads/main", b"garbage\n")
+            .unwrap_err();
         assert_eq!(e.errno, libc::EINVAL);
         assert!(w.open.is_empty() && w.pending.is_empty() && w.pending_logs.is_empty());
     }
@@ -1261,9 +1225,10 @@ mod tests {
             hex(3),
             hex(9)
         );
-        w.commit_packed_refs(&mut m, packed.as_bytes()).unwrap();
+        w.commit_packed_refs(&mut m, &ME, packed.as_bytes())
+            .unwrap();
         w.revalidate_packed(&mut m);
-        w.unlink_ref(&mut m, b"refs/tags/v1").unwrap();
+        w.unlink_ref(&mut m, &ME, b"refs/tags/v1").unwrap();
         assert!(w.open.is_empty(), "prune staged edits: {:?}", w.open.edits);
         flush(&mut w, &mut m);
         assert_eq!(
@@ -1279,12 +1244,13 @@ mod tests {
             "# pack-refs with: peeled fully-peeled sorted \n{} refs/heads/main\n{} refs/heads/topic\n{} refs/tags/v1\n",
             hex(1), hex(2), hex(3)
         );
-        w.commit_packed_refs(&mut m, packed.as_bytes()).unwrap();
+        w.commit_packed_refs(&mut m, &ME, packed.as_bytes())
+            .unwrap();
         let mut out = Vec::new();
         w.render_packed(&mut out);
         assert_eq!(out, packed.as_bytes());
         for n in ["refs/heads/main", "refs/heads/topic", "refs/tags/v1"] {
-            w.unlink_ref(&mut m, n.as_bytes()).unwrap();
+            w.unlink_ref(&mut m, &ME, n.as_bytes()).unwrap();
         }
         assert!(
             w.open.is_empty(),
@@ -1301,12 +1267,13 @@ mod tests {
         w.render_packed(&mut out);
         assert_eq!(out, view::PACKED_REFS_HEADER);
         // So a plain rm deletes.
-        w.unlink_ref(&mut m, b"refs/heads/topic").unwrap();
+        w.unlink_ref(&mut m, &ME, b"refs/heads/topic").unwrap();
         flush(&mut w, &mut m);
         assert!(!m.refs.contains_key(&b"refs/heads/topic"[..]));
         // git's delete of a packed + loose ref: packed-refs rewritten without it, then
         // the loose file unlinked.
-        w.commit_packed_refs(&mut m, packed.as_bytes()).unwrap();
+        w.commit_packed_refs(&mut m, &ME, packed.as_bytes())
+            .unwrap();
         assert!(
             m.refs.contains_key(&b"refs/heads/topic"[..])
                 || w.pending.contains_key(&b"refs/heads/topic"[..])
@@ -1316,8 +1283,9 @@ mod tests {
             hex(1),
             hex(3)
         );
-        w.commit_packed_refs(&mut m, without.as_bytes()).unwrap();
-        w.unlink_ref(&mut m, b"refs/heads/topic").unwrap();
+        w.commit_packed_refs(&mut m, &ME, without.as_bytes())
+            .unwrap();
+        w.unlink_ref(&mut m, &ME, b"refs/heads/topic").unwrap();
         flush(&mut w, &mut m);
         assert!(!m.refs.contains_key(&b"refs/heads/topic"[..]));
         assert_eq!(
@@ -1329,7 +1297,7 @@ mod tests {
     #[test]
     fn plain_rm_without_pack_deletes() {
         let (mut m, mut w, _) = setup();
-        w.unlink_ref(&mut m, b"refs/heads/topic").unwrap();
+        w.unlink_ref(&mut m, &ME, b"refs/heads/topic").unwrap();
         assert_eq!(w.effective(&mut m, b"refs/heads/topic").unwrap(), None);
         flush(&mut w, &mut m);
         assert!(!m.refs.contains_key(&b"refs/heads/topic"[..]));
@@ -1338,7 +1306,7 @@ mod tests {
     #[test]
     fn concurrent_writer_conflict_is_reported_not_applied() {
         let (mut m, mut w, _) = setup();
-        w.commit_ref(&mut m, b"refs/heads/topic", RefValue::Val1(id(7)))
+        w.commit_ref(&mut m, &ME, b"refs/heads/topic", RefValue::Val1(id(7)))
             .unwrap();
         m.set("refs/heads/topic", RefValue::Val1(id(6))); // git wins the race
         w.seal_all();
@@ -1364,9 +1332,9 @@ mod tests {
         let (mut m, mut w, mut s) = setup();
         w.files.insert(b"refs/heads/main.lock".to_vec(), Vec::new());
         w.vdirs.insert(b"refs/heads/empty".to_vec());
-        w.commit_ref(&mut m, b"refs/heads/zz", RefValue::Val1(id(4)))
+        w.commit_ref(&mut m, &ME, b"refs/heads/zz", RefValue::Val1(id(4)))
             .unwrap();
-        w.unlink_ref(&mut m, b"refs/heads/topic").unwrap();
+        w.unlink_ref(&mut m, &ME, b"refs/heads/topic").unwrap();
         let mut stack = Vec::new();
         view::list_dir(&mut m, &mut s, b"refs/heads", &mut stack).unwrap();
         let mut out = Vec::new();
@@ -1398,7 +1366,7 @@ mod tests {
             hex(2)
         );
         let recs = w.parse_log_text(text.as_bytes()).unwrap();
-        w.replace_log(b"refs/heads/topic", recs);
+        w.replace_log(&ME, b"refs/heads/topic", recs);
         let mut out = Vec::new();
         w.render_log(&mut m, b"refs/heads/topic", &mut out).unwrap();
         assert_eq!(
@@ -1410,7 +1378,7 @@ mod tests {
         assert_eq!(String::from_utf8(out.clone()).unwrap(), text);
         // Rewritten to nothing (reflog expire, stash pop of the last entry): the reflog
         // stays, empty, before and after the batch.
-        w.replace_log(b"refs/heads/topic", Vec::new());
+        w.replace_log(&ME, b"refs/heads/topic", Vec::new());
         for _ in 0..2 {
             assert_eq!(
                 w.classify(&mut m, &mut s, b"logs/refs/heads/topic")
@@ -1422,7 +1390,7 @@ mod tests {
             flush(&mut w, &mut m);
         }
         // Only removing the reflog file deletes it.
-        w.delete_log(b"refs/heads/topic");
+        w.delete_log(&ME, b"refs/heads/topic");
         for _ in 0..2 {
             assert_eq!(
                 w.classify(&mut m, &mut s, b"logs/refs/heads/topic")
@@ -1437,9 +1405,10 @@ mod tests {
     fn deleting_a_ref_keeps_its_reflog() {
         let (mut m, mut w, mut s) = setup();
         let line = format!("{} {} A <a@b> 1700000000 +0000\tone\n", hex(0), hex(2));
-        w.append_log(b"refs/heads/topic", line.as_bytes()).unwrap();
+        w.append_log(&ME, b"refs/heads/topic", line.as_bytes())
+            .unwrap();
         flush(&mut w, &mut m);
-        w.unlink_ref(&mut m, b"refs/heads/topic").unwrap();
+        w.unlink_ref(&mut m, &ME, b"refs/heads/topic").unwrap();
         flush(&mut w, &mut m);
         assert!(!m.refs.contains_key(&b"refs/heads/topic"[..]));
         assert_eq!(
@@ -1460,16 +1429,17 @@ mod tests {
     fn no_invented_entries_and_late_lines_are_the_only_entry() {
         let (mut m, mut w, _) = setup();
         // A shell: `mv x.lock x` with no line: no entry.
-        w.commit_ref(&mut m, b"refs/heads/topic", RefValue::Val1(id(7)))
+        w.commit_ref(&mut m, &ME, b"refs/heads/topic", RefValue::Val1(id(7)))
             .unwrap();
         // GitPython: lock + rename, then the line.
-        w.commit_ref(&mut m, b"refs/heads/main", RefValue::Val1(id(8)))
+        w.commit_ref(&mut m, &ME, b"refs/heads/main", RefValue::Val1(id(8)))
             .unwrap();
         let line = format!("{} {} A <a@b> 1700000000 +0000\tlate\n", hex(1), hex(8));
-        w.append_log(b"refs/heads/main", line.as_bytes()).unwrap();
+        w.append_log(&ME, b"refs/heads/main", line.as_bytes())
+            .unwrap();
         // A HEAD line for HEAD's referent's update is HEAD's entry, as written.
         let head = format!("{} {} A <a@b> 1700000000 +0000\tto dev\n", hex(1), hex(8));
-        w.append_log(b"HEAD", head.as_bytes()).unwrap();
+        w.append_log(&ME, b"HEAD", head.as_bytes()).unwrap();
         flush(&mut w, &mut m);
         let mut logs = Vec::new();
         m.read_log(b"refs/heads/topic", &mut logs).unwrap();
@@ -1498,7 +1468,7 @@ mod tests {
         // by the rename, as on disk.
         w.locks.clear();
         w.note_lock(&mut m, b"refs/heads/topic.lock").unwrap();
-        w.commit_ref(&mut m, b"refs/heads/topic", RefValue::Val1(id(5)))
+        w.commit_ref(&mut m, &ME, b"refs/heads/topic", RefValue::Val1(id(5)))
             .unwrap();
         w.check_lock_base(&mut m, b"refs/heads/topic.lock").unwrap();
     }
@@ -1511,7 +1481,7 @@ mod tests {
     #[test]
     fn a_lock_sees_a_failed_batch_s_value_go() {
         let (mut m, mut w, _) = setup();
-        w.commit_ref(&mut m, b"refs/heads/topic", RefValue::Val1(id(3)))
+        w.commit_ref(&mut m, &ME, b"refs/heads/topic", RefValue::Val1(id(3)))
             .unwrap();
         w.seal_all();
         m.set("refs/heads/topic", RefValue::Val1(id(4)));

@@ -1,0 +1,194 @@
+//! The attributes a ref view's nodes (and the mount's root) show: their kind, size and
+//! time (`attr`), and the real git directory's mode and owner ([`GitDirModes`]).
+
+use std::ffi::CString;
+use std::io;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::path::Path;
+use std::sync::Mutex;
+use std::time::{Duration, SystemTime};
+
+use fuser::{FileAttr, FileType, INodeNo};
+
+use crate::fs::view::Kind;
+
+/// How long GITDIR's mode and owner are shown before they are read again (the
+/// passthrough's attribute TTL).
+pub const MODES_TTL: Duration = Duration::from_secs(1);
+
+/// `fstat` of a descriptor (an `O_PATH` one too).
+fn fstat_fd(fd: RawFd) -> io::Result<libc::stat> {
+    // SAFETY: zeroed plain-data struct filled by the kernel.
+    let mut st: libc::stat = unsafe { std::mem::zeroed() };
+    // SAFETY: an open descriptor and a valid out pointer.
+    if unsafe { libc::fstat(fd, &mut st) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(st)
+}
+
+pub(crate) fn attr(
+    ino: u64,
+    kind: Kind,
+    size: u64,
+    mtime: SystemTime,
+    uid: u32,
+    gid: u32,
+) -> FileAttr {
+    let (ft, perm, nlink) = match kind {
+        Kind::Dir => (FileType::Directory, 0o755, 2),
+        _ => (FileType::RegularFile, 0o644, 1),
+    };
+    FileAttr {
+        ino: INodeNo(ino),
+        size,
+        blocks: size.div_ceil(512),
+        atime: mtime,
+        mtime,
+        ctime: mtime,
+        crtime: mtime,
+        kind: ft,
+        perm,
+        nlink,
+        uid,
+        gid,
+        rdev: 0,
+        blksize: 4096,
+        flags: 0,
+    }
+}
+
+pub(crate) fn file_type(kind: Kind) -> FileType {
+    match kind {
+        Kind::Dir => FileType::Directory,
+        _ => FileType::RegularFile,
+    }
+}
+
+/// The real git directory's own mode and owner, which the mount's root and every node of
+/// its ref view show (`Shared::set_gitdir_modes`): directories GITDIR's mode, files the same without execute, setgid
+/// and sticky bits (`0700` → `0600`, `2775` → `0664`, as `core.sharedRepository` makes a
+/// files repository's refs), owned by GITDIR's owner and group (root's shown as the
+/// mounting user's, as passed-through files are). When other users may use the mount
+/// (`allow_other`), the kernel checks their requests against these (`default_permissions`):
+/// a mode-700 `.git` stays closed to them at its root, a shared one gives its group what
+/// its modes give. Re-read at most every [`MODES_TTL`], so a `chmod` of the real directory
+/// is followed.
+pub struct GitDirModes {
+    dir: OwnedFd,
+    /// When last read, GITDIR's `st_mode` (permission bits), uid and gid.
+    seen: Mutex<(std::time::Instant, u32, u32, u32)>,
+    uid: u32,
+    gid: u32,
+}
+
+impl GitDirModes {
+    /// Opens `gitdir` (an `O_PATH` descriptor: the directory is followed as the user named
+    /// it, then never again by path) and reads its mode.
+    pub fn open(gitdir: &Path) -> io::Result<GitDirModes> {
+        // `reftable`'s parent, when the stack was named relative to the git directory.
+        let gitdir = if gitdir.as_os_str().is_empty() {
+            Path::new(".")
+        } else {
+            gitdir
+        };
+        let c = CString::new(std::os::unix::ffi::OsStrExt::as_bytes(gitdir.as_os_str()))
+            .map_err(io::Error::other)?;
+        // SAFETY: a NUL-terminated path.
+        let fd = unsafe {
+            libc::open(
+                c.as_ptr(),
+                libc::O_PATH | libc::O_DIRECTORY | libc::O_CLOEXEC,
+            )
+        };
+        if fd < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        // SAFETY: a descriptor just opened, owned by nobody else.
+        let dir = unsafe { OwnedFd::from_raw_fd(fd) };
+        let st = fstat_fd(dir.as_raw_fd())?;
+        // SAFETY: getuid/getgid cannot fail.
+        let (uid, gid) = unsafe { (libc::getuid(), libc::getgid()) };
+        Ok(GitDirModes {
+            dir,
+            seen: Mutex::new((std::time::Instant::now(), st.st_mode, st.st_uid, st.st_gid)),
+            uid,
+            gid,
+        })
+    }
+
+    /// (mode, uid, gid) of GITDIR, read again when older than [`MODES_TTL`] (if that fails,
+    /// the last ones).
+    fn current(&self) -> (u32, u32, u32) {
+        let mut seen = self.seen.lock().unwrap_or_else(|p| p.into_inner());
+        if seen.0.elapsed() >= MODES_TTL {
+            if let Ok(st) = fstat_fd(self.dir.as_raw_fd()) {
+                *seen = (std::time::Instant::now(), st.st_mode, st.st_uid, st.st_gid);
+            }
+        }
+        let (_, mode, uid, gid) = *seen;
+        let uid = if uid == 0 { self.uid } else { uid };
+        let gid = if gid == 0 { self.gid } else { gid };
+        (mode, uid, gid)
+    }
+
+    /// Gives `a` (a node of a ref view) GITDIR's mode and owner.
+    pub fn apply(&self, a: &mut FileAttr) {
+        let (mode, uid, gid) = self.current();
+        a.perm = if a.kind == FileType::Directory {
+            mode & 0o7777
+        } else {
+            mode & 0o666
+        } as u16;
+        a.uid = uid;
+        a.gid = gid;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::UNIX_EPOCH;
+
+    #[test]
+    fn ref_views_show_the_git_directorys_mode_and_owner() {
+        use std::os::unix::fs::PermissionsExt;
+        let t = tempfile::tempdir().unwrap();
+        let set = |mode: u32| {
+            std::fs::set_permissions(t.path(), std::fs::Permissions::from_mode(mode)).unwrap()
+        };
+        set(0o700);
+        let m = GitDirModes::open(t.path()).unwrap();
+        let shown = |kind: FileType| {
+            let mut a = attr(
+                5,
+                if kind == FileType::Directory {
+                    crate::fs::view::Kind::Dir
+                } else {
+                    crate::fs::view::Kind::Ref
+                },
+                3,
+                UNIX_EPOCH,
+                12345,
+                12345,
+            );
+            m.apply(&mut a);
+            (a.perm, a.uid, a.gid)
+        };
+        let st = fstat_fd(m.dir.as_raw_fd()).unwrap();
+        // SAFETY: getuid/getgid cannot fail.
+        let (me, my_group) = unsafe { (libc::getuid(), libc::getgid()) };
+        let owner = if st.st_uid == 0 { me } else { st.st_uid };
+        let group = if st.st_gid == 0 { my_group } else { st.st_gid };
+        assert_eq!(shown(FileType::Directory), (0o700, owner, group));
+        assert_eq!(shown(FileType::RegularFile), (0o600, owner, group));
+        // A chmod of the directory is seen once the last reading is a second old.
+        set(0o2775);
+        assert_eq!(shown(FileType::Directory).0, 0o700, "read again at once");
+        if let Some(old) = std::time::Instant::now().checked_sub(MODES_TTL * 2) {
+            m.seen.lock().unwrap().0 = old;
+            assert_eq!(shown(FileType::Directory).0, 0o2775);
+            assert_eq!(shown(FileType::RegularFile).0, 0o664);
+        }
+    }
+}
