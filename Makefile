@@ -5,6 +5,8 @@
 #                     unit + integration tests (real git), examples, the library without
 #                     FUSE, then the mount tests
 #   make mount-test   only the mount tests (real FUSE mounts; SKIP line without /dev/fuse)
+#   make git-suite    git 2.39's own test scripts with their repository on a reftablefs
+#                     mount, every subtest compared with tests/git-suite/expected.txt
 #   make bench        every benchmark, printing ours-vs-git side-by-side tables
 #   make demo         a small git-made reftable repo, mounted and shown with ls/cat
 #   make generated    the man page and bash/zsh/fish completions, into target/generated/,
@@ -12,11 +14,13 @@
 #   make install      release binary, man page and completions under $(DESTDIR)$(PREFIX)
 #
 # Variables: CARGO (default cargo), MOUNT_TEST_ARGS (filter passed to the mount test
-# binary, e.g. `make mount-test MOUNT_TEST_ARGS=read_`), BENCH_SCALE (1 = full sizes).
+# binary, e.g. `make mount-test MOUNT_TEST_ARGS=read_`), BENCH_SCALE (1 = full sizes),
+# GIT_SUITE_ARGS (options and scripts for tests/git-suite/run.sh, e.g. `--update t1400`).
 
 CARGO ?= cargo
 MOUNT_TEST_ARGS ?=
 MOUNT_TEST_TIMEOUT ?= 1500
+GIT_SUITE_ARGS ?=
 
 PREFIX ?= /usr/local
 DESTDIR ?=
@@ -24,7 +28,7 @@ GEN := target/generated
 # Where cargo puts what it builds (CARGO_TARGET_DIR when set, as cargo reads it).
 BUILD := $(or $(CARGO_TARGET_DIR),target)
 
-.PHONY: all build check fmt-check clippy doc unit-test examples lib-nofuse test mount-test bench demo clean generated install uninstall
+.PHONY: all build check fmt-check clippy doc unit-test examples lib-nofuse test mount-test git-suite bench demo clean generated install uninstall
 
 all: build
 
@@ -112,6 +116,18 @@ mount-test:
 		exit $$status; \
 	else \
 		echo "SKIP mount tests: /dev/fuse or fusermount3 missing (install fuse3; CI has both)"; \
+	fi
+
+# git 2.39's t/ scripts (tests/git-suite/scripts.txt), each with its trash repository
+# converted to reftable and mounted over its .git (docs/git-suite.md). The first run
+# fetches Debian's git 2.39 source and builds it (niced, -j2) into
+# ~/.cache/reftablefs/git-suite; run.sh bounds every script in time and unmounts (or
+# aborts) every mount it made.
+git-suite:
+	@if [ -e /dev/fuse ] && command -v fusermount3 >/dev/null 2>&1; then \
+		$(CARGO) build --bin reftablefs && bash tests/git-suite/run.sh $(GIT_SUITE_ARGS); \
+	else \
+		echo "SKIP git-suite: /dev/fuse or fusermount3 missing (install fuse3; CI has both)"; \
 	fi
 
 bench:
