@@ -567,3 +567,33 @@ mount_test!(
     request_threads_stop_following_a_client_that_moves,
     timeout = 60
 );
+
+/// A rename across the boundary between the ref view and the passed-through files is
+/// refused (EXDEV, as across file systems: `mv` then copies) and, as every refusal,
+/// recorded in `status` (it was only logged).
+pub fn a_rename_across_trees_is_recorded(ctx: &Ctx) -> TestResult {
+    let repo = Repo::init(&ctx.path("repo"), "reftable")?;
+    let id = repo.commit("one")?;
+    let m = Mount::start(&repo.gitdir, &ctx.path("mnt"), &[])?;
+    let mnt = m.mnt.canonicalize()?;
+    std::fs::write(mnt.join("refs/heads/x.lock"), format!("{id}\n"))?;
+    expect_errno(
+        std::fs::rename(mnt.join("refs/heads/x.lock"), mnt.join("description2")),
+        &[libc::EXDEV],
+        "rename refs/heads/x.lock to description2",
+    )?;
+    let d = details(&mnt)?;
+    let refused = d.get("refused").map(Value::items).unwrap_or_default();
+    ensure!(
+        refused.iter().any(|e| {
+            e.get("path").and_then(Value::as_str) == Some("x.lock")
+                && e.get("op").and_then(Value::as_str) == Some("rename")
+                && e.get("errno").and_then(Value::as_str) == Some("EXDEV")
+        }),
+        "the refused rename is not recorded: {}",
+        d.to_json()
+    );
+    let _ = std::fs::remove_file(mnt.join("refs/heads/x.lock"));
+    m.unmount()
+}
+mount_test!(a_rename_across_trees_is_recorded, timeout = 60);

@@ -66,18 +66,22 @@
 //! Order: worktrees → state; state → queue; state → own tables; never queue → state.
 
 pub mod attr;
+pub mod backend;
 pub mod budget;
 pub mod config_view;
 pub mod error;
 pub mod ino;
 pub mod inode;
+pub mod pass_backend;
 pub mod passthrough;
 pub mod procfs;
 pub mod protocol;
 pub mod queue;
 pub mod record;
+pub mod ref_backend;
 pub mod ref_times;
 pub mod reserve;
+pub mod router;
 pub mod source;
 pub mod stack_source;
 pub mod status;
@@ -298,10 +302,12 @@ pub fn mount(
             _ => None,
         };
     let fs = fuse::RefFs {
-        shared: shared.clone(),
-        pass,
+        router: router::Router {
+            main: shared.clone(),
+            pass,
+            wts: wts.clone(),
+        },
         kernel_passthrough: opts.kernel_passthrough,
-        wts: wts.clone(),
     };
     let mut config = Config::default();
     config.mount_options = vec![

@@ -37,6 +37,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use fuser::{BackingId, FileAttr, FileType, INodeNo};
 
+use crate::fs::backend::DirEntry;
 use crate::fs::config_view;
 use crate::fs::error::FsError;
 use crate::fs::ino::{pass_ino, ROOT};
@@ -80,14 +81,6 @@ struct Node {
     real: (u64, u64),
     /// `S_IFMT` bits.
     fmt: u32,
-}
-
-/// One directory entry of a listing.
-#[derive(Debug, Clone)]
-pub struct DirEntry {
-    pub name: Box<[u8]>,
-    pub kind: FileType,
-    pub ino: u64,
 }
 
 enum PHandle {

@@ -184,38 +184,26 @@ pub fn is_status_name(parent: u64, name: &[u8]) -> bool {
     (parent == crate::fs::ino::ROOT && name == DIR_NAME) || parent == DIR_INO
 }
 
-/// The request handlers for the status directory and file (called by `fuse.rs` before
-/// anything else looks at a request on them).
-pub(crate) mod serve {
-    use std::ffi::OsStr;
+/// The status directory and file as a [`Backend`](crate::fs::backend::Backend): found,
+/// read, listed; every change refused (`EACCES`, recorded).
+pub mod node {
+    use std::sync::Arc;
     use std::time::Duration;
 
-    use fuser::{
-        Errno, FileAttr, FileHandle, FileType, FopenFlags, Generation, INodeNo, ReplyAttr,
-        ReplyData, ReplyDirectory, ReplyEntry, ReplyOpen,
-    };
+    use fuser::{FileAttr, FileType, FopenFlags};
 
     use super::{DIR_INO, DIR_NAME, FILE_INO, FILE_NAME};
+    use crate::fs::backend::{self, AddEntry, Backend, Entry, MakeBacking, Opened, Req, SetAttr};
+    use crate::fs::error::FsError;
     use crate::fs::ino::ROOT;
-    use crate::fs::record::recorder;
     use crate::fs::state::Shared;
     use crate::fs::view::Kind;
 
     const DIR_TTL: Duration = Duration::from_secs(1);
 
-    fn attr_of(shared: &Shared, ino: u64) -> FileAttr {
-        let now = std::time::SystemTime::now();
-        let (uid, gid) = shared.owner();
-        if ino == DIR_INO {
-            let mut a = crate::fs::attr::attr(ino, Kind::Dir, 4096, now, uid, gid);
-            a.perm = 0o555;
-            a
-        } else {
-            let size = super::document(shared).len() as u64;
-            let mut a = crate::fs::attr::attr(ino, Kind::Ref, size, now, uid, gid);
-            a.perm = 0o444;
-            a
-        }
+    /// The status node of the mount whose main view is `shared`.
+    pub struct StatusNode {
+        pub shared: Arc<Shared>,
     }
 
     fn ttl(ino: u64) -> Duration {
@@ -226,87 +214,200 @@ pub(crate) mod serve {
         }
     }
 
-    /// `lookup` of `.reftablefs` at the root or of a name in it.
-    pub fn lookup(shared: &Shared, parent: u64, name: &[u8], reply: ReplyEntry) {
-        let ino = match (parent, name) {
-            (ROOT, DIR_NAME) => DIR_INO,
-            (DIR_INO, FILE_NAME) => FILE_INO,
-            _ => return reply.error(Errno::ENOENT),
-        };
-        let a = attr_of(shared, ino);
-        reply.entry_with_ttls(&ttl(ino), &ttl(ino), &a, Generation(0));
-    }
-
-    pub fn getattr(shared: &Shared, ino: u64, reply: ReplyAttr) {
-        reply.attr(&ttl(ino), &attr_of(shared, ino));
-    }
-
-    /// Opens the status file for reading (its document is made now); anything else is
-    /// refused.
-    pub fn open(shared: &Shared, ino: u64, flags: i32, reply: ReplyOpen) {
-        if ino == DIR_INO {
-            return reply.error(Errno::EISDIR);
-        }
-        if flags & libc::O_ACCMODE != libc::O_RDONLY || flags & libc::O_TRUNC != 0 {
-            return reply.error(refuse("open", FILE_NAME));
-        }
-        let fh = super::open(shared);
-        reply.opened(
-            FileHandle(fh),
-            FopenFlags::FOPEN_DIRECT_IO | FopenFlags::FOPEN_NOFLUSH,
-        );
-    }
-
-    pub fn read(fh: u64, offset: u64, size: u32, reply: ReplyData) {
-        match super::read(fh, offset, size) {
-            Some(d) => reply.data(&d),
-            None => reply.error(Errno::EBADF),
-        }
-    }
-
-    pub fn release(fh: u64) {
-        super::release(fh);
-    }
-
-    pub fn is_handle(fh: u64) -> bool {
-        super::is_handle(fh)
-    }
-
-    pub fn opendir(ino: u64, reply: ReplyOpen) {
-        if ino == DIR_INO {
-            reply.opened(FileHandle(0), FopenFlags::empty());
-        } else {
-            reply.error(Errno::ENOTDIR);
-        }
-    }
-
-    /// Lists `.`, `..` and `status`.
-    pub fn readdir(offset: u64, mut reply: ReplyDirectory) {
-        let entries: [(u64, FileType, &[u8]); 3] = [
-            (DIR_INO, FileType::Directory, b"."),
-            (ROOT, FileType::Directory, b".."),
-            (FILE_INO, FileType::RegularFile, FILE_NAME),
-        ];
-        let start = usize::try_from(offset).unwrap_or(usize::MAX);
-        for (i, (ino, kind, name)) in entries.iter().enumerate().skip(start) {
-            use std::os::unix::ffi::OsStrExt;
-            if reply.add(INodeNo(*ino), i as u64 + 1, *kind, OsStr::from_bytes(name)) {
-                break;
+    impl StatusNode {
+        fn attr_of(&self, ino: u64) -> FileAttr {
+            let now = std::time::SystemTime::now();
+            let (uid, gid) = self.shared.owner();
+            if ino == DIR_INO {
+                let mut a = crate::fs::attr::attr(ino, Kind::Dir, 4096, now, uid, gid);
+                a.perm = 0o555;
+                a
+            } else {
+                let size = super::document(&self.shared).len() as u64;
+                let mut a = crate::fs::attr::attr(ino, Kind::Ref, size, now, uid, gid);
+                a.perm = 0o444;
+                a
             }
         }
-        reply.ok();
     }
 
     /// A change in the status directory (create, write, rename, unlink, ...): refused.
-    pub fn refuse(op: &str, name: &[u8]) -> Errno {
+    pub fn refuse(op: &str, name: &[u8]) -> FsError {
         let mut path = DIR_NAME.to_vec();
         if name != DIR_NAME {
             path.push(b'/');
             path.extend_from_slice(name);
         }
-        let reason = "the mount's status directory is read-only";
-        crate::fs::record::log_error(op, &path, &reason);
-        recorder().refused(op, &path, libc::EACCES, reason);
-        Errno::EACCES
+        crate::fs::record::refuse_for(
+            op,
+            &path,
+            libc::EACCES,
+            "the mount's status directory is read-only",
+        )
+    }
+
+    /// The name of `ino` for a refusal.
+    fn name_of(ino: u64) -> &'static [u8] {
+        if ino == DIR_INO {
+            DIR_NAME
+        } else {
+            FILE_NAME
+        }
+    }
+
+    impl Backend for StatusNode {
+        /// `.reftablefs` at the root, or `status` in it.
+        fn lookup(&self, _req: Req, parent: u64, name: &[u8]) -> Result<Entry, FsError> {
+            let ino = match (parent, name) {
+                (ROOT, DIR_NAME) => DIR_INO,
+                (DIR_INO, FILE_NAME) => FILE_INO,
+                _ => return Err(FsError::ENOENT),
+            };
+            Ok(Entry {
+                attr: self.attr_of(ino),
+                attr_ttl: ttl(ino),
+                entry_ttl: ttl(ino),
+            })
+        }
+
+        fn getattr(
+            &self,
+            _req: Req,
+            ino: u64,
+            _fh: Option<u64>,
+        ) -> Result<(FileAttr, Duration), FsError> {
+            Ok((self.attr_of(ino), ttl(ino)))
+        }
+
+        fn setattr(
+            &self,
+            _req: Req,
+            ino: u64,
+            _a: &SetAttr,
+            _fh: Option<u64>,
+        ) -> Result<(FileAttr, Duration), FsError> {
+            Err(refuse("setattr", name_of(ino)))
+        }
+
+        /// Opens the status file for reading (its document is made now); anything else
+        /// is refused.
+        fn open(
+            &self,
+            _req: Req,
+            ino: u64,
+            flags: i32,
+            _b: MakeBacking<'_>,
+        ) -> Result<Opened, FsError> {
+            if ino == DIR_INO {
+                return Err(FsError::EISDIR);
+            }
+            if flags & libc::O_ACCMODE != libc::O_RDONLY || flags & libc::O_TRUNC != 0 {
+                return Err(refuse("open", FILE_NAME));
+            }
+            Ok(Opened {
+                fh: super::open(&self.shared),
+                flags: FopenFlags::FOPEN_DIRECT_IO | FopenFlags::FOPEN_NOFLUSH,
+                backing: None,
+            })
+        }
+
+        fn create(
+            &self,
+            _req: Req,
+            _parent: u64,
+            name: &[u8],
+            _mode: u32,
+            _umask: u32,
+            _flags: i32,
+            _b: MakeBacking<'_>,
+        ) -> Result<(Entry, Opened), FsError> {
+            Err(refuse("create", name))
+        }
+
+        fn read(
+            &self,
+            _req: Req,
+            _ino: u64,
+            fh: u64,
+            offset: u64,
+            size: u32,
+            _flags: i32,
+        ) -> Result<Vec<u8>, FsError> {
+            super::read(fh, offset, size).ok_or(FsError::EBADF)
+        }
+
+        fn release(&self, _ino: u64, fh: u64) {
+            super::release(fh);
+        }
+
+        fn unlink(&self, _req: Req, _parent: u64, name: &[u8]) -> Result<(), FsError> {
+            Err(refuse("unlink", name))
+        }
+
+        fn mkdir(
+            &self,
+            _req: Req,
+            _parent: u64,
+            name: &[u8],
+            _mode: u32,
+            _umask: u32,
+        ) -> Result<Entry, FsError> {
+            Err(refuse("mkdir", name))
+        }
+
+        fn rmdir(&self, _req: Req, _parent: u64, name: &[u8]) -> Result<(), FsError> {
+            Err(refuse("rmdir", name))
+        }
+
+        fn rename(
+            &self,
+            _req: Req,
+            _parent: u64,
+            name: &[u8],
+            _newparent: u64,
+            _newname: &[u8],
+            _flags: u32,
+        ) -> Result<(), FsError> {
+            Err(refuse("rename", name))
+        }
+
+        fn opendir(&self, _req: Req, ino: u64) -> Result<u64, FsError> {
+            if ino == DIR_INO {
+                Ok(0)
+            } else {
+                Err(FsError::ENOTDIR)
+            }
+        }
+
+        /// Lists `.`, `..` and `status`.
+        fn readdir(
+            &self,
+            _req: Req,
+            _ino: u64,
+            _fh: u64,
+            offset: u64,
+            add: AddEntry<'_>,
+        ) -> Result<(), FsError> {
+            backend::list(
+                DIR_INO,
+                ROOT,
+                offset,
+                |k| (k == 0).then(|| (FILE_INO, FileType::RegularFile, FILE_NAME.into())),
+                add,
+            );
+            Ok(())
+        }
+
+        fn releasedir(&self, _ino: u64, _fh: u64) {}
+
+        fn symlink(
+            &self,
+            _req: Req,
+            _parent: u64,
+            name: &[u8],
+            _target: &[u8],
+        ) -> Result<Entry, FsError> {
+            Err(refuse("symlink", name))
+        }
     }
 }

@@ -1,0 +1,240 @@
+//! The one trait every tree under the mount implements — the ref views (main and linked
+//! worktrees), the passed-through rest of the git directory, the status node and the
+//! root they share — so that the router (`router.rs`) resolves a request to its backend
+//! once and `fuse.rs` only translates between the kernel's requests and these calls.
+//!
+//! Inode numbers here are the mount's (a view maps its own, `ino::Map`); answers carry
+//! no reply object: `fuse.rs` turns them into replies. A backend that has no such
+//! operation keeps the default, which refuses it as the files backend would.
+
+use std::fs::File;
+use std::io;
+use std::sync::Arc;
+use std::time::Duration;
+
+use fuser::{BackingId, FileAttr, FileType, FopenFlags, TimeOrNow};
+
+use crate::fs::error::FsError;
+
+/// Who sends a request: the calling thread's id, as FUSE gives it.
+#[derive(Clone, Copy, Debug)]
+pub struct Req {
+    pub pid: u32,
+}
+
+/// A node found or made (`lookup`, `create`, `mkdir`, `symlink`): its attributes and how
+/// long the kernel may keep them and the name.
+#[derive(Clone, Debug)]
+pub struct Entry {
+    pub attr: FileAttr,
+    pub attr_ttl: Duration,
+    pub entry_ttl: Duration,
+}
+
+/// An opened file: its handle, how the kernel caches it, and the backing file when the
+/// kernel's FUSE passthrough serves its reads and writes.
+#[derive(Clone, Debug)]
+pub struct Opened {
+    pub fh: u64,
+    pub flags: FopenFlags,
+    pub backing: Option<Arc<BackingId>>,
+}
+
+/// One directory entry of a listing.
+#[derive(Debug, Clone)]
+pub struct DirEntry {
+    pub name: Box<[u8]>,
+    pub kind: FileType,
+    pub ino: u64,
+}
+
+/// Registers an open file with the kernel for FUSE passthrough (`ReplyOpen::open_backing`).
+pub type MakeBacking<'a> = &'a dyn Fn(&File) -> io::Result<BackingId>;
+
+/// Adds one directory entry to a `readdir` reply: (inode, offset of the next entry,
+/// kind, name); true when the reply is full.
+pub type AddEntry<'a> = &'a mut dyn FnMut(u64, u64, FileType, &[u8]) -> bool;
+
+/// What a `setattr` asks to change.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct SetAttr {
+    pub mode: Option<u32>,
+    pub uid: Option<u32>,
+    pub gid: Option<u32>,
+    pub size: Option<u64>,
+    pub atime: Option<TimeOrNow>,
+    pub mtime: Option<TimeOrNow>,
+}
+
+/// A tree under the mount (see the module docs).
+pub trait Backend {
+    /// `parent/name`.
+    fn lookup(&self, req: Req, parent: u64, name: &[u8]) -> Result<Entry, FsError>;
+
+    /// The kernel drops `n` references to `ino`.
+    fn forget(&self, _ino: u64, _n: u64) {}
+
+    /// Attributes of `ino` and how long the kernel may keep them.
+    fn getattr(&self, req: Req, ino: u64, fh: Option<u64>)
+        -> Result<(FileAttr, Duration), FsError>;
+
+    /// Changes attributes (a size: truncate); answers the new ones.
+    fn setattr(
+        &self,
+        req: Req,
+        ino: u64,
+        a: &SetAttr,
+        fh: Option<u64>,
+    ) -> Result<(FileAttr, Duration), FsError>;
+
+    fn open(
+        &self,
+        req: Req,
+        ino: u64,
+        flags: i32,
+        backing: MakeBacking<'_>,
+    ) -> Result<Opened, FsError>;
+
+    #[allow(clippy::too_many_arguments)]
+    fn create(
+        &self,
+        _req: Req,
+        _parent: u64,
+        _name: &[u8],
+        _mode: u32,
+        _umask: u32,
+        _flags: i32,
+        _backing: MakeBacking<'_>,
+    ) -> Result<(Entry, Opened), FsError> {
+        Err(FsError::EPERM)
+    }
+
+    /// `flags`: the open file's flags (`O_DIRECT` reads fill no page).
+    fn read(
+        &self,
+        req: Req,
+        ino: u64,
+        fh: u64,
+        offset: u64,
+        size: u32,
+        flags: i32,
+    ) -> Result<Vec<u8>, FsError>;
+
+    fn write(
+        &self,
+        _req: Req,
+        _ino: u64,
+        _fh: u64,
+        _offset: u64,
+        _data: &[u8],
+        _flags: i32,
+    ) -> Result<u32, FsError> {
+        Err(FsError::EBADF)
+    }
+
+    /// Every `close` of an open file.
+    fn flush(&self, _req: Req, _ino: u64, _fh: u64) -> Result<(), FsError> {
+        Ok(())
+    }
+
+    fn fsync(&self, _req: Req, _ino: u64, _fh: u64, _datasync: bool) -> Result<(), FsError> {
+        Ok(())
+    }
+
+    fn fsyncdir(&self, _req: Req, _ino: u64) -> Result<(), FsError> {
+        Ok(())
+    }
+
+    /// The last close of an open file.
+    fn release(&self, ino: u64, fh: u64);
+
+    fn unlink(&self, _req: Req, _parent: u64, _name: &[u8]) -> Result<(), FsError> {
+        Err(FsError::EPERM)
+    }
+
+    fn mkdir(
+        &self,
+        _req: Req,
+        _parent: u64,
+        _name: &[u8],
+        _mode: u32,
+        _umask: u32,
+    ) -> Result<Entry, FsError> {
+        Err(FsError::EPERM)
+    }
+
+    fn rmdir(&self, _req: Req, _parent: u64, _name: &[u8]) -> Result<(), FsError> {
+        Err(FsError::EPERM)
+    }
+
+    /// A rename within this backend (the router refuses one across backends).
+    #[allow(clippy::too_many_arguments)]
+    fn rename(
+        &self,
+        _req: Req,
+        _parent: u64,
+        _name: &[u8],
+        _newparent: u64,
+        _newname: &[u8],
+        _flags: u32,
+    ) -> Result<(), FsError> {
+        Err(FsError::EPERM)
+    }
+
+    fn opendir(&self, req: Req, ino: u64) -> Result<u64, FsError>;
+
+    /// Lists the open directory `fh` from `offset` on (`.` and `..` first).
+    fn readdir(
+        &self,
+        req: Req,
+        ino: u64,
+        fh: u64,
+        offset: u64,
+        add: AddEntry<'_>,
+    ) -> Result<(), FsError>;
+
+    fn releasedir(&self, ino: u64, fh: u64);
+
+    fn readlink(&self, _req: Req, _ino: u64) -> Result<Vec<u8>, FsError> {
+        Err(FsError::EINVAL)
+    }
+
+    fn symlink(
+        &self,
+        _req: Req,
+        _parent: u64,
+        _name: &[u8],
+        _target: &[u8],
+    ) -> Result<Entry, FsError> {
+        Err(FsError::EPERM)
+    }
+}
+
+/// Lists `.`, `..` and then `count` entries given by `entry(k)` (inode, kind, name), from
+/// `offset` on, into `add` (offsets count from 1).
+pub fn list(
+    ino: u64,
+    parent: u64,
+    offset: u64,
+    mut entry: impl FnMut(usize) -> Option<(u64, FileType, Box<[u8]>)>,
+    add: AddEntry<'_>,
+) {
+    let mut i = offset;
+    loop {
+        let full = match i {
+            0 => add(ino, 1, FileType::Directory, b"."),
+            1 => add(parent, 2, FileType::Directory, b".."),
+            n => {
+                let Some((cino, kind, name)) = usize::try_from(n - 2).ok().and_then(&mut entry)
+                else {
+                    break;
+                };
+                add(cino, n + 1, kind, &name)
+            }
+        };
+        if full {
+            break;
+        }
+        i += 1;
+    }
+}

@@ -1,0 +1,240 @@
+//! The passed-through rest of the git directory (`passthrough.rs`) as a [`Backend`]: its
+//! nodes are the git directory's own, served with a 1 s TTL; a linked worktree's
+//! directory lists its ref view's names beside its files.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use fuser::{FileAttr, FopenFlags};
+
+use crate::fs::backend::{self, AddEntry, Backend, Entry, MakeBacking, Opened, Req, SetAttr};
+use crate::fs::error::FsError;
+use crate::fs::passthrough::{self, Passthrough, PASS_TTL};
+use crate::fs::ref_backend::RefView;
+use crate::fs::worktree::Worktrees;
+
+/// Open flags of every passed-through file: no `FLUSH` at close. A passed-through file
+/// has nothing to do at close (its writes went to the real file at each `write`, by the
+/// kernel's passthrough or by our `pwrite`), and a `FLUSH` is a round trip the closing
+/// process waits for (a third of a `cat`'s requests).
+const PASS_OPEN_FLAGS: FopenFlags = FopenFlags::FOPEN_NOFLUSH;
+
+/// The passthrough, with the worktrees whose ref views join its directories' listings.
+pub struct PassView {
+    pub pass: Arc<Passthrough>,
+    pub wts: Option<Arc<Worktrees>>,
+}
+
+fn entry(a: FileAttr) -> Entry {
+    Entry {
+        attr: a,
+        attr_ttl: PASS_TTL,
+        entry_ttl: PASS_TTL,
+    }
+}
+
+fn opened(o: passthrough::Opened) -> Opened {
+    match o {
+        passthrough::Opened::Backed { fh, backing } => Opened {
+            fh,
+            flags: PASS_OPEN_FLAGS,
+            backing: Some(backing),
+        },
+        passthrough::Opened::Plain { fh, direct } => Opened {
+            fh,
+            flags: if direct {
+                PASS_OPEN_FLAGS | FopenFlags::FOPEN_DIRECT_IO
+            } else {
+                PASS_OPEN_FLAGS
+            },
+            backing: None,
+        },
+    }
+}
+
+impl PassView {
+    /// When `ino` is a linked worktree's directory whose stack exists: adds its ref
+    /// view's names (`HEAD`, `refs`, `logs`, …) to the passed-through listing `fh`.
+    fn add_worktree_refs(&self, req: Req, ino: u64, fh: u64) {
+        let Some(w) = self.wts.as_deref() else { return };
+        let Some(id) = self.pass.worktree_of(ino) else {
+            return;
+        };
+        let Ok(wt) = w.serve(&id, ino, false) else {
+            return;
+        };
+        let view = RefView::worktree(wt);
+        let Ok(dfh) = view.opendir(req, ino) else {
+            return;
+        };
+        let entries = view.entries(dfh);
+        view.releasedir(ino, dfh);
+        if let Some(e) = entries {
+            self.pass.extend_dir(fh, &e);
+        }
+    }
+}
+
+impl Backend for PassView {
+    fn lookup(&self, _req: Req, parent: u64, name: &[u8]) -> Result<Entry, FsError> {
+        self.pass.lookup(parent, name).map(entry)
+    }
+
+    fn forget(&self, ino: u64, n: u64) {
+        self.pass.forget(ino, n);
+    }
+
+    fn getattr(
+        &self,
+        _req: Req,
+        ino: u64,
+        fh: Option<u64>,
+    ) -> Result<(FileAttr, Duration), FsError> {
+        Ok((self.pass.getattr(ino, fh)?, PASS_TTL))
+    }
+
+    fn setattr(
+        &self,
+        _req: Req,
+        ino: u64,
+        a: &SetAttr,
+        fh: Option<u64>,
+    ) -> Result<(FileAttr, Duration), FsError> {
+        let attr = self
+            .pass
+            .setattr(ino, a.mode, a.uid, a.gid, a.size, a.atime, a.mtime, fh)?;
+        Ok((attr, PASS_TTL))
+    }
+
+    fn open(&self, _req: Req, ino: u64, flags: i32, b: MakeBacking<'_>) -> Result<Opened, FsError> {
+        self.pass.open(ino, flags, b).map(opened)
+    }
+
+    fn create(
+        &self,
+        _req: Req,
+        parent: u64,
+        name: &[u8],
+        mode: u32,
+        umask: u32,
+        flags: i32,
+        b: MakeBacking<'_>,
+    ) -> Result<(Entry, Opened), FsError> {
+        let (a, o) = self.pass.create(parent, name, mode, umask, flags, b)?;
+        Ok((entry(a), opened(o)))
+    }
+
+    fn read(
+        &self,
+        _req: Req,
+        _ino: u64,
+        fh: u64,
+        offset: u64,
+        size: u32,
+        _flags: i32,
+    ) -> Result<Vec<u8>, FsError> {
+        self.pass.read(fh, offset, size)
+    }
+
+    fn write(
+        &self,
+        _req: Req,
+        _ino: u64,
+        fh: u64,
+        offset: u64,
+        data: &[u8],
+        _flags: i32,
+    ) -> Result<u32, FsError> {
+        self.pass.write(fh, offset, data)
+    }
+
+    // Written through at every write: nothing to do at close (and opened with
+    // FOPEN_NOFLUSH, so only a kernel without it sends FLUSH): the default `flush`.
+
+    fn fsync(&self, _req: Req, _ino: u64, fh: u64, datasync: bool) -> Result<(), FsError> {
+        self.pass.fsync(fh, datasync)
+    }
+
+    fn fsyncdir(&self, _req: Req, ino: u64) -> Result<(), FsError> {
+        self.pass.fsyncdir(ino)
+    }
+
+    fn release(&self, _ino: u64, fh: u64) {
+        self.pass.release(fh);
+    }
+
+    fn unlink(&self, _req: Req, parent: u64, name: &[u8]) -> Result<(), FsError> {
+        self.pass.unlink(parent, name)
+    }
+
+    fn mkdir(
+        &self,
+        _req: Req,
+        parent: u64,
+        name: &[u8],
+        mode: u32,
+        umask: u32,
+    ) -> Result<Entry, FsError> {
+        self.pass.mkdir(parent, name, mode, umask).map(entry)
+    }
+
+    fn rmdir(&self, _req: Req, parent: u64, name: &[u8]) -> Result<(), FsError> {
+        self.pass.rmdir(parent, name)
+    }
+
+    fn rename(
+        &self,
+        _req: Req,
+        parent: u64,
+        name: &[u8],
+        newparent: u64,
+        newname: &[u8],
+        flags: u32,
+    ) -> Result<(), FsError> {
+        self.pass.rename(parent, name, newparent, newname, flags)
+    }
+
+    fn opendir(&self, req: Req, ino: u64) -> Result<u64, FsError> {
+        let fh = self.pass.opendir(ino)?;
+        self.add_worktree_refs(req, ino, fh);
+        Ok(fh)
+    }
+
+    fn readdir(
+        &self,
+        _req: Req,
+        ino: u64,
+        fh: u64,
+        offset: u64,
+        add: AddEntry<'_>,
+    ) -> Result<(), FsError> {
+        let entries = self.pass.dir_entries(fh).ok_or(FsError::EBADF)?;
+        let parent = self.pass.parent_of(ino);
+        backend::list(
+            ino,
+            parent,
+            offset,
+            |k| entries.get(k).map(|e| (e.ino, e.kind, e.name.clone())),
+            add,
+        );
+        Ok(())
+    }
+
+    fn releasedir(&self, _ino: u64, fh: u64) {
+        self.pass.releasedir(fh);
+    }
+
+    fn readlink(&self, _req: Req, ino: u64) -> Result<Vec<u8>, FsError> {
+        self.pass.readlink(ino)
+    }
+
+    fn symlink(
+        &self,
+        _req: Req,
+        parent: u64,
+        name: &[u8],
+        target: &[u8],
+    ) -> Result<Entry, FsError> {
+        self.pass.symlink(parent, name, target).map(entry)
+    }
+}

@@ -1,0 +1,362 @@
+//! A ref view as a [`Backend`]: the main view or a linked worktree's, its own inode
+//! numbers mapped to the mount's (`ino::Map`), and the kernel caching policy of its
+//! nodes (entry and attribute TTLs, page cache or direct-IO).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use fuser::{FileAttr, FileType, FopenFlags, INodeNo};
+
+use crate::fs::attr::file_type;
+use crate::fs::backend::{AddEntry, Backend, DirEntry, Entry, MakeBacking, Opened, Req, SetAttr};
+use crate::fs::error::FsError;
+use crate::fs::ino::Map;
+use crate::fs::inode::OpenMode;
+use crate::fs::state::{Handle, Shared, REF_ATTR_TTL};
+use crate::fs::view::Kind;
+use crate::fs::worktree::Worktree;
+
+/// Entry TTL for directories and ref files. A name that vanishes or changes kind is
+/// invalidated by the watcher; new names are never negatively cached; every open reaches
+/// the mount, which compares the content with what the kernel may have cached.
+pub const ENTRY_TTL: Duration = Duration::from_secs(10);
+/// Attribute TTL for files other than ref files of a stable size (those get
+/// `REF_ATTR_TTL`): zero, so a size is never stale (no truncated reads).
+pub const FILE_ATTR_TTL: Duration = Duration::ZERO;
+/// Attribute TTL for directories.
+pub const DIR_ATTR_TTL: Duration = Duration::from_secs(1);
+
+/// (attribute TTL, entry TTL) for a node of `kind`; `cache`: the attributes of a ref
+/// file may be cached (its size is stable).
+fn ttls(kind: Kind, cache: bool) -> (Duration, Duration) {
+    match kind {
+        Kind::Dir => (DIR_ATTR_TTL, ENTRY_TTL),
+        // A lock file's name must not stay cached once it is gone (git retries a held
+        // lock for only 100 ms).
+        Kind::Scratch => (FILE_ATTR_TTL, Duration::ZERO),
+        _ => (attr_ttl(FileType::RegularFile, cache), ENTRY_TTL),
+    }
+}
+
+/// The attribute TTL of a node of type `ft`.
+fn attr_ttl(ft: FileType, cache: bool) -> Duration {
+    if ft == FileType::Directory {
+        DIR_ATTR_TTL
+    } else if cache {
+        REF_ATTR_TTL
+    } else {
+        FILE_ATTR_TTL
+    }
+}
+
+/// The ref view of the main git directory or of a linked worktree.
+pub struct RefView {
+    shared: Arc<Shared>,
+    map: Map,
+    /// The worktree, for a linked worktree's view (it takes only its own names).
+    worktree: Option<Arc<Worktree>>,
+}
+
+impl RefView {
+    /// The main view.
+    pub fn main(shared: Arc<Shared>) -> RefView {
+        RefView {
+            shared,
+            map: Map::MAIN,
+            worktree: None,
+        }
+    }
+
+    /// A linked worktree's view.
+    pub fn worktree(w: Arc<Worktree>) -> RefView {
+        RefView {
+            shared: w.shared.clone(),
+            map: w.map(),
+            worktree: Some(w),
+        }
+    }
+
+    /// The view's state.
+    pub fn shared(&self) -> &Shared {
+        &self.shared
+    }
+
+    /// Its inode map.
+    pub fn map(&self) -> Map {
+        self.map
+    }
+
+    fn inn(&self, ino: u64) -> u64 {
+        self.map.inn(ino)
+    }
+
+    fn out(&self, mut a: FileAttr) -> FileAttr {
+        a.ino = INodeNo(self.map.out(a.ino.0));
+        a
+    }
+
+    /// A linked worktree's view refuses names that are not its own.
+    fn check_creatable(&self, parent: u64, name: &[u8]) -> Result<(), FsError> {
+        match &self.worktree {
+            Some(w) => w.check_creatable(parent, name),
+            None => Ok(()),
+        }
+    }
+
+    /// The entries of the open directory `fh`, with the mount's inode numbers (for the
+    /// listings this view's names join: the root, a worktree's directory).
+    pub fn entries(&self, fh: u64) -> Option<Vec<DirEntry>> {
+        self.shared.with_handle(fh, |h| match h {
+            Some(Handle::Dir { path, entries }) => Some(
+                (0..entries.len())
+                    .filter_map(|k| entries.get(k))
+                    .map(|(name, kind)| {
+                        let child = crate::fs::view::join(path, name);
+                        DirEntry {
+                            ino: self.map.out(crate::fs::inode::ino_of(&child, kind)),
+                            kind: file_type(kind),
+                            name: name.into(),
+                        }
+                    })
+                    .collect(),
+            ),
+            _ => None,
+        })
+    }
+}
+
+impl Backend for RefView {
+    fn lookup(&self, _req: Req, parent: u64, name: &[u8]) -> Result<Entry, FsError> {
+        let (a, kind, cache) = self.shared.lookup(self.inn(parent), name)?;
+        let (attr_ttl, entry_ttl) = ttls(kind, cache);
+        Ok(Entry {
+            attr: self.out(a),
+            attr_ttl,
+            entry_ttl,
+        })
+    }
+
+    fn forget(&self, ino: u64, n: u64) {
+        self.shared.forget(self.inn(ino), n);
+    }
+
+    fn getattr(
+        &self,
+        _req: Req,
+        ino: u64,
+        _fh: Option<u64>,
+    ) -> Result<(FileAttr, Duration), FsError> {
+        let (mut a, cache) = self.shared.getattr(self.inn(ino))?;
+        a.ino = INodeNo(ino);
+        Ok((a, attr_ttl(a.kind, cache)))
+    }
+
+    fn setattr(
+        &self,
+        req: Req,
+        ino: u64,
+        a: &SetAttr,
+        fh: Option<u64>,
+    ) -> Result<(FileAttr, Duration), FsError> {
+        // Modes and times are accepted and not stored (core.sharedRepository chmods).
+        if let Some(size) = a.size {
+            self.shared.truncate(self.inn(ino), fh, size, req.pid)?;
+        }
+        self.getattr(req, ino, fh)
+    }
+
+    fn open(
+        &self,
+        _req: Req,
+        ino: u64,
+        flags: i32,
+        _b: MakeBacking<'_>,
+    ) -> Result<Opened, FsError> {
+        let (fh, mode) = self.shared.open(self.inn(ino), flags)?;
+        let mut f = match mode {
+            OpenMode::Direct => FopenFlags::FOPEN_DIRECT_IO,
+            // Without KEEP_CACHE the kernel drops the inode's pages at this open.
+            OpenMode::Refill => FopenFlags::empty(),
+            OpenMode::Cached => FopenFlags::FOPEN_KEEP_CACHE,
+        };
+        // Nothing to commit when a reader closes: skip the FLUSH round trip.
+        if flags & libc::O_ACCMODE == libc::O_RDONLY {
+            f |= FopenFlags::FOPEN_NOFLUSH;
+        }
+        Ok(Opened {
+            fh,
+            flags: f,
+            backing: None,
+        })
+    }
+
+    fn create(
+        &self,
+        req: Req,
+        parent: u64,
+        name: &[u8],
+        _mode: u32,
+        _umask: u32,
+        flags: i32,
+        _b: MakeBacking<'_>,
+    ) -> Result<(Entry, Opened), FsError> {
+        self.check_creatable(self.inn(parent), name)?;
+        let (a, fh) = self.shared.create(self.inn(parent), name, flags, req.pid)?;
+        let ttl = if a.kind == FileType::Directory {
+            DIR_ATTR_TTL
+        } else {
+            Duration::ZERO
+        };
+        Ok((
+            Entry {
+                attr: self.out(a),
+                attr_ttl: ttl,
+                entry_ttl: ttl,
+            },
+            Opened {
+                fh,
+                flags: FopenFlags::FOPEN_DIRECT_IO,
+                backing: None,
+            },
+        ))
+    }
+
+    fn read(
+        &self,
+        _req: Req,
+        ino: u64,
+        fh: u64,
+        offset: u64,
+        size: u32,
+        flags: i32,
+    ) -> Result<Vec<u8>, FsError> {
+        // An O_DIRECT read of a page-cache handle fills no page.
+        let direct = flags & libc::O_DIRECT != 0;
+        self.shared
+            .read_file(self.inn(ino), fh, offset, size, direct)
+    }
+
+    fn write(
+        &self,
+        req: Req,
+        _ino: u64,
+        fh: u64,
+        offset: u64,
+        data: &[u8],
+        flags: i32,
+    ) -> Result<u32, FsError> {
+        self.shared.write(fh, offset, data, flags, req.pid)
+    }
+
+    fn flush(&self, req: Req, _ino: u64, fh: u64) -> Result<(), FsError> {
+        self.shared.flush(fh, req.pid)
+    }
+
+    fn fsync(&self, req: Req, _ino: u64, fh: u64, _datasync: bool) -> Result<(), FsError> {
+        self.shared.fsync(fh, req.pid)
+    }
+
+    fn fsyncdir(&self, req: Req, _ino: u64) -> Result<(), FsError> {
+        self.shared.sync_for(self.shared.tgid(req.pid))
+    }
+
+    fn release(&self, _ino: u64, fh: u64) {
+        self.shared.release(fh);
+    }
+
+    fn unlink(&self, req: Req, parent: u64, name: &[u8]) -> Result<(), FsError> {
+        self.shared.unlink(self.inn(parent), name, req.pid)
+    }
+
+    fn mkdir(
+        &self,
+        _req: Req,
+        parent: u64,
+        name: &[u8],
+        _mode: u32,
+        _umask: u32,
+    ) -> Result<Entry, FsError> {
+        self.check_creatable(self.inn(parent), name)?;
+        let a = self.shared.mkdir(self.inn(parent), name)?;
+        Ok(Entry {
+            attr: self.out(a),
+            attr_ttl: DIR_ATTR_TTL,
+            entry_ttl: ENTRY_TTL,
+        })
+    }
+
+    fn rmdir(&self, _req: Req, parent: u64, name: &[u8]) -> Result<(), FsError> {
+        self.shared.rmdir(self.inn(parent), name)
+    }
+
+    fn rename(
+        &self,
+        req: Req,
+        parent: u64,
+        name: &[u8],
+        newparent: u64,
+        newname: &[u8],
+        flags: u32,
+    ) -> Result<(), FsError> {
+        if flags != 0 {
+            return Err(FsError::EINVAL);
+        }
+        self.check_creatable(self.inn(newparent), newname)?;
+        self.shared.rename(
+            self.inn(parent),
+            name,
+            self.inn(newparent),
+            newname,
+            req.pid,
+        )
+    }
+
+    fn opendir(&self, _req: Req, ino: u64) -> Result<u64, FsError> {
+        self.shared.opendir(self.inn(ino))
+    }
+
+    fn readdir(
+        &self,
+        _req: Req,
+        ino: u64,
+        fh: u64,
+        offset: u64,
+        add: AddEntry<'_>,
+    ) -> Result<(), FsError> {
+        let parent = self.map.out(self.shared.parent_of(self.inn(ino)));
+        // The listing is taken out of the state; the reply is built without its lock.
+        let listing = self.shared.with_handle(fh, |h| match h {
+            Some(Handle::Dir { path, entries }) => Some((path.clone(), entries.clone())),
+            _ => None,
+        });
+        let Some((path, entries)) = listing else {
+            return Err(FsError::EBADF);
+        };
+        let mut i = offset;
+        loop {
+            let full = match i {
+                0 => add(ino, 1, FileType::Directory, b"."),
+                1 => add(parent, 2, FileType::Directory, b".."),
+                n => {
+                    let Some((name, kind)) =
+                        usize::try_from(n - 2).ok().and_then(|k| entries.get(k))
+                    else {
+                        break;
+                    };
+                    let child = crate::fs::view::join(&path, name);
+                    let cino = self.map.out(crate::fs::inode::ino_of(&child, kind));
+                    add(cino, n + 1, file_type(kind), name)
+                }
+            };
+            if full {
+                break;
+            }
+            i += 1;
+        }
+        Ok(())
+    }
+
+    fn releasedir(&self, _ino: u64, fh: u64) {
+        self.shared.release(fh);
+    }
+}
