@@ -1,0 +1,349 @@
+//! Passed-through directories and names: mkdir, symlinks, unlink, rmdir, rename (a
+//! `config` written back with its extension), listings, fsyncdir, statfs.
+
+use std::fs::File;
+use std::os::fd::AsRawFd;
+use std::os::unix::fs::FileExt;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+use fuser::{FileAttr, FileType};
+
+use crate::fs::backend::DirEntry;
+use crate::fs::config_view;
+use crate::fs::error::FsError;
+use crate::fs::ino::{pass_ino, ROOT};
+
+use super::*;
+
+impl Passthrough {
+    pub fn mkdir(
+        &self,
+        parent: u64,
+        name: &[u8],
+        mode: u32,
+        umask: u32,
+    ) -> Result<FileAttr, FsError> {
+        self.check_creatable(parent, name)?;
+        let at = self.at(&self.child_path(parent, name)?)?;
+        // SAFETY: valid descriptor and name.
+        if unsafe { libc::mkdirat(at.dirfd(), at.name(), mode & !umask & 0o7777) } != 0 {
+            return Err(FsError::last_os_error());
+        }
+        let st = at.lstat()?;
+        let ino = self.lock().remember(parent, name, &st);
+        Ok(self.attr(ino, &st, None))
+    }
+
+    pub fn symlink(&self, parent: u64, name: &[u8], target: &[u8]) -> Result<FileAttr, FsError> {
+        self.check_creatable(parent, name)?;
+        let at = self.at(&self.child_path(parent, name)?)?;
+        let t = cstr(target)?;
+        // SAFETY: valid descriptor, NUL-terminated target and name.
+        if unsafe { libc::symlinkat(t.as_ptr(), at.dirfd(), at.name()) } != 0 {
+            return Err(FsError::last_os_error());
+        }
+        let st = at.lstat()?;
+        let ino = self.lock().remember(parent, name, &st);
+        Ok(self.attr(ino, &st, None))
+    }
+
+    pub fn readlink(&self, ino: u64) -> Result<Vec<u8>, FsError> {
+        let path = self.lock().path_of(ino)?;
+        let at = self.at(&path)?;
+        let mut buf = vec![0u8; libc::PATH_MAX as usize];
+        // SAFETY: valid descriptor, name and buffer of the given length.
+        let n =
+            unsafe { libc::readlinkat(at.dirfd(), at.name(), buf.as_mut_ptr().cast(), buf.len()) };
+        if n < 0 {
+            return Err(FsError::last_os_error());
+        }
+        buf.truncate(n as usize);
+        Ok(buf)
+    }
+
+    pub(super) fn remove(&self, parent: u64, name: &[u8], dir: bool) -> Result<(), FsError> {
+        if parent == ROOT && name == CONFIG {
+            return Err(crate::fs::record::refuse_for(
+                "unlink",
+                name,
+                libc::EPERM,
+                "the repository's config cannot be removed through the mount",
+            ));
+        }
+        let at = self.at(&self.child_path(parent, name)?)?;
+        let st = at.lstat().ok();
+        let flag = if dir { libc::AT_REMOVEDIR } else { 0 };
+        // SAFETY: valid descriptor and name.
+        if unsafe { libc::unlinkat(at.dirfd(), at.name(), flag) } != 0 {
+            return Err(FsError::last_os_error());
+        }
+        if let Some(st) = st {
+            if dir || st.st_nlink <= 1 {
+                self.lock().gone((st.st_dev, st.st_ino));
+            }
+        }
+        Ok(())
+    }
+
+    pub fn unlink(&self, parent: u64, name: &[u8]) -> Result<(), FsError> {
+        self.remove(parent, name, false)
+    }
+
+    pub fn rmdir(&self, parent: u64, name: &[u8]) -> Result<(), FsError> {
+        self.remove(parent, name, true)
+    }
+
+    pub fn rename(
+        &self,
+        parent: u64,
+        name: &[u8],
+        newparent: u64,
+        newname: &[u8],
+        flags: u32,
+    ) -> Result<(), FsError> {
+        self.check_creatable(newparent, newname)?;
+        if parent == ROOT && name == CONFIG {
+            return Err(crate::fs::record::refuse_for(
+                "rename",
+                name,
+                libc::EPERM,
+                "the repository's config cannot be moved away through the mount",
+            ));
+        }
+        let from = self.child_path(parent, name)?;
+        let to = self.child_path(newparent, newname)?;
+        let src_at = self.at(&from)?;
+        let src = src_at.lstat()?;
+        if newparent == ROOT && newname == CONFIG {
+            if flags != 0 {
+                return Err(FsError::EINVAL);
+            }
+            return self.install_config(&src_at, &src);
+        }
+        let to_at = self.at(&to)?;
+        let old_target = to_at.lstat().ok();
+        // SAFETY: valid descriptors and names.
+        let r = unsafe {
+            libc::syscall(
+                libc::SYS_renameat2,
+                src_at.dirfd(),
+                src_at.name(),
+                to_at.dirfd(),
+                to_at.name(),
+                flags as libc::c_uint,
+            )
+        };
+        if r != 0 {
+            return Err(FsError::last_os_error());
+        }
+        let mut g = self.lock();
+        if let Some(t) = old_target {
+            if flags & libc::RENAME_EXCHANGE == 0
+                && (t.st_dev, t.st_ino) != (src.st_dev, src.st_ino)
+            {
+                g.gone((t.st_dev, t.st_ino));
+            }
+        }
+        if let Some(&ino) = g.by_real.get(&(src.st_dev, src.st_ino)) {
+            if let Some(n) = g.nodes.get_mut(&ino) {
+                n.parent = newparent;
+                n.name = newname.into();
+            }
+        }
+        Ok(())
+    }
+
+    /// `rename(X → config)`: X's content with the real config's `extensions.refStorage`
+    /// and `core.repositoryformatversion` put back, written to a temporary file in the
+    /// git directory, fsynced and renamed over `config`; then X is removed.
+    pub(super) fn install_config(&self, from: &At<'_>, src: &libc::stat) -> Result<(), FsError> {
+        if src.st_mode & libc::S_IFMT != libc::S_IFREG {
+            return Err(FsError::EINVAL);
+        }
+        let written = read_bounded(File::from(openat(
+            from.dirfd(),
+            &from.name,
+            libc::O_RDONLY | libc::O_NONBLOCK | libc::O_NOFOLLOW | libc::O_CLOEXEC,
+            0,
+        )?))?;
+        let original = self.read_real(CONFIG)?;
+        let content = config_view::restored(&written, &original);
+        if content != written {
+            let served = config_view::served(&content);
+            if served != config_view::served(&written) {
+                eprintln!(
+                    "reftablefs: config written through the mount changed extensions.refStorage or core.repositoryformatversion; the repository's values are kept"
+                );
+            }
+        }
+        let tmp = format!(
+            "config.reftablefs-{}-{}.tmp",
+            std::process::id(),
+            self.tmp_seq.fetch_add(1, Ordering::Relaxed)
+        );
+        let tmp = tmp.as_bytes();
+        let write = || -> Result<(), FsError> {
+            let f = self.open_beneath(
+                tmp,
+                libc::O_WRONLY | libc::O_CREAT | libc::O_EXCL,
+                src.st_mode & 0o7777,
+            )?;
+            f.write_all_at(&content, 0).map_err(FsError::Io)?;
+            f.sync_all().map_err(FsError::Io)?;
+            let (a, b) = (cstr(tmp)?, cstr(CONFIG)?);
+            let fd = self.root.as_raw_fd();
+            // SAFETY: valid descriptors and paths.
+            if unsafe { libc::renameat(fd, a.as_ptr(), fd, b.as_ptr()) } != 0 {
+                return Err(FsError::last_os_error());
+            }
+            Ok(())
+        };
+        if let Err(e) = write() {
+            if let Ok(c) = cstr(tmp) {
+                // SAFETY: valid descriptor and path.
+                unsafe { libc::unlinkat(self.root.as_raw_fd(), c.as_ptr(), 0) };
+            }
+            return Err(e);
+        }
+        // SAFETY: an open directory descriptor.
+        unsafe { libc::fsync(self.root.as_raw_fd()) };
+        // SAFETY: valid descriptor and name.
+        if unsafe { libc::unlinkat(from.dirfd(), from.name(), 0) } != 0 {
+            return Err(FsError::last_os_error());
+        }
+        // The kernel now knows the renamed node as `config`: it resolves to the real one.
+        let mut g = self.lock();
+        if let Some(&ino) = g.by_real.get(&(src.st_dev, src.st_ino)) {
+            if let Some(n) = g.nodes.get_mut(&ino) {
+                n.parent = ROOT;
+                n.name = CONFIG.into();
+            }
+        }
+        g.gone((src.st_dev, src.st_ino));
+        Ok(())
+    }
+
+    /// Lists a directory of the real tree (`.` and `..` excluded; at the root, the ref
+    /// view's names and the reserved ones excluded).
+    pub(super) fn list(&self, path: &[u8], at_root: bool) -> Result<Vec<DirEntry>, FsError> {
+        let dir = self.open_beneath(path, libc::O_RDONLY | libc::O_DIRECTORY, 0)?;
+        let fd = dir.as_raw_fd();
+        // SAFETY: fdopendir takes ownership of a dup of our descriptor.
+        let dup = unsafe { libc::dup(fd) };
+        if dup < 0 {
+            return Err(FsError::last_os_error());
+        }
+        // SAFETY: a valid descriptor; on success the stream owns it.
+        let stream = unsafe { libc::fdopendir(dup) };
+        if stream.is_null() {
+            // SAFETY: still ours on failure.
+            unsafe { libc::close(dup) };
+            return Err(FsError::last_os_error());
+        }
+        let mut out = Vec::new();
+        loop {
+            // SAFETY: a valid stream; the entry is valid until the next readdir.
+            let ent = unsafe { libc::readdir64(stream) };
+            if ent.is_null() {
+                break;
+            }
+            // SAFETY: d_name is NUL-terminated within the entry.
+            let name = unsafe { std::ffi::CStr::from_ptr((*ent).d_name.as_ptr()) }.to_bytes();
+            if name == b"." || name == b".." {
+                continue;
+            }
+            if at_root && (is_ref_name_at_root(name) || is_reserved_at_root(name)) {
+                continue;
+            }
+            // SAFETY: as above.
+            let (d_ino, d_type) = unsafe { ((*ent).d_ino, (*ent).d_type) };
+            let kind = match d_type {
+                libc::DT_DIR => FileType::Directory,
+                libc::DT_LNK => FileType::Symlink,
+                libc::DT_FIFO => FileType::NamedPipe,
+                libc::DT_SOCK => FileType::Socket,
+                libc::DT_CHR => FileType::CharDevice,
+                libc::DT_BLK => FileType::BlockDevice,
+                _ => FileType::RegularFile,
+            };
+            // Informational only (readdir's d_ino): the real number in our range.
+            let ino = pass_ino(d_ino);
+            out.push(DirEntry {
+                name: name.into(),
+                kind,
+                ino,
+            });
+        }
+        // SAFETY: the stream we opened (closes `dup`).
+        unsafe { libc::closedir(stream) };
+        Ok(out)
+    }
+
+    pub fn opendir(&self, ino: u64) -> Result<u64, FsError> {
+        let (path, at_root) = {
+            let g = self.lock();
+            (g.path_of(ino)?, g.is_ref_root(ino))
+        };
+        let entries = Arc::new(self.list(&path, at_root)?);
+        Ok(self.lock().add_handle(PHandle::Dir { entries }))
+    }
+
+    /// Adds `extra` (a linked worktree's ref view: `HEAD`, `refs`, `logs`) to the listing
+    /// of the open directory `fh`.
+    pub fn extend_dir(&self, fh: u64, extra: &[DirEntry]) {
+        if let Some(PHandle::Dir { entries }) = self.lock().handles.get_mut(&fh) {
+            Arc::make_mut(entries).extend(extra.iter().cloned());
+        }
+    }
+
+    /// The id of the linked worktree whose directory (`worktrees/<id>`) is `ino`.
+    pub fn worktree_of(&self, ino: u64) -> Option<Vec<u8>> {
+        self.lock().worktree_of(ino).map(<[u8]>::to_vec)
+    }
+
+    /// The entries of an open directory.
+    pub fn dir_entries(&self, fh: u64) -> Option<Arc<Vec<DirEntry>>> {
+        match self.lock().handles.get(&fh) {
+            Some(PHandle::Dir { entries }) => Some(entries.clone()),
+            _ => None,
+        }
+    }
+
+    /// Lists the root's passed-through names for the ref view's directory handle `fh`.
+    pub fn open_root(&self, fh: u64) -> Result<(), FsError> {
+        let entries = Arc::new(self.list(b".", true)?);
+        self.lock().root_lists.insert(fh, entries);
+        Ok(())
+    }
+
+    pub fn root_entries(&self, fh: u64) -> Option<Arc<Vec<DirEntry>>> {
+        self.lock().root_lists.get(&fh).cloned()
+    }
+
+    pub fn release_root(&self, fh: u64) {
+        self.lock().root_lists.remove(&fh);
+    }
+
+    pub fn releasedir(&self, fh: u64) {
+        self.lock().handles.remove(&fh);
+    }
+
+    /// `fsync` of a directory: of the real one.
+    pub fn fsyncdir(&self, ino: u64) -> Result<(), FsError> {
+        let path = self.lock().path_of(ino)?;
+        let d = self.open_beneath(&path, libc::O_RDONLY | libc::O_DIRECTORY, 0)?;
+        d.sync_all().map_err(FsError::Io)
+    }
+
+    /// `statvfs` of the real directory.
+    pub fn statfs(&self) -> Result<libc::statvfs, FsError> {
+        // SAFETY: zeroed plain data filled by the kernel.
+        let mut s: libc::statvfs = unsafe { std::mem::zeroed() };
+        // SAFETY: an open descriptor and a valid out pointer.
+        if unsafe { libc::fstatvfs(self.root.as_raw_fd(), &mut s) } != 0 {
+            return Err(FsError::last_os_error());
+        }
+        Ok(s)
+    }
+}

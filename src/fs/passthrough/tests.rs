@@ -1,0 +1,359 @@
+//! Unit tests of the passthrough.
+
+use super::*;
+
+#[test]
+fn ref_names_at_root_follow_git() {
+    for n in [
+        &b"HEAD"[..],
+        b"HEAD.lock",
+        b"ORIG_HEAD",
+        b"ORIG_HEAD.lock",
+        b"AUTO_MERGE",
+        b"CHERRY_PICK_HEAD",
+        b"refs",
+        b"logs",
+        b"packed-refs",
+        b"packed-refs.lock",
+        b"packed-refs.new",
+    ] {
+        assert!(is_ref_name_at_root(n), "{}", String::from_utf8_lossy(n));
+    }
+    for n in [
+        &b"FETCH_HEAD"[..],
+        b"MERGE_HEAD",
+        b"COMMIT_EDITMSG",
+        b"MERGE_MSG",
+        b"config",
+        b"config.lock",
+        b"index",
+        b"index.lock",
+        b"objects",
+        b"hooks",
+        b"description",
+        b"rebase-merge",
+        b"gc.pid",
+        b"reftable",
+    ] {
+        assert!(!is_ref_name_at_root(n), "{}", String::from_utf8_lossy(n));
+    }
+    assert!(is_reserved_at_root(b"reftable"));
+}
+
+#[test]
+fn a_linked_worktrees_directory_hides_its_stack_and_ref_names() {
+    let t = tempfile::tempdir().unwrap();
+    let wt = t.path().join("worktrees/wt");
+    std::fs::create_dir_all(wt.join("reftable")).unwrap();
+    std::fs::create_dir_all(wt.join("refs")).unwrap();
+    std::fs::create_dir_all(t.path().join("other/wt")).unwrap();
+    std::fs::write(wt.join("reftable/tables.list"), b"").unwrap();
+    std::fs::write(wt.join("HEAD"), b"ref: refs/heads/.invalid\n").unwrap();
+    std::fs::write(wt.join("gitdir"), b"/x/.git\n").unwrap();
+    std::fs::write(wt.join("ORIG_HEAD"), b"stale\n").unwrap();
+    let p = Passthrough::new(t.path()).unwrap();
+    let wts = p.lookup(ROOT, b"worktrees").unwrap().ino.0;
+    let w = p.lookup(wts, b"wt").unwrap().ino.0;
+    assert_eq!(p.worktree_of(w).as_deref(), Some(&b"wt"[..]));
+    assert_eq!(p.worktree_of(wts), None);
+    let other = p.lookup(ROOT, b"other").unwrap().ino.0;
+    let ow = p.lookup(other, b"wt").unwrap().ino.0;
+    assert_eq!(p.worktree_of(ow), None, "only GITDIR/worktrees/<id>");
+    let gitdir = p.lookup(w, b"gitdir").unwrap().ino.0;
+    assert_eq!(p.worktree_of(gitdir), None, "a file is no worktree");
+    // Listing: the stack and the ref names (served by the worktree's view) are hidden.
+    let fh = p.opendir(w).unwrap();
+    let names: Vec<_> = p
+        .dir_entries(fh)
+        .unwrap()
+        .iter()
+        .map(|e| String::from_utf8_lossy(&e.name).into_owned())
+        .collect();
+    assert_eq!(names, ["gitdir"]);
+    p.releasedir(fh);
+    assert_eq!(p.lookup(w, b"reftable").unwrap_err().errno(), libc::ENOENT);
+    assert_eq!(
+        p.mkdir(w, b"reftable", 0o755, 0).unwrap_err().errno(),
+        libc::EPERM
+    );
+    // Elsewhere `reftable` is an ordinary name.
+    assert!(p.mkdir(ow, b"reftable", 0o755, 0).is_ok());
+}
+
+/// GITDIR's directories swapped for symbolic links to a directory outside while the
+/// kernel holds their nodes: nothing outside is read, listed, created, removed, moved
+/// or changed; a link that is the last component stays a link.
+fn swapped_directories_are_never_followed(walk: bool) {
+    use std::os::unix::fs::{symlink, PermissionsExt};
+    let t = tempfile::tempdir().unwrap();
+    let (git, out) = (t.path().join("git"), t.path().join("out"));
+    std::fs::create_dir_all(git.join("objects/sub")).unwrap();
+    std::fs::create_dir_all(git.join("objects/a/b")).unwrap();
+    std::fs::write(git.join("objects/file"), b"mine").unwrap();
+    std::fs::write(git.join("objects/mine"), b"mine").unwrap();
+    std::fs::create_dir_all(out.join("b")).unwrap();
+    for f in ["secret.txt", "victim", "b/secret.txt"] {
+        std::fs::write(out.join(f), b"secret").unwrap();
+    }
+    std::fs::set_permissions(
+        out.join("secret.txt"),
+        std::fs::Permissions::from_mode(0o600),
+    )
+    .unwrap();
+    let p = Passthrough::new(&git).unwrap();
+    let p = if walk { p.walking() } else { p };
+    assert_eq!(p.openat2, !walk);
+    let none = |_: &File| -> io::Result<BackingId> { Err(io::Error::other("no")) };
+    let objects = p.lookup(ROOT, b"objects").unwrap().ino.0;
+    let sub = p.lookup(objects, b"sub").unwrap().ino.0;
+    let a = p.lookup(objects, b"a").unwrap().ino.0;
+    let b = p.lookup(a, b"b").unwrap().ino.0;
+    let file = p.lookup(objects, b"file").unwrap().ino.0;
+    // The swaps, made directly in GITDIR.
+    for (name, target) in [("sub", out.clone()), ("a", out.clone())] {
+        let at = git.join("objects").join(name);
+        std::fs::rename(&at, at.with_extension("old")).unwrap();
+        symlink(target, &at).unwrap();
+    }
+    std::fs::remove_file(git.join("objects/file")).unwrap();
+    symlink(out.join("secret.txt"), git.join("objects/file")).unwrap();
+
+    let refused = |what: &str, r: Result<(), FsError>| match r {
+        Ok(()) => panic!("{what} went through a swapped directory (walk {walk})"),
+        Err(e) => assert!(
+            [libc::ELOOP, libc::ENOTDIR, libc::ENOTSUP].contains(&e.errno()),
+            "{what}: {e} (walk {walk})"
+        ),
+    };
+    refused("lookup", p.lookup(sub, b"secret.txt").map(drop));
+    refused("lookup below", p.lookup(b, b"secret.txt").map(drop));
+    refused(
+        "create",
+        p.create(sub, b"p", 0o644, 0, libc::O_WRONLY, none)
+            .map(drop),
+    );
+    refused("mkdir", p.mkdir(sub, b"d", 0o755, 0).map(drop));
+    refused("symlink", p.symlink(sub, b"l", b"x").map(drop));
+    refused("unlink", p.unlink(sub, b"victim"));
+    refused("rmdir", p.rmdir(sub, b"b"));
+    refused(
+        "rename out of it",
+        p.rename(sub, b"victim", objects, b"stolen", 0),
+    );
+    refused(
+        "rename into it",
+        p.rename(objects, b"mine", sub, b"mine", 0),
+    );
+    refused(
+        "rename over config",
+        p.rename(sub, b"victim", ROOT, b"config", 0),
+    );
+    refused("opendir", p.opendir(sub).map(drop));
+    refused("fsyncdir", p.fsyncdir(sub));
+    refused("open", p.open(file, libc::O_RDONLY, none).map(drop));
+    refused(
+        "chmod",
+        p.setattr(file, Some(0o666), None, None, None, None, None, None)
+            .map(drop),
+    );
+    refused(
+        "truncate",
+        p.setattr(file, None, None, None, Some(0), None, None, None)
+            .map(drop),
+    );
+    for f in ["secret.txt", "victim", "b/secret.txt"] {
+        assert_eq!(std::fs::read(out.join(f)).unwrap(), b"secret", "{f}");
+    }
+    let mode = std::fs::metadata(out.join("secret.txt"))
+        .unwrap()
+        .permissions()
+        .mode();
+    assert_eq!(mode & 0o777, 0o600, "the outside file's mode changed");
+    let mut names: Vec<_> = std::fs::read_dir(&out)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .collect();
+    names.sort();
+    assert_eq!(
+        names,
+        ["b", "secret.txt", "victim"],
+        "something made outside"
+    );
+    assert!(git.join("objects/mine").exists() && !git.join("objects/stolen").exists());
+    // A link in GITDIR is a link through the mount: described, read, never followed.
+    let l = p.lookup(objects, b"file").unwrap();
+    assert_eq!(l.kind, FileType::Symlink);
+    assert_eq!(
+        p.readlink(l.ino.0).unwrap(),
+        out.join("secret.txt").as_os_str().as_encoded_bytes()
+    );
+    assert_eq!(p.lookup(objects, b"sub").unwrap().kind, FileType::Symlink);
+    // A new link through the mount is made as a link, its target untouched.
+    let made = p.symlink(objects, b"made", b"../../out/victim").unwrap();
+    assert_eq!(made.kind, FileType::Symlink);
+    assert_eq!(p.readlink(made.ino.0).unwrap(), b"../../out/victim");
+    // And ordinary paths still work.
+    let a_old = p.lookup(objects, b"a.old").unwrap().ino.0;
+    let b_old = p.lookup(a_old, b"b").unwrap().ino.0;
+    let (f, _) = p
+        .create(b_old, b"x", 0o644, 0, libc::O_WRONLY, none)
+        .unwrap();
+    p.rename(b_old, b"x", b_old, b"y", 0).unwrap();
+    let fh = p.opendir(b_old).unwrap();
+    let listed: Vec<_> = p
+        .dir_entries(fh)
+        .unwrap()
+        .iter()
+        .map(|e| e.name.clone())
+        .collect();
+    assert_eq!(listed, [Box::from(&b"y"[..])]);
+    p.releasedir(fh);
+    p.fsyncdir(b_old).unwrap();
+    assert!(p.lookup(b_old, b"y").is_ok());
+    p.setattr(f.ino.0, Some(0o600), None, None, None, None, None, None)
+        .unwrap();
+    assert_eq!(
+        std::fs::metadata(git.join("objects/a.old/b/y"))
+            .unwrap()
+            .permissions()
+            .mode()
+            & 0o777,
+        0o600
+    );
+    p.unlink(b_old, b"y").unwrap();
+}
+
+#[test]
+fn chmod_without_fchmodat2_changes_the_name_itself() {
+    use std::os::unix::fs::{symlink, PermissionsExt};
+    let t = tempfile::tempdir().unwrap();
+    std::fs::write(t.path().join("f"), b"x").unwrap();
+    std::fs::write(t.path().join("target"), b"x").unwrap();
+    symlink(t.path().join("target"), t.path().join("l")).unwrap();
+    let p = Passthrough::new(t.path()).unwrap();
+    let mode = |n: &str| {
+        std::fs::symlink_metadata(t.path().join(n))
+            .unwrap()
+            .permissions()
+            .mode()
+            & 0o777
+    };
+    let before = mode("target");
+    p.at(b"f").unwrap().chmod_by_proc(0o640).unwrap();
+    assert_eq!(mode("f"), 0o640);
+    let e = p.at(b"l").unwrap().chmod_by_proc(0o777).unwrap_err();
+    assert_eq!(e.errno(), libc::ENOTSUP);
+    assert_eq!(mode("target"), before, "the link was followed");
+    assert_eq!(
+        p.at(b"l").unwrap().chmod(0o777).unwrap_err().errno(),
+        libc::ENOTSUP
+    );
+    assert_eq!(mode("target"), before, "the link was followed");
+}
+
+#[test]
+fn swapped_directories_are_never_followed_openat2() {
+    swapped_directories_are_never_followed(false);
+}
+
+#[test]
+fn swapped_directories_are_never_followed_walking() {
+    swapped_directories_are_never_followed(true);
+}
+
+#[test]
+fn passes_through_relative_to_the_directory() {
+    let dir = std::env::temp_dir().join(format!("rtfs-pt-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(dir.join("objects")).unwrap();
+    std::fs::create_dir_all(dir.join("reftable")).unwrap();
+    std::fs::write(
+        dir.join("config"),
+        b"[core]\n\trepositoryformatversion = 1\n[extensions]\n\trefStorage = reftable\n",
+    )
+    .unwrap();
+    std::fs::write(dir.join("HEAD"), b"ref: refs/heads/.invalid\n").unwrap();
+    let p = Passthrough::new(&dir).unwrap();
+    let none = |_: &File| -> io::Result<BackingId> { Err(io::Error::other("no")) };
+    // The root listing hides the stack and git's stubs.
+    let mut names: Vec<_> = p
+        .list(b".", true)
+        .unwrap()
+        .into_iter()
+        .map(|e| String::from_utf8_lossy(&e.name).into_owned())
+        .collect();
+    names.sort();
+    assert_eq!(names, ["config", "objects"]);
+    assert_eq!(
+        p.lookup(ROOT, b"reftable").unwrap_err().errno(),
+        libc::ENOENT
+    );
+    assert_eq!(
+        p.mkdir(ROOT, b"reftable", 0o755, 0).unwrap_err().errno(),
+        libc::EPERM
+    );
+    // config is served without the extension, with its served size.
+    let a = p.lookup(ROOT, b"config").unwrap();
+    let served = b"[core]\n\trepositoryformatversion = 1\n[extensions]\n";
+    assert_eq!(a.size, served.len() as u64);
+    let Opened::Plain { fh, .. } = p.open(a.ino.0, libc::O_RDONLY, none).unwrap() else {
+        panic!("config is never backed");
+    };
+    assert_eq!(p.read(fh, 0, 4096).unwrap(), served.to_vec());
+    p.release(fh);
+    assert_eq!(
+        p.open(a.ino.0, libc::O_WRONLY, none)
+            .err()
+            .map(|e| e.errno()),
+        Some(libc::EPERM)
+    );
+    // A config.lock renamed over config keeps the extension in the real file.
+    let (_, o) = p
+        .create(
+            ROOT,
+            b"config.lock",
+            0o644,
+            0,
+            libc::O_WRONLY | libc::O_EXCL,
+            none,
+        )
+        .unwrap();
+    let Opened::Plain { fh, .. } = o else {
+        panic!("no kernel passthrough here");
+    };
+    p.write(
+        fh,
+        0,
+        b"[core]\n\trepositoryformatversion = 0\n[user]\n\tname = x\n",
+    )
+    .unwrap();
+    p.release(fh);
+    p.rename(ROOT, b"config.lock", ROOT, b"config", 0).unwrap();
+    assert_eq!(
+        std::fs::read(dir.join("config")).unwrap(),
+        b"[core]\n\trepositoryformatversion = 1\n[user]\n\tname = x\n[extensions]\n\trefStorage = reftable\n".to_vec()
+    );
+    assert!(!dir.join("config.lock").exists());
+    // Objects: a temporary file renamed into a new directory.
+    let objects = p.lookup(ROOT, b"objects").unwrap().ino.0;
+    let ab = p.mkdir(objects, b"ab", 0o755, 0o022).unwrap().ino.0;
+    let (t, o) = p
+        .create(
+            objects,
+            b"tmp_obj",
+            0o444,
+            0,
+            libc::O_RDWR | libc::O_EXCL,
+            none,
+        )
+        .unwrap();
+    let Opened::Plain { fh, .. } = o else {
+        panic!("no kernel passthrough here");
+    };
+    p.write(fh, 0, b"blob").unwrap();
+    p.release(fh);
+    p.rename(objects, b"tmp_obj", ab, b"cdef", 0).unwrap();
+    assert_eq!(std::fs::read(dir.join("objects/ab/cdef")).unwrap(), b"blob");
+    assert_eq!(p.getattr(t.ino.0, None).unwrap().size, 4);
+    let _ = std::fs::remove_dir_all(&dir);
+}
