@@ -16,7 +16,7 @@
 //! | [`attr`], [`config_view`], [`ref_times`] | attributes and GITDIR's modes; `config` without the extension; ref times |
 //! | [`inode`] | the ref view's inode table (stable numbers, sizes, the kernel's pages) |
 //! | [`queue`] | the batch queue (its own lock): sealed batches, written, failed, waiters |
-//! | [`protocol`] | the files-backend protocol, pure: the overlay, commit points staged as edits |
+//! | [`protocol`] | the files-backend protocol, pure: the overlay, commit points staged as edits, which refs are loose or packed (the layout) |
 //! | [`passthrough`] | everything else of the git directory, resolved beneath it |
 //! | `state` | one ref view: its caches behind one mutex (`mod.rs`), open files (`handles.rs`), what each call means (`calls.rs`), what went stale (`invalidate.rs`) |
 //! | `batch`, `watch`, [`stack_source`] | the batcher thread; inotify → reload → invalidation; the real stack |
@@ -134,6 +134,10 @@ pub struct MountOptions {
     /// non-root user). Used by `mount --over`, where a dead mount would hide the real
     /// `.git`.
     pub auto_unmount: bool,
+    /// How refs show (`--layout`): every ref a loose file (the default), or as after
+    /// `git gc`, in `packed-refs` only (`protocol::Layout`; docs/fuse.md, "Loose and packed
+    /// refs").
+    pub layout: protocol::Layout,
     /// Other users may use the mount (`allow_other`) as GITDIR's modes allow them: the
     /// kernel checks every request against the modes shown (`default_permissions`, always
     /// with `allow_other`), the mount root and its ref views showing GITDIR's own
@@ -155,6 +159,7 @@ impl Default for MountOptions {
             kernel_passthrough: true,
             follow_cpu: true,
             auto_unmount: false,
+            layout: protocol::Layout::Loose,
             allow_other: false,
         }
     }
@@ -274,6 +279,7 @@ pub fn mount(
         },
     );
     shared.set_inode_cap(opts.inode_cap);
+    shared.set_layout(opts.layout);
     shared.reserve_space_in(reftable_dir);
     // The mount root and the ref view show GITDIR's mode and owner.
     let modes = match reftable_dir.parent() {

@@ -309,6 +309,11 @@ impl Shared {
         }
     }
 
+    /// Sets the layout (`mount --layout`), before mounting.
+    pub fn set_layout(&self, layout: crate::fs::protocol::Layout) {
+        self.lock().w.set_layout(layout);
+    }
+
     /// Sets the inode table's cap (`mount --inode-cap`).
     pub fn set_inode_cap(&self, cap: usize) {
         self.lock().inodes.set_cap(cap);
@@ -413,7 +418,7 @@ impl Inner {
         }
         let gen = self.src.generation();
         if gen != self.generation {
-            self.generation = gen;
+            let from = std::mem::replace(&mut self.generation, gen);
             self.dirs.clear();
             self.dirs_entries = 0;
             self.changed_at = SystemTime::now();
@@ -424,6 +429,8 @@ impl Inner {
                 // leaves packed-refs: shadowed by loose values.)
                 let Inner { w, src, .. } = self;
                 w.revalidate_packed(src.as_mut());
+            } else {
+                self.w.packed_own_commit(from, gen);
             }
             return Ok(Some(gen));
         }
@@ -535,6 +542,7 @@ impl Inner {
     fn size_of(&mut self, path: &[u8], kind: Kind) -> Result<u64, FsError> {
         match kind {
             Kind::Dir => return Ok(4096),
+            Kind::PackedRefs => return Ok(self.packed_refs(path)?.len() as u64),
             // Measured where it is: a scratch file may hold hundreds of MiB.
             Kind::Scratch => {
                 return self
@@ -564,7 +572,10 @@ impl Inner {
         match kind {
             Kind::Dir => Err(FsError::EISDIR),
             Kind::PackedRefs => {
-                w.render_packed(out);
+                let data = w
+                    .packed_refs(src.as_mut())
+                    .map_err(|r| refuse("read", path, r))?;
+                out.extend_from_slice(&data);
                 Ok(())
             }
             Kind::Scratch => {
@@ -586,11 +597,27 @@ impl Inner {
         }
     }
 
+    /// `packed-refs` as it shows now, shared (see [`WriteState::packed_refs`]).
+    pub(super) fn packed_refs(&mut self, path: &[u8]) -> Result<Arc<Vec<u8>>, FsError> {
+        let Inner { w, src, .. } = self;
+        w.packed_refs(src.as_mut())
+            .map_err(|r| refuse("read", path, r))
+    }
+
     /// The listing of a directory: the stack part from the cache (or built now, by
-    /// reseeking, and cached), then the write overlay.
+    /// reseeking, and cached), then the write overlay. In the packed layout a directory
+    /// below `refs` lists its loose refs only, found without the stack's listing.
     fn listing(&mut self, path: &[u8]) -> Result<Arc<Listing>, FsError> {
         self.still(path, Kind::Dir)?;
+        let packed_layout = self.w.packed.layout() == crate::fs::protocol::Layout::Packed;
         let stack = match self.dirs.get(path) {
+            _ if packed_layout && matches!(view::area(path), view::Area::Refs(_)) => {
+                let mut out = Vec::new();
+                let Inner { w, src, .. } = self;
+                w.packed_layout_listing(src.as_mut(), path, &mut out)
+                    .map_err(|r| refuse("readdir", path, r))?;
+                Arc::new(Listing::from_entries(&out))
+            }
             Some(e) => e.clone(),
             None => {
                 let mut out = Vec::new();
@@ -616,7 +643,9 @@ impl Inner {
                 arc
             }
         };
-        if self.w.is_idle() {
+        let mut prefix = path.to_vec();
+        prefix.push(b'/');
+        if self.w.is_idle() && !(path.starts_with(b"refs") && self.w.packed.hides_below(&prefix)) {
             return Ok(stack);
         }
         let mut out = Vec::new();
