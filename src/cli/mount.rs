@@ -1,4 +1,4 @@
-//! `reftablefs mount [--read-only] [--refs-only] [--no-kernel-passthrough] [--no-follow-cpu] [--daemon] [--batch-window MS] [--batch-max N] [--inode-cap N] [--no-fsync]
+//! `reftablefs mount [--read-only] [--refs-only] [--layout=loose|packed] [--no-kernel-passthrough] [--no-follow-cpu] [--daemon] [--batch-window MS] [--batch-max N] [--inode-cap N] [--no-fsync]
 //! [-o OPTIONS] (GITDIR MOUNTPOINT | --over WORKTREE [WORKTREE/.git])` (`reftablefs unmount`
 //! is in `unmount.rs`). `-o ro,batch_window=5,over` gives the same options as mount(8) and
 //! fstab give them (the parser expands the list: `table::MOUNT_SUB_OPTIONS`).
@@ -58,6 +58,9 @@ fn given(args: &Args) -> std::result::Result<Given, String> {
         let n = v.to_str().and_then(|s| s.parse::<usize>().ok());
         opts.batch_max = n.filter(|&n| n > 0).ok_or_else(|| BATCH_MAX.to_owned())?;
     }
+    for v in args.values(Id::Layout) {
+        opts.layout = layout(v)?;
+    }
     for v in args.values(Id::InodeCap) {
         let n = v.to_str().and_then(|s| s.parse::<usize>().ok());
         opts.inode_cap = n.filter(|&n| n >= fs::inode::MIN_CAP).ok_or_else(|| {
@@ -73,6 +76,18 @@ fn given(args: &Args) -> std::result::Result<Given, String> {
         over: args.flag(Id::Over),
         log: args.value(Id::Log).map(PathBuf::from),
     })
+}
+
+/// The value of `--layout` (also `exec`'s).
+pub fn layout(v: &std::ffi::OsStr) -> std::result::Result<fs::protocol::Layout, String> {
+    match v.to_str() {
+        Some("loose") => Ok(fs::protocol::Layout::Loose),
+        Some("packed") => Ok(fs::protocol::Layout::Packed),
+        _ => Err(format!(
+            "--layout takes loose or packed (got '{}')",
+            v.to_string_lossy()
+        )),
+    }
 }
 
 const BATCH_WINDOW: &str = "--batch-window takes a number of milliseconds";
