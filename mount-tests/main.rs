@@ -16,6 +16,7 @@ mod expected;
 mod foreign;
 mod lifecycle;
 mod packaging;
+mod packed;
 mod read_path;
 mod security;
 #[path = "../tests/support/shells.rs"]
@@ -41,6 +42,7 @@ const SOURCES: &[(&str, &str)] = &[
     ("foreign", include_str!("foreign.rs")),
     ("lifecycle", include_str!("lifecycle.rs")),
     ("packaging", include_str!("packaging.rs")),
+    ("packed", include_str!("packed.rs")),
     ("read_path", include_str!("read_path.rs")),
     ("security", include_str!("security.rs")),
     ("status", include_str!("status.rs")),
