@@ -7,7 +7,8 @@
 //! `packed-refs`) must then be equal, and git 2.47 on the reftable stack must agree.
 //!
 //! * `prune_leaves_what_a_files_git_leaves`: `pack-refs --all --prune` leaves the refs in
-//!   `packed-refs` only; `rm` of a pruned name fails with ENOENT; the stack is unchanged.
+//!   `packed-refs` only; `rm` of a pruned name fails with ENOENT; the stack is unchanged;
+//!   so it stays after an unmount and a mount (`GITDIR/reftablefs-packed`).
 //! * `branch_d_of_a_packed_ref_deletes_it`: git 2.39's `branch -D` and `tag -d` of packed-only
 //!   refs (a rewrite of `packed-refs`) delete them from the stack.
 //! * `a_ref_written_after_packing_is_loose`: a later update shows a loose file over the
@@ -206,15 +207,52 @@ pub fn prune_leaves_what_a_files_git_leaves(ctx: &Ctx) -> TestResult {
         t.repo.tables_list()? == tables,
         "pack-refs --all --prune through the mount wrote a table"
     );
-    // Unmounted and mounted again: every ref is a loose file again (the layer is the
-    // mount's), nothing lost.
+    // Unmounted and mounted again: still the files twin (the packed layer is kept beside
+    // the stack, never in it, and never shown), and git 2.47 reads every ref.
     t.m.unmount()?;
+    let state = t.repo.gitdir.join("reftablefs-packed");
+    ensure!(state.is_file(), "no {} after the unmount", state.display());
+    for e in fs::read_dir(t.repo.gitdir.join("reftable"))? {
+        let name = e?.file_name().to_string_lossy().into_owned();
+        ensure!(
+            name == "tables.list" || name.ends_with(".ref"),
+            "{name} in the stack's directory"
+        );
+    }
+    ensure!(t.repo.tables_list()? == tables, "the unmount wrote a table");
     let m = Mount::start(&t.repo.gitdir, &ctx.path("mnt"), &[])?;
-    let mut view = Tree::new();
+    let (mut view, mut files) = (Tree::new(), Tree::new());
     read_tree(&m.mnt, "", &mut view)?;
-    view.remove("packed-refs");
-    ensure_same_tree(&expected_tree(&t.repo)?, &view, "after a remount")?;
-    m.unmount()
+    read_tree(&t.files, "", &mut files)?;
+    ensure_same_tree(
+        &files,
+        &view,
+        "after a remount: the mount vs the files twin",
+    )?;
+    ensure!(
+        fs::symlink_metadata(m.path("reftablefs-packed")).is_err(),
+        "the packed layer's file shows through the mount"
+    );
+    expect_errno(
+        fs::remove_file(m.path("refs/heads/main")),
+        &[libc::ENOENT],
+        "rm of a packed ref after a remount",
+    )?;
+    let via = Command::new(GIT239)
+        .args(["for-each-ref", "--format=%(refname) %(objectname)"])
+        .env("GIT_DIR", &m.mnt)
+        .output()?;
+    check(&via, "git 2.39 for-each-ref after a remount")?;
+    m.unmount()?;
+    let stack = t
+        .repo
+        .git(&["for-each-ref", "--format=%(refname) %(objectname)"])?;
+    ensure!(
+        stack == String::from_utf8_lossy(&via.stdout),
+        "git 2.47 on the stack\n{stack}\ngit 2.39 through the mount\n{}",
+        String::from_utf8_lossy(&via.stdout)
+    );
+    Ok(())
 }
 mount_test!(prune_leaves_what_a_files_git_leaves, timeout = 180);
 

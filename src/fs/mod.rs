@@ -280,6 +280,9 @@ pub fn mount(
     );
     shared.set_inode_cap(opts.inode_cap);
     shared.set_layout(opts.layout);
+    if let Some(gitdir) = reftable_dir.parent() {
+        shared.keep_packed_state_in(gitdir);
+    }
     shared.reserve_space_in(reftable_dir);
     // The mount root and the ref view show GITDIR's mode and owner.
     let modes = match reftable_dir.parent() {
@@ -382,6 +385,7 @@ pub fn mount(
     shared.shutdown();
     let _ = batcher.join();
     let _ = watcher.join();
+    shared.save_packed_state(true);
     let wt_flushed = wts.as_deref().map_or(Ok(()), worktree::Worktrees::stop_all);
     if flushed.is_err() || wt_flushed.is_err() {
         return Err(fail(

@@ -71,10 +71,11 @@ pub fn is_ref_name_at_root(name: &[u8]) -> bool {
 }
 
 /// Names at the top of the real git directory that the mount never shows nor lets anyone
-/// create: the stack's directory. (git's stubs `HEAD` and `refs/` are shadowed by the ref
-/// view, see [`is_ref_name_at_root`].)
+/// create: the stack's directory and the packed layer's file beside it
+/// (`protocol::STATE_FILE`, with its temporary file). (git's stubs `HEAD` and `refs/` are
+/// shadowed by the ref view, see [`is_ref_name_at_root`].)
 fn is_reserved_at_root(name: &[u8]) -> bool {
-    name == b"reftable"
+    name == b"reftable" || name.starts_with(crate::fs::protocol::STATE_FILE.as_bytes())
 }
 
 const CONFIG: &[u8] = b"config";

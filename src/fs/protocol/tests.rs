@@ -786,3 +786,90 @@ fn ref_content_prefixes() {
     assert!(ref_content_prefix_ok(zeros.as_bytes(), h).is_err());
     assert!(ref_content_prefix_ok(format!("{zeros}\n").as_bytes(), h).is_err());
 }
+
+/// The packed layer saved and read by the next mount (`STATE_FILE`): refs packed only,
+/// loose over an entry, loose against the packed layout, and the header come back as they
+/// were; a ref another writer deleted or changed meanwhile is checked as after a reload;
+/// junk lines are skipped.
+#[test]
+fn the_packed_layer_survives_a_remount() {
+    let (mut m, mut w, mut s) = setup();
+    let packed = format!(
+        "# pack-refs with: peeled fully-peeled sorted  mark \n{} refs/heads/main\n{} refs/heads/topic\n{} refs/tags/v1\n^{}\n",
+        hex(1), hex(2), hex(3), hex(9)
+    );
+    w.commit_packed_refs(&mut m, &ME, packed.as_bytes(), None)
+        .unwrap();
+    for n in ["refs/heads/main", "refs/heads/topic"] {
+        w.unlink_ref(&mut m, &ME, n.as_bytes()).unwrap();
+    }
+    let before = w.packed.revision();
+    w.commit_ref(&mut m, &ME, b"refs/heads/new", RefValue::Val1(id(4)))
+        .unwrap();
+    assert_ne!(w.packed.revision(), before);
+    flush(&mut w, &mut m);
+    let mut saved = Vec::new();
+    w.packed.save(&mut saved);
+    let shown = w.packed_refs(&mut m).unwrap();
+    // The next mount, same layout.
+    let mut again = WriteState::new(HashKind::Sha1, LogSettings::default());
+    assert_eq!(again.load_packed_state(&mut m, &saved), 3);
+    assert_eq!(again.packed.refs, w.packed.refs);
+    assert_eq!(again.packed_refs(&mut m).unwrap(), shown);
+    assert_eq!(
+        again.classify(&mut m, &mut s, b"refs/heads/main").unwrap(),
+        None
+    );
+    assert_eq!(
+        again.classify(&mut m, &mut s, b"refs/tags/v1").unwrap(),
+        Some(Kind::Ref)
+    );
+    // Another writer meanwhile: topic deleted, main changed (loose over its old entry).
+    m.refs.remove(&b"refs/heads/topic"[..]);
+    m.set("refs/heads/main", RefValue::Val1(id(8)));
+    let mut junk = saved.clone();
+    junk.extend_from_slice(b"P zz - refs/heads/bad\nX nonsense\nN ../escape\n");
+    let mut third = WriteState::new(HashKind::Sha1, LogSettings::default());
+    assert_eq!(third.load_packed_state(&mut m, &junk), 3);
+    assert_eq!(
+        third.classify(&mut m, &mut s, b"refs/heads/topic").unwrap(),
+        None
+    );
+    assert_eq!(
+        third.classify(&mut m, &mut s, b"refs/heads/main").unwrap(),
+        Some(Kind::Ref)
+    );
+    assert!(!third
+        .packed_refs(&mut m)
+        .unwrap()
+        .windows(16)
+        .any(|x| x == b"refs/heads/topic"));
+    // The packed layout reads the same lines; a ref without one takes its default: `new`
+    // (loose by the loose layout's default) is packed, `v1` (loose over an entry) stays.
+    let mut packed_layout = WriteState::new(HashKind::Sha1, LogSettings::default());
+    packed_layout.set_layout(Layout::Packed);
+    packed_layout.load_packed_state(&mut m, &saved);
+    assert_eq!(
+        packed_layout
+            .classify(&mut m, &mut s, b"refs/heads/new")
+            .unwrap(),
+        None
+    );
+    assert_eq!(
+        packed_layout
+            .classify(&mut m, &mut s, b"refs/tags/v1")
+            .unwrap(),
+        Some(Kind::Ref)
+    );
+    assert_eq!(
+        packed_layout
+            .classify(&mut m, &mut s, b"refs/heads/topic")
+            .unwrap(),
+        None
+    );
+    // Nothing to keep: nothing saved but the magic line; a file of another format is
+    // ignored.
+    let (mut m2, mut fresh, _) = setup();
+    assert!(fresh.packed.is_default());
+    assert_eq!(fresh.load_packed_state(&mut m2, b"something else\n"), 0);
+}

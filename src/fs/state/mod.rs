@@ -32,6 +32,7 @@ use crate::fs::view::{self, Kind, Listing, Scratch};
 mod calls;
 mod handles;
 mod invalidate;
+mod packed_state;
 #[cfg(test)]
 mod tests;
 
@@ -112,6 +113,8 @@ pub struct Shared {
     /// An eventfd that wakes the watcher when a request handler found a stale kernel
     /// entry (`-1` if none could be made: the watcher then finds it at its next tick).
     wake_fd: libc::c_int,
+    /// Where the packed layer is kept across mounts (`packed_state.rs`; unset: nowhere).
+    packed_file: OnceLock<packed_state::PackedFile>,
 }
 
 impl Drop for Shared {
@@ -175,6 +178,7 @@ impl Shared {
             staged,
             // SAFETY: a plain syscall; the descriptor is owned by `Shared`.
             wake_fd: unsafe { libc::eventfd(0, libc::EFD_NONBLOCK | libc::EFD_CLOEXEC) },
+            packed_file: OnceLock::new(),
         })
     }
 
