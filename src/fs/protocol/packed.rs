@@ -205,6 +205,10 @@ impl PackedLayer {
     }
 }
 
+/// The largest `packed-refs` the mount renders: what a writer may write back through it
+/// (a scratch file's bound).
+pub const PACKED_REFS_MAX: usize = crate::fs::budget::SCRATCH_FILE_MAX;
+
 /// `packed-refs` as structured entries: (name, entry, whether the ref is packed only).
 type Entries = Vec<(Vec<u8>, Packed, bool)>;
 
@@ -397,17 +401,32 @@ impl WriteState {
                 return Ok(r.bytes.clone());
             }
         }
-        let entries = self.packed_entries(src)?;
-        let mut out = Vec::with_capacity(entries.len() * (self.hash.hex_len() + 32));
+        let mut out = Vec::new();
         out.extend_from_slice(
             self.packed
                 .header
                 .as_deref()
                 .unwrap_or(view::PACKED_REFS_HEADER),
         );
-        for (name, p, _) in &entries {
+        let mut too_big = false;
+        self.visit_packed_entries(src, &mut |name, p, _| {
+            if out.len() > PACKED_REFS_MAX {
+                too_big = true;
+                return;
+            }
             files::render_packed_ref(name, &p.id, p.peeled.as_ref(), &mut out);
+        })?;
+        if too_big || out.len() > PACKED_REFS_MAX {
+            return Err(Refusal::new(
+                libc::EFBIG,
+                format!(
+                    "packed-refs would be larger than {} MiB (the most a writer may write \
+                     back through the mount); mount with --layout=loose",
+                    PACKED_REFS_MAX >> 20
+                ),
+            ));
         }
+        out.shrink_to_fit();
         let bytes = Arc::new(out);
         self.packed.rendered = Some(Rendered {
             generation,
@@ -433,20 +452,32 @@ impl WriteState {
         Ok(())
     }
 
-    /// What `packed-refs` lists, sorted: the loose layout's entries; the packed layout's
-    /// from one pass over the stack's refs below `refs/` merged with the pending values and
-    /// the entries (which also finds the unpackable refs of this generation).
+    /// What `packed-refs` lists, sorted (see [`Self::visit_packed_entries`]).
     fn packed_entries(&mut self, src: &mut dyn RefSource) -> R<Entries> {
         let mut out: Entries = Vec::new();
+        self.visit_packed_entries(src, &mut |name, p, only| out.push((name.to_vec(), p, only)))?;
+        Ok(out)
+    }
+
+    /// Calls `f` with what `packed-refs` lists, in name order (name, entry, whether the ref
+    /// is packed only): the loose layout's entries; the packed layout's from one pass over
+    /// the stack's refs below `refs/` merged with the pending values and the entries (which
+    /// also finds the unpackable refs of this generation). Holds nothing per ref but the
+    /// unpackable names.
+    fn visit_packed_entries(
+        &mut self,
+        src: &mut dyn RefSource,
+        f: &mut dyn FnMut(&[u8], Packed, bool),
+    ) -> R<()> {
         if self.packed.layout == Layout::Loose {
             for (name, p) in &self.packed.refs {
                 match p {
-                    Packing::PackedOnly(p) => out.push((name.clone(), *p, true)),
-                    Packing::Loose(Some(p)) => out.push((name.clone(), *p, false)),
+                    Packing::PackedOnly(p) => f(name, *p, true),
+                    Packing::Loose(Some(p)) => f(name, *p, false),
                     Packing::Loose(None) => {}
                 }
             }
-            return Ok(out);
+            return Ok(());
         }
         let generation = src.generation();
         let mut unpackable = Vec::new();
@@ -464,7 +495,7 @@ impl WriteState {
         let (pending, layer) = (&self.pending, &self.packed);
         let one = |name: &[u8],
                    stack: Option<&RefValue>,
-                   out: &mut Entries,
+                   out: &mut dyn FnMut(&[u8], Packed, bool),
                    un: &mut Vec<Vec<u8>>| {
             let v = match (pending.get(name), stack) {
                 (Some(p), _) if matches!(p.value, RefValue::Deletion) => return,
@@ -479,9 +510,9 @@ impl WriteState {
                         Some(now) if now.id != p.id => now,
                         _ => p,
                     };
-                    out.push((name.to_vec(), p, true));
+                    out(name, p, true);
                 }
-                Packing::Loose(Some(p)) => out.push((name.to_vec(), p, false)),
+                Packing::Loose(Some(p)) => out(name, p, false),
                 Packing::Loose(None) if !layer.refs.contains_key(name) => un.push(name.to_vec()),
                 Packing::Loose(None) => {}
             }
@@ -492,24 +523,24 @@ impl WriteState {
                 return Step::Stop;
             }
             while let Some(x) = extra.get(next).filter(|x| **x < rec.name.as_slice()) {
-                one(x, None, &mut out, &mut unpackable);
+                one(x, None, &mut *f, &mut unpackable);
                 next += 1;
             }
             if extra.get(next).is_some_and(|x| *x == rec.name.as_slice()) {
                 next += 1;
             }
-            one(&rec.name, Some(&rec.value), &mut out, &mut unpackable);
+            one(&rec.name, Some(&rec.value), &mut *f, &mut unpackable);
             Step::Next
         })
         .map_err(source_err)?;
         for x in extra.get(next..).unwrap_or_default() {
-            one(x, None, &mut out, &mut unpackable);
+            one(x, None, &mut *f, &mut unpackable);
         }
         self.packed.unpackable = Some(Unpackable {
             generation,
             names: unpackable,
         });
-        Ok(out)
+        Ok(())
     }
 
     /// A new `packed-refs` (renamed over it, or written in place): its entries become the
