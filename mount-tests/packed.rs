@@ -497,6 +497,15 @@ pub fn packed_layout_is_a_gc_ed_files_git(ctx: &Ctx) -> TestResult {
     t.pack_both("pack-refs --all --prune in the packed layout")?;
     t.both(&["for-each-ref"])?;
     t.stack_agrees("after packing")?;
-    t.m.unmount()
+    // A ref written loose, then an unmount and a mount with the same layout: the same view.
+    t.both(&["branch", "after/packing", &first])?;
+    t.same_trees("a write after packing")?;
+    t.m.unmount()?;
+    let m = Mount::start(&t.repo.gitdir, &ctx.path("mnt"), &["--layout=packed"])?;
+    let (mut view, mut files) = (Tree::new(), Tree::new());
+    read_tree(&m.mnt, "", &mut view)?;
+    read_tree(&t.files, "", &mut files)?;
+    ensure_same_tree(&files, &view, "the packed layout after a remount")?;
+    m.unmount()
 }
 mount_test!(packed_layout_is_a_gc_ed_files_git, timeout = 180);
