@@ -72,6 +72,7 @@ pub mod config_view;
 pub mod error;
 pub mod ino;
 pub mod inode;
+pub mod lifecycle;
 pub mod pass_backend;
 pub mod passthrough;
 pub mod procfs;
@@ -264,17 +265,6 @@ pub fn mount(
         reftable_dir.to_path_buf(),
         writer.is_none(),
     );
-    let shared = Shared::new(
-        reader,
-        writer.is_none(),
-        log,
-        state::BatchSettings {
-            window: opts.batch_window,
-            max: opts.batch_max.max(1),
-        },
-    );
-    shared.set_inode_cap(opts.inode_cap);
-    shared.reserve_space_in(reftable_dir);
     // The mount root and the ref view show GITDIR's mode and owner.
     let modes = match reftable_dir.parent() {
         Some(gitdir) => Some(std::sync::Arc::new(
@@ -282,9 +272,14 @@ pub fn mount(
         )),
         None => None,
     };
-    if let Some(m) = &modes {
-        shared.set_gitdir_modes(m.clone());
-    }
+    let shared = lifecycle::new_view(
+        reader,
+        writer.is_none(),
+        log,
+        reftable_dir,
+        opts,
+        modes.clone(),
+    );
     // The real git directory, opened before mounting: passthrough never goes through
     // the mount.
     let pass = match (opts.refs_only, reftable_dir.parent()) {
@@ -347,9 +342,14 @@ pub fn mount(
         w.set_notifier(notifier.clone());
     }
     let mut unmounter = session.unmount_callable();
-    let watcher = watch::spawn(shared.clone(), reftable_dir, notifier)
-        .map_err(|e| Error::io(reftable_dir, e))?;
-    let batcher = batch::spawn(shared.clone(), writer).map_err(|e| Error::io(mountpoint, e))?;
+    let threads = lifecycle::start(
+        &shared,
+        writer,
+        reftable_dir,
+        Some(notifier),
+        Box::new(|ino| ino),
+    )
+    .map_err(|e| Error::io(reftable_dir, e))?;
     let mp: PathBuf = mountpoint.to_path_buf();
     // The signal thread: on SIGINT/SIGTERM/SIGHUP, unmount; the session loop then ends.
     std::thread::Builder::new()
@@ -372,10 +372,7 @@ pub fn mount(
         .map_err(|e| Error::io(mountpoint, e))?;
     let result = session.run();
     // Unmounted: write what is still pending, then stop the helpers.
-    let flushed = shared.flush_all();
-    shared.shutdown();
-    let _ = batcher.join();
-    let _ = watcher.join();
+    let flushed = threads.stop(&shared);
     let wt_flushed = wts.as_deref().map_or(Ok(()), worktree::Worktrees::stop_all);
     if flushed.is_err() || wt_flushed.is_err() {
         return Err(fail(
