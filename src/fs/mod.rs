@@ -11,6 +11,7 @@
 //! | [`procfs`], [`cpu`] | what is read of a client in `/proc`; request threads near their clients |
 //! | [`budget`], [`reserve`] | the bounds on what clients make the mount hold; disk space held for staged edits |
 //! | [`record`] | refusals, conflicts and commits recorded for `status`; the one place a refusal is made |
+//! | [`backend`] | the one trait every tree under the mount implements |
 //! | [`source`] | the seam to the stack (`RefSource`, batch edits), with an in-memory one for tests |
 //! | [`view`] | pure path mapping, listing by reseek, rendering as the files backend stores |
 //! | [`attr`], [`config_view`], [`ref_times`] | attributes and GITDIR's modes; `config` without the extension; ref times |
@@ -20,15 +21,18 @@
 //! | [`passthrough`] | everything else of the git directory, resolved beneath it |
 //! | `state` | one ref view: its caches behind one mutex (`mod.rs`), open files (`handles.rs`), what each call means (`calls.rs`), what went stale (`invalidate.rs`) |
 //! | `batch`, `watch`, [`stack_source`] | the batcher thread; inotify → reload → invalidation; the real stack |
-//! | [`status`], [`worktree`] | the status node; linked worktrees' ref views |
-//! | `fuse` | the request handlers |
+//! | [`lifecycle`] | a ref view made, started and stopped the same way (main and worktrees) |
+//! | [`worktree`] | linked worktrees' ref views |
+//! | [`ref_backend`], [`pass_backend`], [`status`] | the trees as backends: a ref view, the passthrough, the status node |
+//! | [`router`] | each request to its tree, once; the root both share |
+//! | `fuse` | `impl Filesystem`: translation between the kernel's requests and the backends |
 //!
 //! # Errors
 //!
 //! The layer's functions (`state`, [`passthrough`], `batch`, [`worktree`], `fuse`) fail
 //! with one type, [`error::FsError`]: a plain errno (`FsError::ENOENT`, …), a refusal
-//! (errno and reason, logged and recorded for `reftablefs status` by `state::refuse`, the
-//! only place that makes one), a storage error ([`crate::Error`]) or an I/O error of the
+//! (errno and reason, logged and recorded for `reftablefs status` by `record::refuse`,
+//! the only place that makes one), a storage error ([`crate::Error`]) or an I/O error of the
 //! real git directory. [`error::FsError::errno`] is the one mapping to the errno the
 //! kernel gets; `fuse.rs` replies with it. The protocol's own checks (`protocol/`)
 //! return an [`error::Refusal`] (errno and reason, not yet recorded), which `state` turns
