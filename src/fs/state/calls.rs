@@ -280,7 +280,7 @@ impl Shared {
                 g.promise("append", &path, reserve::edit_bytes(name.len(), data.len()))?;
                 g.w.append_log(&who, &name, data)
                     .map_err(|r| refuse("append", &path, r))?;
-                g.after_staging(self.batch.max);
+                g.after_staging();
                 return Ok(n);
             }
             Target::Scratch => {
@@ -343,7 +343,7 @@ impl Shared {
         if let Some(Handle::Write { failed: true, .. }) = g.handles.get(&fh) {
             return Err(FsError::EIO);
         }
-        g.commit_direct(fh, &Caller::new(actor, vec![fh]), self.batch.max)
+        g.commit_direct(fh, &Caller::new(actor, vec![fh]))
     }
 
     /// `fsync` of a file: commits a ref written in place, then waits until everything
@@ -353,7 +353,7 @@ impl Shared {
         let actor = self.tgid(pid);
         let handle_failed = {
             let mut g = self.lock();
-            g.commit_direct(fh, &Caller::new(actor, vec![fh]), self.batch.max)?;
+            g.commit_direct(fh, &Caller::new(actor, vec![fh]))?;
             matches!(g.handles.get(&fh), Some(Handle::Write { failed: true, .. }))
         };
         let own = self.sync_for(actor);
@@ -413,7 +413,7 @@ impl Shared {
                     let who = Caller::new(actor, fh.into_iter().collect());
                     g.promise("truncate", &path, reserve::edit_bytes(name.len(), 0))?;
                     g.w.replace_log(&who, &name, Vec::new());
-                    g.after_staging(self.batch.max);
+                    g.after_staging();
                 }
                 Target::Log { .. } => {
                     return Err(refuse_for(
@@ -507,7 +507,7 @@ impl Shared {
             }
         };
         r.map_err(|r| refuse("unlink", &path, r))?;
-        g.after_staging(self.batch.max);
+        g.after_staging();
         Ok(())
     }
 
@@ -625,19 +625,14 @@ impl Shared {
         let new_kind = g.classify(&to).ok().flatten().unwrap_or(kind);
         g.inodes
             .moved(parent, name, &from, kind, newparent, newname, new_kind);
-        g.after_staging(self.batch.max);
+        g.after_staging();
         Ok(())
     }
 }
 
 impl Inner {
     /// Commits a ref written in place (on flush or fsync), if its handle is dirty.
-    pub(super) fn commit_direct(
-        &mut self,
-        fh: u64,
-        who: &Caller,
-        max: usize,
-    ) -> Result<(), FsError> {
+    pub(super) fn commit_direct(&mut self, fh: u64, who: &Caller) -> Result<(), FsError> {
         let Some(Handle::Write {
             path,
             target: Target::Ref { name, placeholder },
@@ -691,7 +686,7 @@ impl Inner {
             {
                 *placeholder = false;
             }
-            self.after_staging(max);
+            self.after_staging();
         }
         staged
     }
