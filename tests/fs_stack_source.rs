@@ -114,10 +114,11 @@ fn view_and_batches_over_a_git_made_stack() {
             expected_old: Some(rec_value(&head)),
             ..Default::default()
         },
-        // Expects a value git does not have: a conflict, not written; the rest is.
+        // Expects a value git does not have: a conflict, not written; the rest is. (A
+        // deletion expecting a symref only expects the ref to exist, so this one writes.)
         BatchEdit {
             name: b"ORIG_HEAD".to_vec(),
-            new: Some(RefValue::Deletion),
+            new: Some(RefValue::Symref(b"refs/heads/elsewhere".to_vec())),
             expected_old: Some(RefValue::Symref(b"refs/heads/zzz".to_vec())),
             ..Default::default()
         },
