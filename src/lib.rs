@@ -19,12 +19,27 @@
 // `unsafe` only where it is allowed below, per module, for FFI calls into libc; each
 // block carries a `// SAFETY:` comment (enforced by clippy, see Cargo.toml).
 #![deny(unsafe_code)]
+// No panic on any input: no `unwrap`, `expect`, `panic!` or slice indexing (`get` and
+// iterators instead) outside tests. The decode path (`format`, `table`, `merged`) and
+// `stack` are held to all four; `fs` and `transaction` may index (allowed below).
+#![cfg_attr(
+    not(test),
+    deny(
+        clippy::unwrap_used,
+        clippy::expect_used,
+        clippy::panic,
+        clippy::indexing_slicing
+    )
+)]
 
 pub mod error;
 pub mod files;
 pub mod format;
+// `unsafe` for mount, signals, eventfd, uid/gid, O_PATH descriptors. Slice indexing is
+// allowed (write.rs and passthrough.rs index).
 #[cfg(feature = "fuse")]
-#[allow(unsafe_code)] // mount, signals, eventfd, uid/gid, O_PATH descriptors
+#[allow(unsafe_code)]
+#[allow(clippy::indexing_slicing)]
 pub mod fs;
 pub mod fsio;
 pub mod json;
@@ -36,6 +51,8 @@ pub mod repo;
 pub mod resolve;
 pub mod stack;
 pub mod table;
+// Indexes only into the updates and edits of one transaction, by positions it made.
+#[allow(clippy::indexing_slicing)]
 pub mod transaction;
 
 pub use error::{Error, Result};
