@@ -11,10 +11,11 @@
 //! * [`stack`]: `$GIT_DIR/reftable` — `tables.list`, locking, reload, transactions,
 //!   geometric auto-compaction, one cached reseekable merged iterator.
 //! * `fs` (feature `fuse`): the FUSE adapter.
-//! * [`verify`](stack::verify), [`resolve`], [`json`]: checking a stack as `git refs verify`,
-//!   reading names through symrefs, the status file's JSON.
+//! * [`verify`](stack::verify), [`resolve`]: checking a stack as `git refs verify`,
+//!   reading names through symrefs.
 //!
-//! The `reftablefs` binary (`src/main.rs`, `src/cli/`) is built on this public API only.
+//! The `reftablefs` binary (`src/main.rs`, `src/cli/`) is built on this public API, plus
+//! the two hidden modules it shares with the mount (`json`, `mountinfo`).
 
 // `unsafe` only where it is allowed below, per module, for FFI calls into libc; each
 // block carries a `// SAFETY:` comment (enforced by clippy, see Cargo.toml).
@@ -41,10 +42,15 @@ pub mod format;
 #[allow(unsafe_code)]
 #[allow(clippy::indexing_slicing)]
 pub mod fs;
-pub mod fsio;
+mod fsio;
+// Not library API (hidden from the docs, no stability promise): the status file's JSON
+// (written by `fs`, read by `reftablefs status` and `unmount`) and mountinfo's escaping
+// (used by `fs` and `reftablefs status`), shared with the binary, which is another crate.
+#[doc(hidden)]
 pub mod json;
 pub mod lockfile;
 pub mod merged;
+#[doc(hidden)]
 pub mod mountinfo;
 pub mod refname;
 pub mod repo;
@@ -54,6 +60,17 @@ pub mod table;
 // Indexes only into the updates and edits of one transaction, by positions it made.
 #[allow(clippy::indexing_slicing)]
 pub mod transaction;
+
+/// Test seams, for this crate's tests; not library API (hidden from the docs, no
+/// stability promise).
+#[doc(hidden)]
+pub mod testing {
+    /// The stack's file-system calls, listed ([`record`](fsio::record)) or failed one at
+    /// a time ([`inject`](fsio::inject)): see `src/fsio.rs`.
+    pub mod fsio {
+        pub use crate::fsio::{inject, record, Op, Step};
+    }
+}
 
 pub use error::{Error, Result};
 pub use format::{HashKind, LogRecord, ObjectId, RefRecord, RefValue};

@@ -12,10 +12,10 @@ use std::collections::BTreeMap;
 use std::fs;
 use std::path::Path;
 
-use reftablefs::fsio::{self, Op, Step};
 use reftablefs::lockfile;
 use reftablefs::stack::verify::verify_stack;
 use reftablefs::stack::{Stack, StackOptions};
+use reftablefs::testing::fsio::{self, Op, Step};
 use reftablefs::transaction::RefEdit;
 use reftablefs::{HashKind, ObjectId, RefValue};
 use util::Repo;

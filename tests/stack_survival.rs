@@ -9,9 +9,9 @@ mod util;
 use std::fs;
 use std::path::Path;
 
-use reftablefs::fsio::{self, Op};
 use reftablefs::stack::verify::verify_stack;
 use reftablefs::stack::{Stack, StackOptions};
+use reftablefs::testing::fsio::{self, Op};
 use reftablefs::transaction::RefEdit;
 use reftablefs::{HashKind, ObjectId, RefValue};
 use util::Repo;
