@@ -11,6 +11,8 @@
 
 #[path = "support/capped_alloc.rs"]
 mod capped_alloc;
+#[path = "support/rng.rs"]
+mod rng;
 
 use std::io::Write;
 use std::panic::{catch_unwind, AssertUnwindSafe};
@@ -24,24 +26,10 @@ use reftablefs::files::{
 };
 use reftablefs::table::{LogIter, RefIter, Table, TableWriter, WriteOptions};
 use reftablefs::{HashKind, LogRecord, ObjectId, RefRecord, RefValue};
+use rng::Rng;
 
 #[global_allocator]
 static GLOBAL: capped_alloc::Capped<{ 1 << 30 }> = capped_alloc::Capped;
-
-/// xorshift64*: small, deterministic.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
-    }
-    fn below(&mut self, n: usize) -> usize {
-        (self.next() % (n.max(1) as u64)) as usize
-    }
-}
 
 fn seed() -> u64 {
     static SEED: OnceLock<u64> = OnceLock::new();
@@ -83,13 +71,13 @@ fn mutate(rng: &mut Rng, buf: &mut Vec<u8>) {
         }
         1 if len > 0 => {
             let i = rng.below(len);
-            buf[i] = rng.next() as u8;
+            buf[i] = rng.next_u64() as u8;
         }
         2 => {
             let i = rng.below(len + 1);
             let n = 1 + rng.below(8);
             for _ in 0..n {
-                buf.insert(i, rng.next() as u8);
+                buf.insert(i, rng.next_u64() as u8);
             }
         }
         3 if len > 0 => {
@@ -110,7 +98,7 @@ fn mutate(rng: &mut Rng, buf: &mut Vec<u8>) {
             // An extreme length/offset field: 0xff.. or 0x00.. over 1..4 bytes.
             let n = 1 + rng.below(4);
             let i = rng.below(len - n + 1);
-            let v = if rng.next() & 1 == 0 { 0xff } else { 0 };
+            let v = if rng.next_u64() & 1 == 0 { 0xff } else { 0 };
             buf[i..i + n].fill(v);
         }
         7 if len > 0 => {
@@ -134,11 +122,11 @@ fn mutate(rng: &mut Rng, buf: &mut Vec<u8>) {
 fn fuzz(target: &str, corpus: &[Vec<u8>], check: impl Fn(&[u8])) {
     assert!(!corpus.is_empty());
     let seed = seed();
-    let mut rng = Rng(seed
-        ^ target
+    let mut rng = Rng::new(
+        seed ^ target
             .bytes()
-            .fold(0u64, |h, b| h.wrapping_mul(31) ^ u64::from(b))
-        | 1);
+            .fold(0u64, |h, b| h.wrapping_mul(31) ^ u64::from(b)),
+    );
     // Every corpus entry unmutated first: they must pass.
     for c in corpus {
         check(c);

@@ -186,28 +186,3 @@ pub fn ident() -> Identity {
         tz_offset: -700,
     }
 }
-
-/// A tiny deterministic PRNG (xorshift64*).
-pub struct Rng(pub u64);
-
-impl Rng {
-    pub fn next(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
-    }
-    pub fn below(&mut self, n: u64) -> u64 {
-        self.next() % n.max(1)
-    }
-}
-
-/// Seed from `STACK_SEED` or a default, printed so a failure can be replayed.
-pub fn seed(default: u64) -> u64 {
-    let s = std::env::var("STACK_SEED")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(default);
-    eprintln!("seed {s} (set STACK_SEED to replay)");
-    s
-}
