@@ -5,6 +5,8 @@
 #                     unit + integration tests (real git), examples, the library without
 #                     FUSE, then the mount tests
 #   make mount-test   only the mount tests (real FUSE mounts; SKIP line without /dev/fuse)
+#   make fuzz         the property tests and the mutation fuzzer for longer, seeded from
+#                     the clock (`make test` runs them with fixed seeds)
 #   make bench        every benchmark, printing ours-vs-git side-by-side tables
 #   make demo         a small git-made reftable repo, mounted and shown with ls/cat
 #   make generated    the man page and bash/zsh/fish completions, into target/generated/,
@@ -12,7 +14,8 @@
 #   make install      release binary, man page and completions under $(DESTDIR)$(PREFIX)
 #
 # Variables: CARGO (default cargo), MOUNT_TEST_ARGS (filter passed to the mount test
-# binary, e.g. `make mount-test MOUNT_TEST_ARGS=read_`), BENCH_SCALE (1 = full sizes).
+# binary, e.g. `make mount-test MOUNT_TEST_ARGS=read_`), BENCH_SCALE (1 = full sizes),
+# FUZZ_SECS, FUZZ_CASES and FUZZ_SEED (see `fuzz`).
 
 CARGO ?= cargo
 MOUNT_TEST_ARGS ?=
@@ -22,7 +25,7 @@ PREFIX ?= /usr/local
 DESTDIR ?=
 GEN := target/generated
 
-.PHONY: all build check fmt-check clippy doc unit-test examples lib-nofuse test mount-test bench demo clean generated install uninstall
+.PHONY: all build check fmt-check clippy doc unit-test examples lib-nofuse test mount-test fuzz bench demo clean generated install uninstall
 
 all: build
 
@@ -111,6 +114,20 @@ mount-test:
 	else \
 		echo "SKIP mount tests: /dev/fuse or fusermount3 missing (install fuse3; CI has both)"; \
 	fi
+
+# The randomised tests beyond `make test`'s fixed seeds: FUZZ_CASES property-test cases
+# (tests/props.rs) and FUZZ_SECS seconds per mutation-fuzzer target (tests/mutation_fuzz.rs),
+# all seeded from the clock, or from FUZZ_SEED to replay a run. The seed is printed first.
+# (The cargo-fuzz targets under fuzz/ need nightly: see fuzz/Cargo.toml.)
+FUZZ_SECS ?= 60
+FUZZ_CASES ?= 5000
+FUZZ_SEED ?=
+fuzz:
+	@seed=$${FUZZ_SEED:-$$(date +%s%N)}; \
+	echo "fuzz: seed $$seed (replay: make fuzz FUZZ_SEED=$$seed)"; \
+	PROPTEST_RNG_SEED=$$seed PROPTEST_CASES=$(FUZZ_CASES) \
+	MUTATION_FUZZ_SEED=$$seed MUTATION_FUZZ_SECS=$(FUZZ_SECS) \
+		$(CARGO) test --test props --test mutation_fuzz -- --nocapture
 
 bench:
 	bash benches/run_all.sh
