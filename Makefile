@@ -116,7 +116,7 @@ mount-test:
 	fi
 
 # The randomised tests beyond `make test`'s fixed seeds: FUZZ_CASES property-test cases
-# (tests/props.rs) and FUZZ_SECS seconds per mutation-fuzzer target (tests/mutation_fuzz.rs),
+# (tests/all/props.rs) and FUZZ_SECS seconds per mutation-fuzzer target (mutation_fuzz.rs),
 # all seeded from the clock, or from FUZZ_SEED to replay a run. The seed is printed first.
 # (The cargo-fuzz targets under fuzz/ need nightly: see fuzz/Cargo.toml.)
 FUZZ_SECS ?= 60
@@ -127,7 +127,7 @@ fuzz:
 	echo "fuzz: seed $$seed (replay: make fuzz FUZZ_SEED=$$seed)"; \
 	PROPTEST_RNG_SEED=$$seed PROPTEST_CASES=$(FUZZ_CASES) \
 	MUTATION_FUZZ_SEED=$$seed MUTATION_FUZZ_SECS=$(FUZZ_SECS) \
-		$(CARGO) test --test props --test mutation_fuzz -- --nocapture
+		$(CARGO) test --test all -- --nocapture props:: mutation_fuzz::
 
 bench:
 	bash benches/run_all.sh

@@ -1,6 +1,7 @@
 //! The git oracle shared by the integration tests: git run with a fixed identity and clock
 //! and no user or system config, throw-away repositories with reftable stacks, and
-//! commits to point refs at. Included with `#[path = "support/git.rs"] mod util;`.
+//! commits to point refs at. Included by path as `util`, by tests/all/main.rs and the CLI's
+//! test binaries.
 #![allow(dead_code)]
 
 use std::path::{Path, PathBuf};

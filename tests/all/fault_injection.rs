@@ -5,9 +5,6 @@
 //! corrupt tables); no listed table is missing; the error reaches the caller unless the
 //! failed call was cleanup after the commit point.
 
-#[path = "support/git.rs"]
-mod util;
-
 use std::collections::BTreeMap;
 use std::fs;
 use std::path::Path;
@@ -18,7 +15,8 @@ use reftablefs::stack::{Stack, StackOptions};
 use reftablefs::testing::fsio::{self, Op, Step};
 use reftablefs::transaction::RefEdit;
 use reftablefs::{HashKind, ObjectId, RefValue};
-use util::Repo;
+
+use crate::util::{self, Repo};
 
 type Refs = BTreeMap<String, String>;
 

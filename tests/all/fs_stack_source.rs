@@ -10,10 +10,7 @@ use reftablefs::fs::view::{self, Kind, Scratch};
 use reftablefs::fs::MountOptions;
 use reftablefs::transaction::Expected;
 
-#[path = "support/git.rs"]
-mod util;
-
-use util::git;
+use crate::util::{self, git};
 
 fn names(v: &[view::Entry]) -> Vec<(String, Kind)> {
     v.iter()

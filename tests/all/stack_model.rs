@@ -7,18 +7,14 @@
 //!
 //! `STACK_SEED` replays a run.
 
-#[path = "support/rng.rs"]
-mod rng;
-#[path = "support/git.rs"]
-mod util;
-
 use std::collections::BTreeMap;
 
 use reftablefs::stack::Stack;
 use reftablefs::transaction::{Expected, RefEdit};
 use reftablefs::{HashKind, ObjectId, RefValue};
-use rng::Rng;
-use util::{git_stdin, ident, Repo};
+
+use crate::rng::{self, Rng};
+use crate::util::{git_stdin, ident, Repo};
 
 #[derive(Clone, Debug, PartialEq)]
 enum Op {

@@ -1,18 +1,15 @@
 //! Compaction and stack-maintenance behaviours from git's reftable unit tests ("stack")
 //! and t0610 (pack-refs), on stacks written by us and read back by git where it matters.
 
-#[path = "support/rng.rs"]
-mod rng;
-#[path = "support/git.rs"]
-mod util;
-
 use std::fs;
 use std::sync::{Arc, Mutex};
 
 use reftablefs::stack::{CompactionProgress, Stack, StackOptions};
 use reftablefs::transaction::RefEdit;
 use reftablefs::{Error, HashKind, ObjectId, RefRecord, RefValue};
-use util::Repo;
+
+use crate::rng;
+use crate::util::Repo;
 
 fn empty_stack(opts: StackOptions) -> (tempfile::TempDir, Stack) {
     let tmp = tempfile::tempdir().unwrap();

@@ -2,11 +2,6 @@
 //! with SIGKILL at random points leaves a stack both git and we read, holding exactly
 //! the transactions that completed.
 
-#[path = "support/rng.rs"]
-mod rng;
-#[path = "support/git.rs"]
-mod util;
-
 use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};
 use std::time::Duration;
@@ -14,8 +9,9 @@ use std::time::Duration;
 use reftablefs::stack::{Stack, StackOptions};
 use reftablefs::transaction::{Expected, RefEdit};
 use reftablefs::{HashKind, RefValue};
-use rng::Rng;
-use util::{ident, Repo};
+
+use crate::rng::{self, Rng};
+use crate::util::{self, ident, Repo};
 
 const N: usize = 60;
 

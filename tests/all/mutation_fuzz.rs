@@ -3,7 +3,8 @@
 //! as git writes them) are mutated at random (bit flips, byte sets, inserts, deletes,
 //! truncation, chunk duplication, extreme field values) and fed to the table decoder and
 //! to the parsers of `src/files.rs` that the mount uses. An error is a fine answer; a
-//! panic, a hang (10 s watchdog per input) or a huge allocation (1 GiB heap cap) is a bug.
+//! panic, a hang (10 s watchdog per input) or a huge allocation (the test binary's 1 GiB
+//! heap cap, [`crate::alloc::CAP`]) is a bug.
 //!
 //! Bounded and replayable: each target runs a fixed number of inputs from a fixed seed
 //! ([`SEED`]), so `cargo test` tries the same inputs every time; `MUTATION_FUZZ_SEED`
@@ -11,11 +12,6 @@
 //! fuzz` sets both, the seed from the clock). The seed is printed with a failure, and a
 //! failing input is saved under `target/tmp/mutation-fuzz/`. The cargo-fuzz targets under
 //! `fuzz/` are for longer runs.
-
-#[path = "support/capped_alloc.rs"]
-mod capped_alloc;
-#[path = "support/rng.rs"]
-mod rng;
 
 use std::io::Write;
 use std::panic::{catch_unwind, AssertUnwindSafe};
@@ -29,10 +25,8 @@ use reftablefs::files::{
 };
 use reftablefs::table::{LogIter, RefIter, Table, TableWriter, WriteOptions};
 use reftablefs::{HashKind, LogRecord, ObjectId, RefRecord, RefValue};
-use rng::Rng;
 
-#[global_allocator]
-static GLOBAL: capped_alloc::Capped<{ 1 << 30 }> = capped_alloc::Capped;
+use crate::rng::{self, Rng};
 
 /// The seed of `cargo test`'s runs.
 const SEED: u64 = 0x5eed_f022;
