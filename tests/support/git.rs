@@ -4,8 +4,10 @@
 //! test binaries.
 #![allow(dead_code)]
 
+use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
+use std::sync::OnceLock;
 
 use reftablefs::stack::{Stack, StackOptions};
 use reftablefs::transaction::Identity;
@@ -17,9 +19,27 @@ pub struct Repo {
     pub hash: HashKind,
 }
 
+/// The git that PATH names (the first executable `git` on it, as the shell finds it),
+/// looked up once. Spawned by its path, git starts through posix_spawn: named `git` with
+/// PATH set by the command, std forks the whole test process for every git run instead,
+/// which costs in proportion to that process's memory.
+fn git_path() -> &'static Path {
+    static GIT: OnceLock<PathBuf> = OnceLock::new();
+    GIT.get_or_init(|| {
+        let path = std::env::var_os("PATH").unwrap_or_default();
+        std::env::split_paths(&path)
+            .map(|dir| dir.join("git"))
+            .find(|p| {
+                std::fs::metadata(p)
+                    .is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+            })
+            .unwrap_or_else(|| PathBuf::from("git"))
+    })
+}
+
 /// Runs git in `dir` with a fixed identity and no user/system config.
 pub fn git_cmd(dir: &Path) -> Command {
-    let mut c = Command::new("git");
+    let mut c = Command::new(git_path());
     c.current_dir(dir)
         .env_clear()
         .env("PATH", std::env::var_os("PATH").unwrap_or_default())
