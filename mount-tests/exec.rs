@@ -713,9 +713,14 @@ pub fn statuses_and_signals_come_through(ctx: &Ctx) -> TestResult {
         ex.view_gone(Duration::from_secs(5))?;
     }
 
-    // COMMAND killed from outside.
+    // COMMAND killed from outside. Its pid file appears whole (renamed into place): `>`
+    // creates it empty before echo writes, and the test read it in between now and then
+    // ("cannot parse integer from empty string").
     let pidfile = ctx.path("command.pid");
-    let script = format!("echo $$ > {}; exec sleep 60", s(&pidfile));
+    let script = format!(
+        "echo $$ > {p}.tmp && mv {p}.tmp {p}; exec sleep 60",
+        p = s(&pidfile)
+    );
     let cmd = exec_command(ctx, &work, &["--", "sh", "-c", &script])?;
     let mut ex = Exec::spawn(ctx, "killed", cmd)?;
     wait_file(&pidfile, Duration::from_secs(30))?;
