@@ -325,7 +325,7 @@ load_end=$(uptime)
 mkdir -p "$root/target"
 {
     echo
-    echo "### Floor beside passthrough_hp — $(date -u '+%Y-%m-%d %H:%M UTC'), BENCH_SCALE=$scale ($nfiles refs), $rounds rounds, $(nproc) CPUs, kernel $(uname -r), $("$oldgit" --version), passthrough_hp of fuse3 $(basename "$(dirname "$(dirname "$(dirname "$ph")")")" | sed 's/^fuse3_//; s/-[0-9a-f]*$//')"
+    echo "### Floor beside passthrough_hp — $(date -u '+%Y-%m-%d %H:%M UTC'), BENCH_SCALE=$scale ($nfiles refs), rounds: $rounds, $(nproc) CPUs, kernel $(uname -r), $("$oldgit" --version), passthrough_hp of fuse3 $(basename "$(dirname "$(dirname "$(dirname "$ph")")")" | sed 's/^fuse3_//; s/-[0-9a-f]*$//')"
     echo
     echo "Load average at start: ${load_start##*load average: }; at end: ${load_end##*load average: }."
     echo
