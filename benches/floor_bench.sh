@@ -22,14 +22,17 @@
 #   ls      ls -lR refs                                               µs per ref file
 # Each workload: one untimed warm-up run per side (outputs compared), then FLOOR_ROUNDS
 # rounds with the three sides in turn, the first side rotating each round, then one
-# traced run per FUSE side. Modes (FLOOR_MODES): pinned = every client under
+# traced run per FUSE side. A side whose client fails or writes to stderr in any run
+# gets "failed" instead of a figure, with a WARNING line. Modes (FLOOR_MODES): pinned = every client under
 # `taskset -c 0` and both daemons started under it; unpinned = the scheduler's choice.
 # Each mode mounts its own passthrough_hp and reftablefs (read-only) and removes them.
 #
 # passthrough_hp: Debian's fuse3 3.17.2-3 built by benches/support/passthrough_hp.sh,
 # run as `passthrough_hp --foreground SRC MNT`: its defaults, i.e. kernel passthrough
 # of reads and writes on, entries and attributes cached 86400 s (keep_cache on open),
-# splice on, the multi-threaded loop. It needs root (FUSE_DEV_IOC_BACKING_OPEN). If it
+# splice on, the multi-threaded loop; its open-file limit raised to fs.nr_open if we may
+# (it keeps a descriptor per inode the kernel knows; else the refs are capped below the
+# limit we have). It needs root (FUSE_DEV_IOC_BACKING_OPEN). If it
 # cannot be built (no network, no build tools) or we are not root, a SKIP line is printed
 # and the script exits 0.
 #
@@ -97,7 +100,15 @@ fuse_down() {
     # PID is the `timeout` the daemon runs under: TERM reaches the daemon through it
     # (with a SIGCONT); KILL does not, so the daemon gets its own.
     local i kids
-    for i in $(seq 50); do kill -0 "$pid" 2>/dev/null || return 0; [ "$i" -eq 30 ] && kill -TERM "$pid" 2>/dev/null; sleep 0.1; done
+    for i in $(seq 300); do
+        if ! kill -0 "$pid" 2>/dev/null; then
+            [ "$i" -le 20 ] || echo "floor: note: the daemon of $mnt exited $((i / 10)) s after its unmount" >&2
+            return 0
+        fi
+        [ "$i" -eq 200 ] && { echo "floor: the daemon of $mnt still runs 20 s after its unmount: SIGTERM" >&2; kill -TERM "$pid" 2>/dev/null; }
+        sleep 0.1
+    done
+    echo "floor: the daemon of $mnt still runs 30 s after its unmount: SIGKILL" >&2
     kids=$(pgrep -P "$pid" || true)
     # shellcheck disable=SC2086
     kill -KILL $kids "$pid" 2>/dev/null || true
@@ -131,8 +142,11 @@ trap 'cleanup; exit 143' TERM
 now_us() { local t=$EPOCHREALTIME; echo "${t/./}"; }
 median() { printf '%s\n' "$@" | sort -g | awk '{ v[NR] = $1 } END { if (NR % 2) print v[(NR + 1) / 2]; else print (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
 spread() { printf '%s\n' "$@" | sort -g | awk 'NR == 1 { lo = $1 } { hi = $1 } END { printf "%.1f–%.1f", lo, hi }'; }
-fmt1() { awk -v a="$1" 'BEGIN { printf "%.1f", a }'; }
-ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (b > 0) printf "%.2f×", a / b; else print "n/a" }'; }
+num() { [[ "$1" =~ ^[0-9]+(\.[0-9]*)?$ ]]; }
+fmt1() { if num "$1"; then awk -v a="$1" 'BEGIN { printf "%.1f", a }'; else echo "$1"; fi; }
+ratio() {
+    if num "$1" && num "$2"; then awk -v a="$1" -v b="$2" 'BEGIN { if (b > 0) printf "%.2f×", a / b; else print "n/a" }'; else echo n/a; fi
+}
 
 export GIT_CONFIG_NOSYSTEM=1 GIT_CONFIG_GLOBAL=/dev/null HOME="$work" LC_ALL=C
 export GIT_AUTHOR_NAME=Bench GIT_AUTHOR_EMAIL=bench@example.com
@@ -140,6 +154,20 @@ export GIT_COMMITTER_NAME=Bench GIT_COMMITTER_EMAIL=bench@example.com
 
 nrefs=$((20000 / scale))
 npick=$((10000 / scale))
+# passthrough_hp keeps an O_PATH descriptor open for every inode the kernel knows (each
+# ref, each directory, what git looks up) and fails lookups with EMFILE past its
+# open-file limit. It gets fs.nr_open when we may raise the hard limit (CAP_SYS_RESOURCE),
+# else the hard limit we have, and the refs are capped 500 below it.
+nofile=${FLOOR_PH_NOFILE:-$(cat /proc/sys/fs/nr_open 2>/dev/null || echo 1048576)}
+if ! prlimit --nofile="$nofile:$nofile" true 2>/dev/null; then
+    hard=$(ulimit -Hn)
+    [ "$hard" = unlimited ] || [ "$hard" -ge "$nofile" ] || nofile=$hard
+fi
+[ "$nofile" -ge 1000 ] || skip "passthrough_hp's open-file limit would be $nofile (it needs one per ref)"
+if [ "$nrefs" -gt $((nofile - 500)) ]; then
+    echo "  (refs capped at $((nofile - 500)) instead of $nrefs: passthrough_hp's open-file limit is $nofile here)"
+    nrefs=$((nofile - 500))
+fi
 load_start=$(uptime)
 echo "== floor: setup, $nrefs refs (load: ${load_start##*load average: })"
 
@@ -193,9 +221,10 @@ fuse_up() {
 }
 
 # run_side SIDE WORKLOAD PIN OUT: runs one workload on one side, its output to OUT
-# (/dev/null when timed); prints the µs it took (the loop's own time for python).
+# (/dev/null when timed), its errors appended to $work/err.SIDE; prints the µs it took
+# (the loop's own time for python), or fails with the client's status.
 run_side() {
-    local side="$1" w="$2" pin="$3" out="$4" d t0 t1
+    local side="$1" w="$2" pin="$3" out="$4" d t0 t1 rc=0
     d="${dir[$side]}"
     local -a pre=(timeout -k 5 "$step_limit")
     [ "$pin" = pinned ] && pre+=(taskset -c 0)
@@ -206,8 +235,9 @@ run_side() {
         branch) GIT_DIR="$d" "${pre[@]}" "$oldgit" branch -a >"$out" ;;
         python) (cd "$d" && "${pre[@]}" "$python" "$work/loop.py" "$work/pick.txt" >"$work/py.out") ;;
         ls) (cd "$d" && "${pre[@]}" ls -lR refs >"$out") ;;
-    esac
+    esac 2>>"$work/err.$side" || rc=$?
     t1=$(now_us)
+    [ "$rc" -eq 0 ] || return "$rc"
     if [ "$w" = python ]; then cat "$work/py.out"; else echo $((t1 - t0)); fi
 }
 
@@ -233,7 +263,7 @@ traced() {
     echo "connection == ${conn[$side]}" >"$ev/filter"
     echo >"$tr_inst/trace"
     echo 1 >"$ev/enable"
-    run_side "$side" "$w" "$pin" /dev/null >/dev/null
+    run_side "$side" "$w" "$pin" /dev/null >/dev/null || echo "  WARNING: the traced $w failed on $side" >&2
     sleep 0.2
     echo 0 >"$ev/enable"
     local lost
@@ -245,6 +275,7 @@ traced() {
             END { printf "%.2f (%s)\n", all / ops, (s == "" ? "-" : s) }'
 }
 
+
 tracing=""
 if tr_setup; then tracing=1; else echo "  (requests per operation not counted: no tracefs or tracepoint)"; fi
 
@@ -255,7 +286,8 @@ for mode in $modes; do
     pre=()
     [ "$mode" = pinned ] && pre=(taskset -c 0)
     mkdir -p "$work/ph-$mode" "$work/mnt-$mode"
-    "${pre[@]}" timeout -k 10 "$mount_limit" "$ph" --foreground "$work/files/.git" "$work/ph-$mode" \
+    # Its open-file limit: $nofile (above).
+    "${pre[@]}" timeout -k 10 "$mount_limit" prlimit --nofile="$nofile:$nofile" -- "$ph" --foreground "$work/files/.git" "$work/ph-$mode" \
         2>"$work/ph-$mode.log" &
     fuse_up ph-$mode "$work/ph-$mode"
     # shellcheck disable=SC2086
@@ -268,8 +300,10 @@ for mode in $modes; do
 
     for w in $only; do
         sides=(ext4 ph mount)
+        declare -A fail=([ext4]="" [ph]="" [mount]="")
+        rm -f "$work"/err.*
         # Warm-up, untimed; outputs compared (not for ls -l and python, which differ).
-        for s in "${sides[@]}"; do run_side "$s" "$w" "$mode" "$work/out.$s" >/dev/null; done
+        for s in "${sides[@]}"; do run_side "$s" "$w" "$mode" "$work/out.$s" >/dev/null || fail[$s]+=x; done
         case "$w" in
             cat | feref | branch)
                 for s in ph mount; do cmp -s "$work/out.ext4" "$work/out.$s" || echo "  WARNING: $w differs between ext4 and $s"; done ;;
@@ -283,8 +317,11 @@ for mode in $modes; do
         for r in $(seq 0 $((rounds - 1))); do
             for k in 0 1 2; do
                 s=${sides[$(((r + k) % 3))]}
-                us=$(run_side "$s" "$w" "$mode" /dev/null)
-                t[$s]+=" $(awk -v u="$us" -v n="$ops" 'BEGIN { printf "%.3f", u / n }')"
+                if us=$(run_side "$s" "$w" "$mode" /dev/null); then
+                    t[$s]+=" $(awk -v u="$us" -v n="$ops" 'BEGIN { printf "%.3f", u / n }')"
+                else
+                    fail[$s]+=x
+                fi
             done
         done
         for s in "${sides[@]}"; do
@@ -292,6 +329,11 @@ for mode in $modes; do
             res[$mode.$w.$s]=$(median ${t[$s]})
             # shellcheck disable=SC2086
             res[$mode.$w.$s.spread]=$(spread ${t[$s]})
+            # A side that failed a run or complained has no figure.
+            if [ -n "${fail[$s]}" ] || [ -s "$work/err.$s" ]; then
+                echo "  WARNING: $w on $s: ${#fail[$s]} of $((rounds + 1)) runs failed, $(cat "$work/err.$s" 2>/dev/null | wc -l) lines on stderr; the first: $(head -1 "$work/err.$s" 2>/dev/null)"
+                res[$mode.$w.$s]=failed res[$mode.$w.$s.spread]=-
+            fi
         done
         req_ph="-" req_mnt="-"
         if [ -n "$tracing" ]; then
@@ -315,6 +357,8 @@ for mode in $modes; do
 
     grep -q 'disabling rw passthrough' "$work/ph-$mode.log" &&
         echo "  WARNING: passthrough_hp ran without kernel passthrough ($(grep -m1 passthrough "$work/ph-$mode.log"))"
+    grep -q 'ERROR' "$work/ph-$mode.log" &&
+        echo "  WARNING: passthrough_hp logged errors: $(grep -c ERROR "$work/ph-$mode.log") lines, the first: $(grep -m1 ERROR "$work/ph-$mode.log")"
     i=${#mounts[@]}
     fuse_down "${mounts[$((i - 1))]}" "${conns[$((i - 1))]}" "${pids[$((i - 1))]}"
     fuse_down "${mounts[$((i - 2))]}" "${conns[$((i - 2))]}" "${pids[$((i - 2))]}"
