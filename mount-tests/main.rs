@@ -13,6 +13,7 @@ mod crash;
 mod differential;
 mod exec;
 mod expected;
+mod files_bugs;
 mod foreign;
 mod lifecycle;
 mod packaging;
@@ -38,6 +39,7 @@ const SOURCES: &[(&str, &str)] = &[
     ("differential", include_str!("differential.rs")),
     ("exec", include_str!("exec.rs")),
     ("expected", include_str!("expected.rs")),
+    ("files_bugs", include_str!("files_bugs.rs")),
     ("foreign", include_str!("foreign.rs")),
     ("lifecycle", include_str!("lifecycle.rs")),
     ("packaging", include_str!("packaging.rs")),

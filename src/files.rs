@@ -529,6 +529,27 @@ pub fn parse_reflog_line_into(
     Ok(())
 }
 
+/// Whether `prefix`, the start of a reflog line written so far (no newline yet), can still
+/// become one: as far as it goes, `<old id> <new id> ` in hex of `hash`'s length. The
+/// reason if not.
+pub fn reflog_line_prefix_ok(prefix: &[u8], hash: HashKind) -> Result<(), String> {
+    let hex = hash.hex_len();
+    for (which, field) in [(0, "old"), (hex + 1, "new")] {
+        let Some(part) = prefix.get(which..) else {
+            return Ok(());
+        };
+        let id_ok = part.iter().take(hex).all(u8::is_ascii_hexdigit);
+        if !id_ok || part.get(hex).is_some_and(|&b| b != b' ') {
+            return Err(format!(
+                "the reflog line written so far can no longer become one (its {field} object id \
+                 is not {hex} hex digits and a space): '{}'",
+                excerpt(prefix)
+            ));
+        }
+    }
+    Ok(())
+}
+
 /// Parses one reflog line into a new record (see [`parse_reflog_line_into`]).
 pub fn parse_reflog_line(line: &[u8], hash: HashKind) -> Result<LogRecord, ParseError> {
     let mut rec = LogRecord::default();

@@ -150,7 +150,7 @@ impl Shared {
             if kind == Kind::Dir {
                 return Err(FsError::EISDIR);
             }
-            let fh = g.open_for_write(&path, kind, flags)?;
+            let fh = g.open_for_write(&path, kind, flags, self.tgid(pid), self.batch.max)?;
             let size = g.size_of(&path, kind)?;
             let ino = g.inodes.remember(parent, name, &path, kind, None);
             return Ok((self.attr_of(&g, ino, kind, size), fh));
@@ -177,7 +177,10 @@ impl Shared {
                 if !is_lockish(n) && crate::fs::protocol::valid_ref_name(n) =>
             {
                 g.promise("create", &path, reserve::edit_bytes(path.len(), 0))?;
-                Target::Log { name: n.to_vec() }
+                Target::Log {
+                    name: n.to_vec(),
+                    tail_by: 0,
+                }
             }
             view::Area::Refs(n)
                 if !is_lockish(n)
@@ -224,7 +227,7 @@ impl Shared {
             }
         };
         let new_log = match &target {
-            Target::Log { name } => Some(name.clone()),
+            Target::Log { name, .. } => Some(name.clone()),
             _ => None,
         };
         let fh = g.add_handle(
@@ -273,14 +276,9 @@ impl Shared {
         let n = u32::try_from(data.len()).map_err(|_| FsError::EFBIG)?;
         let append = flags & libc::O_APPEND != 0;
         match target {
-            Target::Log { name } => {
-                let name = name.clone();
-                let path = path.clone();
-                let who = Caller::new(actor, vec![fh]);
-                g.promise("append", &path, reserve::edit_bytes(name.len(), data.len()))?;
-                g.w.append_log(&who, &name, data)
-                    .map_err(|r| refuse("append", &path, r))?;
-                g.after_staging(self.batch.max);
+            Target::Log { .. } => {
+                // Lines may come in pieces: the handle keeps an unfinished one.
+                g.write_log(fh, data, actor, self.batch.max)?;
                 return Ok(n);
             }
             Target::Scratch => {
@@ -343,6 +341,7 @@ impl Shared {
         if let Some(Handle::Write { failed: true, .. }) = g.handles.get(&fh) {
             return Err(FsError::EIO);
         }
+        g.close_log(fh, actor)?;
         g.commit_direct(fh, &Caller::new(actor, vec![fh]), self.batch.max)
     }
 
@@ -407,7 +406,7 @@ impl Shared {
                 // A reflog emptied in place (dulwich rewrites one through a read-write
                 // handle: truncate, then write the lines it keeps): the reflog stays,
                 // empty, and what is written next is appended.
-                Target::Log { name } if size == 0 => {
+                Target::Log { name, .. } if size == 0 => {
                     let name = name.clone();
                     let path = path.clone();
                     let who = Caller::new(actor, fh.into_iter().collect());
@@ -439,6 +438,20 @@ impl Shared {
                     .map_err(|e| too_big("truncate", &path, e, limit))
             }
             Kind::Dir => Err(FsError::EISDIR),
+            // `truncate -s 0 logs/x`: the reflog stays, empty.
+            Kind::Log if size == 0 => {
+                let name = path.get(5..).unwrap_or_default().to_vec();
+                g.promise("truncate", &path, reserve::edit_bytes(name.len(), 0))?;
+                g.w.replace_log(&Caller::new(actor, Vec::new()), &name, Vec::new());
+                g.after_staging(self.batch.max);
+                Ok(())
+            }
+            Kind::Log => Err(refuse_for(
+                "truncate",
+                &path,
+                libc::EINVAL,
+                "a reflog is emptied (truncated to 0) or appended to, never cut",
+            )),
             _ => Err(refuse_for(
                 "truncate",
                 &path,

@@ -1,0 +1,280 @@
+//! Issue 25 item 5 and issue 26 item 3: files-backend behaviours the mount got wrong, each
+//! checked the way a files-only tool meets it. Reflog lines with timestamp 0 (a
+//! `SOURCE_DATE_EPOCH=0` commit by git 2.39), `open(O_TRUNC)` of a reflog, reflog lines
+//! written in pieces (and one never finished), `rm -rf logs` and the directories of an
+//! emptied repository, `tar` right after a ref update, `HEAD`'s mtime across a switch that
+//! writes no reflog line, a reflog holding a bare object id, and deletions whose `rmdir`s
+//! must not cost a directory listing each.
+
+use std::fs::{self, File, OpenOptions};
+use std::io::Write;
+use std::os::fd::IntoRawFd;
+use std::path::Path;
+use std::process::{Command, Output, Stdio};
+
+use crate::harness::{check, git_env, stage, Ctx, Mount, Repo, TestResult};
+
+/// git 2.39, the files-only git the mount is for.
+const GIT239: &str = "/usr/bin/git";
+
+/// git 2.39 in work tree `work` with git directory `gitdir`, commit dates `date`, bounded
+/// by timeout(1). The output whatever the exit status.
+fn git239_in(
+    ctx: &Ctx,
+    work: &Path,
+    gitdir: &Path,
+    date: &str,
+    args: &[&str],
+) -> TestResult<Output> {
+    stage(&format!("git 2.39 {} (dated {date})", args.join(" ")));
+    let home = ctx.path("home239");
+    fs::create_dir_all(&home)?;
+    let mut c = Command::new("timeout");
+    git_env(&mut c, &home, date)
+        .args(["120", GIT239, "-c", "core.logAllRefUpdates=true"])
+        .args(args)
+        .env("GIT_DIR", gitdir)
+        .current_dir(work);
+    Ok(c.output()?)
+}
+
+/// git 2.39 in `repo`'s work tree with the mount as its git directory (see [`git239_in`]).
+fn git239_at(ctx: &Ctx, repo: &Repo, m: &Mount, date: &str, args: &[&str]) -> TestResult<Output> {
+    git239_in(ctx, &repo.work, &m.mnt, date, args)
+}
+
+/// `sh -c SCRIPT` in `cwd` with `args` as `$1…`, bounded to 60 s; the output.
+fn sh(cwd: &Path, script: &str, args: &[&str], input: Option<&[u8]>) -> TestResult<Output> {
+    stage(&format!("sh -c {script:?} {args:?} (in {})", cwd.display()));
+    let mut c = Command::new("timeout");
+    c.args(["60", "sh", "-c", script, "sh"])
+        .args(args)
+        .current_dir(cwd)
+        .env("LC_ALL", "C")
+        .stdin(if input.is_some() {
+            Stdio::piped()
+        } else {
+            Stdio::null()
+        })
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let mut child = c.spawn()?;
+    if let (Some(data), Some(mut stdin)) = (input, child.stdin.take()) {
+        stdin.write_all(data)?;
+    }
+    Ok(child.wait_with_output()?)
+}
+
+/// Waits until everything the mount acknowledged is written (fsync of a ref file).
+fn sync(m: &Mount) -> TestResult {
+    stage("fsync HEAD");
+    File::open(m.path("HEAD"))?.sync_all()?;
+    Ok(())
+}
+
+/// The status file's text (refusals with their reasons).
+fn status(m: &Mount) -> TestResult<String> {
+    Ok(fs::read_to_string(m.path(".reftablefs/status"))?)
+}
+
+/// `close(2)` of `f`, with its result (Rust's drop ignores it; close is where a
+/// files-backend write is refused when its last line never ended).
+fn close(f: File) -> std::io::Result<()> {
+    let fd = f.into_raw_fd();
+    // SAFETY: closing a descriptor we own, once.
+    if unsafe { libc::close(fd) } == 0 {
+        Ok(())
+    } else {
+        Err(std::io::Error::last_os_error())
+    }
+}
+
+/// A reflog line as the files backend writes it.
+fn line(old: &str, new: &str, time: u64, msg: &str) -> String {
+    format!("{old} {new} Pi Eces <p@example.com> {time} +0000\t{msg}\n")
+}
+
+const ZERO: &str = "0000000000000000000000000000000000000000";
+
+/// A commit dated `@0` by git 2.39 through the mount (what a `SOURCE_DATE_EPOCH=0` build
+/// does) is accepted: its reflog lines say time 0, and git 2.47 on the stack reads them
+/// back, as it stores them on reftable itself. Before, the append to `logs/HEAD` was
+/// refused ("unable to append to '.git/logs/HEAD': Invalid argument").
+pub fn epoch_zero_reflog_lines_are_kept(ctx: &Ctx) -> TestResult {
+    let repo = Repo::init(&ctx.path("repo"), "reftable")?;
+    repo.commit("one")?;
+    let m = Mount::start(&repo.gitdir, &ctx.path("mnt"), &[])?;
+    let out = git239_at(
+        ctx,
+        &repo,
+        &m,
+        "@0 +0000",
+        &["commit", "-q", "--allow-empty", "-m", "epoch"],
+    )?;
+    check(&out, "git 2.39 commit dated @0 through the mount")?;
+    for log in ["logs/HEAD", "logs/refs/heads/main"] {
+        let text = fs::read_to_string(m.path(log))?;
+        let last = text.lines().last().unwrap_or_default();
+        ensure!(
+            last.contains("> 0 +0000\tcommit: epoch"),
+            "{log}'s last line: {last:?}"
+        );
+    }
+    sync(&m)?;
+    for r in ["HEAD", "refs/heads/main"] {
+        let got = repo.git(&["log", "-g", "-1", "--date=raw", "--format=%gd %gs", r])?;
+        let want = format!(
+            "{}@{{0 +0000}} commit: epoch\n",
+            r.trim_start_matches("refs/heads/")
+        );
+        ensure!(
+            got == want,
+            "git 2.47 log -g -1 {r}: {got:?}, want {want:?}"
+        );
+    }
+    m.unmount()
+}
+mount_test!(epoch_zero_reflog_lines_are_kept, timeout = 120);
+
+/// `cat > logs/refs/heads/main` (open with `O_TRUNC`) replaces the reflog, as on a files
+/// repository; before, the lines were appended after the ones already there.
+pub fn o_trunc_replaces_a_reflog(ctx: &Ctx) -> TestResult {
+    let repo = Repo::init(&ctx.path("repo"), "reftable")?;
+    let a = repo.commit("one")?;
+    let b = repo.commit("two")?;
+    let m = Mount::start(&repo.gitdir, &ctx.path("mnt"), &[])?;
+    let log = m.path("logs/refs/heads/main");
+    let text = format!(
+        "{}{}",
+        line(ZERO, &a, 1_112_911_993, "handwritten one"),
+        line(&a, &b, 1_112_912_053, "handwritten two")
+    );
+    let out = sh(
+        &m.mnt,
+        "cat > \"$1\"",
+        &["logs/refs/heads/main"],
+        Some(text.as_bytes()),
+    )?;
+    check(&out, "cat > logs/refs/heads/main")?;
+    let got = fs::read_to_string(&log)?;
+    ensure!(got == text, "after cat >: {got:?}, want {text:?}");
+    sync(&m)?;
+    let got = repo.git(&["reflog", "show", "--format=%H %gs", "refs/heads/main"])?;
+    let want = format!("{b} handwritten two\n{a} handwritten one\n");
+    ensure!(
+        got == want,
+        "git 2.47 reflog of main: {got:?}, want {want:?}"
+    );
+    // The same through an open of an existing reflog with O_TRUNC and no O_CREAT.
+    let one = line(ZERO, &b, 1_112_912_113, "only");
+    let mut f = OpenOptions::new().write(true).truncate(true).open(&log)?;
+    f.write_all(one.as_bytes())?;
+    close(f)?;
+    ensure!(
+        fs::read_to_string(&log)? == one,
+        "after O_TRUNC without O_CREAT"
+    );
+    m.unmount()?;
+    let got = repo.git(&["reflog", "show", "--format=%gs", "refs/heads/main"])?;
+    ensure!(got == "only\n", "git 2.47 after unmount: {got:?}");
+    Ok(())
+}
+mount_test!(o_trunc_replaces_a_reflog, timeout = 120);
+
+/// A reflog line written in pieces (three `write()`s; a shell loop of `printf`s with a
+/// command substitution in the middle of a line, whose child closes the descriptor
+/// mid-line) is one entry, as on a files repository; a line that never ends is refused at
+/// `close`, with its reason in the status file, and nothing of it is stored.
+pub fn reflog_lines_written_in_pieces(ctx: &Ctx) -> TestResult {
+    let repo = Repo::init(&ctx.path("repo"), "reftable")?;
+    let a = repo.commit("one")?;
+    let m = Mount::start(&repo.gitdir, &ctx.path("mnt"), &[])?;
+    let log = m.path("logs/refs/heads/main");
+    let mut want = fs::read_to_string(&log)?;
+
+    let l1 = line(&a, &a, 1_700_000_300, "in three pieces");
+    let mut f = OpenOptions::new().append(true).open(&log)?;
+    for piece in [&l1[..20], &l1[20..57], &l1[57..]] {
+        stage(&format!("write {piece:?}"));
+        f.write_all(piece.as_bytes())
+            .map_err(|e| format!("write of the piece {piece:?}: {e}"))?;
+    }
+    close(f).map_err(|e| format!("close after a line in three pieces: {e}"))?;
+    want.push_str(&l1);
+    ensure!(fs::read_to_string(&log)? == want, "after three pieces");
+
+    // As t1410's BUFSIZ test writes: one printf per piece, `$(seq …)` in mid-line.
+    let script =
+        "for i in 1 2; do printf '%s %s %s\\t' \"$2\" \"$2\" 'Sh Ell <s@h> 1700000400 +0000'; \
+                  for j in $(seq 1 3); do printf X; done; printf '\\n'; done >> \"$1\"";
+    let out = sh(&m.mnt, script, &["logs/refs/heads/main", &a], None)?;
+    check(&out, "a printf loop appending two lines in pieces")?;
+    for _ in 0..2 {
+        want.push_str(&format!("{a} {a} Sh Ell <s@h> 1700000400 +0000\tXXX\n"));
+    }
+    ensure!(
+        fs::read_to_string(&log)? == want,
+        "after the printf loop: {:?}",
+        fs::read_to_string(&log)?
+    );
+
+    // A line that never ends: the write is taken, the close refuses it.
+    let mut f = OpenOptions::new().append(true).open(&log)?;
+    f.write_all(format!("{a} {a} Pi Eces <p@example.com> 1700000500 +0000\tnever").as_bytes())?;
+    match close(f) {
+        Err(e) if e.raw_os_error() == Some(libc::EINVAL) => {}
+        other => bail!("close after an unfinished reflog line: {other:?}, want EINVAL"),
+    }
+    ensure!(
+        fs::read_to_string(&log)? == want,
+        "the unfinished line was stored"
+    );
+    let st = status(&m)?;
+    ensure!(
+        st.contains("logs/refs/heads/main") && st.contains("never ended"),
+        "the refusal is not in the status file: {st}"
+    );
+    sync(&m)?;
+    let n = repo
+        .git(&["reflog", "show", "--format=%gs", "refs/heads/main"])?
+        .lines()
+        .count();
+    ensure!(n == 4, "git 2.47 sees {n} entries of main, want 4");
+    m.unmount()
+}
+mount_test!(reflog_lines_written_in_pieces, timeout = 120);
+
+/// A reflog written as a bare object id (`echo $ZERO_OID > logs/refs/bisect/random`, as
+/// git's t1407 makes one) is refused at the write with its true reason (the line ends
+/// after an object id), not "bad old object id".
+pub fn a_bare_object_id_reflog_is_refused_with_its_reason(ctx: &Ctx) -> TestResult {
+    let repo = Repo::init(&ctx.path("repo"), "reftable")?;
+    repo.commit("one")?;
+    let m = Mount::start(&repo.gitdir, &ctx.path("mnt"), &[])?;
+    let out = sh(
+        &m.mnt,
+        "mkdir -p logs/refs/bisect && echo \"$1\" > logs/refs/bisect/random",
+        &[ZERO],
+        None,
+    )?;
+    ensure!(
+        !out.status.success(),
+        "a bare object id was taken as a reflog"
+    );
+    let st = status(&m)?;
+    let Some(entry) = st
+        .split('{')
+        .rfind(|e| e.contains("logs/refs/bisect/random"))
+    else {
+        bail!("no refusal of logs/refs/bisect/random in the status file: {st}")
+    };
+    ensure!(
+        !entry.contains("bad old object id") && entry.contains("ends after an object id"),
+        "the reason given: {entry}"
+    );
+    m.unmount()
+}
+mount_test!(
+    a_bare_object_id_reflog_is_refused_with_its_reason,
+    timeout = 120
+);
