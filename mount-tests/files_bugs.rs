@@ -11,11 +11,21 @@ use std::io::Write;
 use std::os::fd::IntoRawFd;
 use std::path::Path;
 use std::process::{Command, Output, Stdio};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
 
-use crate::harness::{check, git_env, stage, Ctx, Mount, Repo, TestResult};
+use crate::harness::{check, git_env, run_cmd, stage, Ctx, Mount, Repo, TestResult};
 
 /// git 2.39, the files-only git the mount is for.
 const GIT239: &str = "/usr/bin/git";
+
+static TICK: AtomicU64 = AtomicU64::new(0);
+
+/// The commit date of the next git 2.39 call: a clock that advances 60 s a call.
+fn next_date() -> String {
+    let t = 1_700_500_000 + 60 * TICK.fetch_add(1, Ordering::Relaxed);
+    format!("{t} +0000")
+}
 
 /// git 2.39 in work tree `work` with git directory `gitdir`, commit dates `date`, bounded
 /// by timeout(1). The output whatever the exit status.
@@ -41,6 +51,16 @@ fn git239_in(
 /// git 2.39 in `repo`'s work tree with the mount as its git directory (see [`git239_in`]).
 fn git239_at(ctx: &Ctx, repo: &Repo, m: &Mount, date: &str, args: &[&str]) -> TestResult<Output> {
     git239_in(ctx, &repo.work, &m.mnt, date, args)
+}
+
+/// [`git239_at`] with the next date; fails unless git exits 0.
+fn git239(ctx: &Ctx, repo: &Repo, m: &Mount, args: &[&str]) -> TestResult<String> {
+    let out = git239_at(ctx, repo, m, &next_date(), args)?;
+    check(
+        &out,
+        &format!("git 2.39 {} through the mount", args.join(" ")),
+    )?;
+    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
 }
 
 /// `sh -c SCRIPT` in `cwd` with `args` as `$1…`, bounded to 60 s; the output.
@@ -244,6 +264,59 @@ pub fn reflog_lines_written_in_pieces(ctx: &Ctx) -> TestResult {
 }
 mount_test!(reflog_lines_written_in_pieces, timeout = 120);
 
+/// `rm -rf .git/logs` succeeds and `logs` is gone until git makes it again; in a
+/// repository whose refs were all deleted, `rm -rf refs logs` succeeds as on a files
+/// repository (the same steps run on one), `mkdir refs` makes it again, and a ref git
+/// 2.47 then writes on the stack shows. Before, the final `rmdir logs` was EBUSY.
+pub fn logs_and_refs_are_removable_when_empty(ctx: &Ctx) -> TestResult {
+    let repo = Repo::init(&ctx.path("repo"), "reftable")?;
+    let id = repo.commit("one")?;
+    let m = Mount::start(&repo.gitdir, &ctx.path("mnt"), &[])?;
+    run_cmd(&m.mnt, "rm", &["-rf", "logs"])?;
+    ensure!(!m.path("logs").exists(), "logs still exists after rm -rf");
+    let ls = run_cmd(&m.mnt, "ls", &["-A"])?;
+    ensure!(!ls.lines().any(|l| l == "logs"), "ls lists logs: {ls}");
+    git239(
+        ctx,
+        &repo,
+        &m,
+        &["commit", "-q", "--allow-empty", "-m", "two"],
+    )?;
+    ensure!(
+        fs::read_to_string(m.path("logs/HEAD"))?.lines().count() == 1,
+        "logs/HEAD after git made logs again"
+    );
+
+    // An emptied repository, and the same steps on a files one.
+    let files = Repo::init(&ctx.path("files"), "files")?;
+    files.commit("one")?;
+    git239(ctx, &repo, &m, &["update-ref", "-d", "refs/heads/main"])?;
+    files.git(&["update-ref", "-d", "refs/heads/main"])?;
+    for (dir, what) in [(&files.gitdir, "files"), (&m.mnt, "mount")] {
+        let out = sh(dir, "rm -rf refs logs", &[], None)?;
+        check(&out, &format!("rm -rf refs logs on the {what} repository"))?;
+        for d in ["refs", "logs"] {
+            ensure!(!dir.join(d).exists(), "{what}: {d} exists after rm -rf");
+        }
+    }
+    fs::create_dir(m.path("refs"))?;
+    ensure!(
+        fs::read_dir(m.path("refs"))?.next().is_none(),
+        "refs made again is not empty"
+    );
+    repo.git(&["update-ref", "refs/heads/again", &id])?;
+    let start = Instant::now();
+    while !m.path("refs/heads/again").exists() {
+        ensure!(
+            start.elapsed() < Duration::from_secs(3),
+            "a ref written on the stack does not show"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    m.unmount()
+}
+mount_test!(logs_and_refs_are_removable_when_empty, timeout = 120);
+
 /// A reflog written as a bare object id (`echo $ZERO_OID > logs/refs/bisect/random`, as
 /// git's t1407 makes one) is refused at the write with its true reason (the line ends
 /// after an object id), not "bad old object id".
@@ -278,3 +351,58 @@ mount_test!(
     a_bare_object_id_reflog_is_refused_with_its_reason,
     timeout = 120
 );
+
+/// Deleting 200 of 3,000 remote-tracking refs with git 2.39 through the mount (`branch -D
+/// -r`: per ref a lock, the unlinks and an `rmdir` of `refs/remotes/origin` and of its
+/// reflog directory, ENOTEMPTY) takes at most 5× what the same deletions take on a files
+/// clone, plus 3 s. Before, each `rmdir` built the whole listing of the 3,000-entry
+/// directory (the listing cache goes with every written batch) to see it was not empty.
+pub fn deletions_and_their_rmdirs_stay_cheap(ctx: &Ctx) -> TestResult {
+    const REFS: usize = 3000;
+    const DELETE: usize = 200;
+    let repo = Repo::init(&ctx.path("repo"), "reftable")?;
+    let id = repo.commit("one")?;
+    let files = Repo::init(&ctx.path("files"), "files")?;
+    let fid = files.commit("one")?;
+    for (r, id) in [(&repo, &id), (&files, &fid)] {
+        let mut input = String::new();
+        for i in 0..REFS {
+            input.push_str(&format!("create refs/remotes/origin/b{i:04} {id}\n"));
+        }
+        r.git_stdin(
+            &["update-ref", "--create-reflog", "--stdin"],
+            input.as_bytes(),
+        )?;
+    }
+    let m = Mount::start(&repo.gitdir, &ctx.path("mnt"), &[])?;
+    let names: Vec<String> = (0..DELETE)
+        .map(|i| format!("origin/b{:04}", i * 7))
+        .collect();
+    let mut args = vec!["branch", "-q", "-D", "-r"];
+    args.extend(names.iter().map(String::as_str));
+
+    let t = Instant::now();
+    let out = git239_in(ctx, &files.work, &files.gitdir, &next_date(), &args)?;
+    check(&out, "git 2.39 branch -D -r on the files clone")?;
+    let on_files = t.elapsed();
+
+    let t = Instant::now();
+    git239(ctx, &repo, &m, &args)?;
+    let through = t.elapsed();
+    crate::harness::note(&format!(
+        "{DELETE} deletions of {REFS}: files {on_files:?}, through the mount {through:?}"
+    ));
+    sync(&m)?;
+    let left = repo
+        .git(&["for-each-ref", "refs/remotes/origin"])?
+        .lines()
+        .count();
+    ensure!(left == REFS - DELETE, "{left} remote refs left");
+    let bound = on_files * 5 + Duration::from_secs(3);
+    ensure!(
+        through <= bound,
+        "{DELETE} deletions through the mount took {through:?}, files {on_files:?} (bound {bound:?})"
+    );
+    m.unmount()
+}
+mount_test!(deletions_and_their_rmdirs_stay_cheap, timeout = 300);

@@ -553,6 +553,13 @@ impl Shared {
                 )
             })?;
         }
+        if let Some(i) = super::top_index(&path) {
+            // `refs` or `logs` removed when empty: made again (they are never made by
+            // mkdir otherwise: they always exist).
+            g.gone_tops[i] = false;
+            let ino = g.inodes.remember(parent, name, &path, Kind::Dir, None);
+            return Ok(self.attr_of(&g, ino, Kind::Dir, 4096));
+        }
         if g.w.vdirs.len() >= VDIRS_MAX {
             return Err(refuse_for(
                 "mkdir",
@@ -574,19 +581,37 @@ impl Shared {
         g.fresh()?;
         let path = g.child_path(parent, name)?;
         match g.classify(&path)? {
-            None => return Err(FsError::ENOENT),
+            // Gone already: a directory of the view exists while something is below it,
+            // and the last name below it went (an unlink, a rename, a deletion by another
+            // writer) while the kernel still held this one. On disk it would be there,
+            // empty, and its `rmdir` (git's after every deletion) would succeed.
+            None => return Ok(()),
             Some(Kind::Dir) => {}
             Some(_) => return Err(FsError::ENOTDIR),
         }
-        if path == b"refs" || path == b"logs" {
-            return Err(FsError::EBUSY);
+        if let Some(i) = super::top_index(&path) {
+            // `refs` and `logs` always exist; removed when empty (`rm -rf .git/logs`), they
+            // are gone until made again or until something appears below them. Their
+            // listings are a few entries.
+            if !g.listing(&path)?.is_empty() {
+                return Err(FsError::ENOTEMPTY);
+            }
+            g.gone_tops[i] = true;
+            return Ok(());
         }
-        let listing = g.listing(&path)?;
-        if !listing.is_empty() {
-            return Err(FsError::ENOTEMPTY);
+        // Any other directory exists because something is below it or `mkdir` made it:
+        // it is empty when, without the `mkdir`, it would not exist. A few seeks, never a
+        // listing (git tries an `rmdir` of a ref's directory after each deletion, in
+        // directories of thousands of refs).
+        let made = g.w.vdirs.remove(&path);
+        let without = g.classify(&path);
+        if made && !matches!(without, Ok(None)) {
+            g.w.vdirs.insert(path);
         }
-        g.w.vdirs.remove(&path);
-        Ok(())
+        match without? {
+            Some(_) => Err(FsError::ENOTEMPTY),
+            None => Ok(()),
+        }
     }
 
     /// `rename`: the commit point of the files protocol (`x.lock` → `x`, `packed-refs.new`

@@ -81,6 +81,22 @@ pub struct Inner {
     /// Ref file inodes whose cached attributes (mtime) went stale with their content
     /// unchanged: the watcher sends an attributes-only `inval_inode` for them.
     stale_attrs: Vec<u64>,
+    /// `refs` and `logs` (in that order) were removed by `rmdir` when empty: they do not
+    /// show until `mkdir` makes them again or something appears below them (they always
+    /// exist otherwise).
+    gone_tops: [bool; 2],
+    /// Listings made (each a pass over the overlay at least), for tests.
+    #[cfg(test)]
+    pub(crate) listings: u64,
+}
+
+/// The place of `refs` or `logs` in [`Inner::gone_tops`].
+pub(super) fn top_index(path: &[u8]) -> Option<usize> {
+    match path {
+        b"refs" => Some(0),
+        b"logs" => Some(1),
+        _ => None,
+    }
 }
 
 /// Batching settings.
@@ -163,6 +179,9 @@ impl Shared {
                 broken: None,
                 stale_names: Vec::new(),
                 stale_attrs: Vec::new(),
+                gone_tops: [false; 2],
+                #[cfg(test)]
+                listings: 0,
             }),
             queue,
             read_only,
@@ -520,8 +539,20 @@ impl Inner {
         let Inner {
             w, src, scratch, ..
         } = self;
-        w.classify(src.as_mut(), scratch, path)
-            .map_err(|r| refuse("lookup", path, r))
+        let kind = w
+            .classify(src.as_mut(), scratch, path)
+            .map_err(|r| refuse("lookup", path, r))?;
+        match top_index(path) {
+            Some(i) if self.gone_tops[i] => {
+                // Removed when empty: shown again (for good) once something is below it.
+                if self.unchecked_listing(path)?.is_empty() {
+                    return Ok(None);
+                }
+                self.gone_tops[i] = false;
+                Ok(kind)
+            }
+            _ => Ok(kind),
+        }
     }
 
     /// Checks that `path` is still what the kernel thinks it is.
@@ -590,6 +621,29 @@ impl Inner {
     /// reseeking, and cached), then the write overlay.
     fn listing(&mut self, path: &[u8]) -> Result<Arc<Listing>, FsError> {
         self.still(path, Kind::Dir)?;
+        let listing = self.unchecked_listing(path)?;
+        if !path.is_empty() || !self.gone_tops.contains(&true) {
+            return Ok(listing);
+        }
+        // The root without what `rmdir` removed (`refs`, `logs` while they are empty).
+        let mut entries = listing.to_entries();
+        let mut shown = Vec::with_capacity(entries.len());
+        for e in entries.drain(..) {
+            if top_index(&e.name).is_some() && self.classify(&e.name)?.is_none() {
+                continue;
+            }
+            shown.push(e);
+        }
+        Ok(Arc::new(Listing::from_entries(&shown)))
+    }
+
+    /// [`Inner::listing`] of a directory known to exist, as the stack and the overlay
+    /// have it (`refs` and `logs` always exist there).
+    fn unchecked_listing(&mut self, path: &[u8]) -> Result<Arc<Listing>, FsError> {
+        #[cfg(test)]
+        {
+            self.listings += 1;
+        }
         let stack = match self.dirs.get(path) {
             Some(e) => e.clone(),
             None => {
