@@ -21,15 +21,14 @@ use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
-use std::thread::JoinHandle;
 
 use fuser::Notifier;
 
 use crate::fs::error::FsError;
 use crate::fs::ino::{slot_of, Map, ROOT, SLOTS_MAX};
 use crate::fs::record::log_error;
-use crate::fs::state::{BatchSettings, Shared};
-use crate::fs::{batch, stack_source, watch, MountOptions};
+use crate::fs::state::Shared;
+use crate::fs::{lifecycle, stack_source, MountOptions};
 
 /// One served linked worktree.
 pub struct Worktree {
@@ -44,7 +43,7 @@ pub struct Worktree {
     /// The mount's inode of `worktrees/<id>` as last seen (the passthrough may give the
     /// directory a new number after the kernel forgot it).
     dir: Arc<AtomicU64>,
-    threads: Mutex<Vec<JoinHandle<()>>>,
+    threads: Mutex<lifecycle::Threads>,
 }
 
 impl Worktree {
@@ -277,31 +276,25 @@ impl Worktrees {
         let o = stack_source::open_dir(&self.repo, stack, &self.opts)
             .map_err(|e| fail("open worktree stack", &e))?;
         let writer = if self.opts.read_only { None } else { o.writer };
-        let shared = Shared::new(
+        let shared = lifecycle::new_view(
             o.reader,
             writer.is_none(),
             o.log,
-            BatchSettings {
-                window: self.opts.batch_window,
-                max: self.opts.batch_max.max(1),
-            },
+            stack,
+            &self.opts,
+            Some(self.modes.clone()),
         );
-        shared.set_inode_cap(self.opts.inode_cap);
-        shared.reserve_space_in(stack);
-        shared.set_gitdir_modes(self.modes.clone());
         let dir = Arc::new(AtomicU64::new(dir));
-        let mut threads = Vec::new();
-        if let Some(n) = self.notifier.get() {
-            let d = dir.clone();
-            let map = move |ino: u64| Map::worktree(slot, d.load(Ordering::SeqCst)).out(ino);
-            threads.push(
-                watch::spawn_mapped(shared.clone(), stack, n.clone(), Box::new(map))
-                    .map_err(|e| fail("start worktree watcher", &e))?,
-            );
-        }
-        threads.push(
-            batch::spawn(shared.clone(), writer).map_err(|e| fail("start worktree batcher", &e))?,
-        );
+        let d = dir.clone();
+        let map = move |ino: u64| Map::worktree(slot, d.load(Ordering::SeqCst)).out(ino);
+        let threads = lifecycle::start(
+            &shared,
+            writer,
+            stack,
+            self.notifier.get().cloned(),
+            Box::new(map),
+        )
+        .map_err(|e| fail("start worktree threads", &e))?;
         eprintln!(
             "reftablefs: serving worktree {} from {}",
             String::from_utf8_lossy(id),
@@ -336,12 +329,11 @@ impl Worktrees {
 
     /// Unmounted: writes what is pending and stops every worktree's threads.
     pub fn stop_all(&self) -> Result<(), FsError> {
-        let r = self.flush_all();
+        let mut r = Ok(());
         for w in self.all() {
-            w.shared.shutdown();
             let threads = std::mem::take(&mut *w.threads.lock().unwrap_or_else(|p| p.into_inner()));
-            for t in threads {
-                let _ = t.join();
+            if let Err(e) = threads.stop(&w.shared) {
+                r = Err(e);
             }
         }
         r

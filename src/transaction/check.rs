@@ -4,8 +4,9 @@
 
 use std::collections::BTreeSet;
 
-use super::plan::Upd;
-use super::{conflict, lossy, tx_err, Expected, NewValue, RefEdit, Transaction};
+use super::batch::Transaction;
+use super::edit::{Expected, NewValue, RefEdit};
+use super::update::{conflict, lossy, tx_err, Upd};
 use crate::format::{ObjectId, RefValue};
 use crate::refname::{check_for_update, check_refname_format, RefnameFlags};
 use crate::stack::Stack;

@@ -1,58 +1,40 @@
 //! git's `ref_transaction_prepare`, under the stack's lock: the updates derived from the
 //! edits (an update through a symref moves to its referent, an update of HEAD's
 //! referent gets a log-only HEAD entry), each checked against the stack, and the log
-//! records the new table will hold.
+//! records the new table will hold. The top of the transaction's files: a
+//! [`Transaction`] ends here, in [`Transaction::prepare`] or [`Transaction::commit`].
 
 use std::collections::BTreeSet;
 
+use super::batch::Transaction;
 use super::check::{check_available, check_old_value};
-use super::commit::PreparedTransaction;
+use super::commit::{Committed, PreparedTransaction};
+use super::edit::{Expected, NewValue, RefEdit};
 use super::reflog::sort_logs;
 use super::symref::split_symref;
-use super::{conflict, lossy, tx_err, Expected, NewValue, RefEdit, Transaction};
+use super::update::{conflict, lossy, tx_err, Upd};
 use crate::format::{ObjectId, RefValue};
 use crate::stack::{ref_value_id, Stack};
 use crate::Result;
 
-/// One update being prepared (an edit, or one derived from it).
-#[derive(Debug)]
-pub(super) struct Upd {
-    pub(super) name: Vec<u8>,
-    /// Index of the edit it comes from.
-    pub(super) edit: usize,
-    pub(super) log_only: bool,
-    pub(super) via_head: bool,
-    /// The log-only HEAD entry added for an update of HEAD's referent (git gives it the
-    /// edit's new id, which is null for a symref edit).
-    pub(super) head_copy: bool,
-    /// The ref is a symref now (git's `REF_ISSYMREF` in `u->type`).
-    pub(super) cur_symref: bool,
-    /// Expectation applies (cleared on a symref split).
-    pub(super) check_old: bool,
-    /// The id the ref (resolved) has now; null when missing or unresolvable.
-    pub(super) cur_oid: ObjectId,
-    pub(super) queued: bool,
-}
-
-impl Upd {
-    /// An update of `name` for edit `edit`, not yet looked at.
-    pub(super) fn new(name: Vec<u8>, edit: usize, null: ObjectId) -> Upd {
-        Upd {
-            name,
-            edit,
-            log_only: false,
-            via_head: false,
-            head_copy: false,
-            cur_symref: false,
-            check_old: true,
-            cur_oid: null,
-            queued: false,
-        }
-    }
-}
-
 impl Transaction<'_> {
-    pub(super) fn plan(&mut self) -> Result<PreparedTransaction> {
+    /// Validates every edit under the stack lock and writes one table (or nothing when
+    /// every edit is a no-op). On error nothing is written.
+    pub fn commit(mut self) -> Result<Committed> {
+        let prepared = self.plan()?;
+        prepared.commit(self.stack)
+    }
+
+    /// git's `ref_transaction_prepare`: takes the stack's lock and checks everything a
+    /// commit checks (names, duplicates, expected values, D/F conflicts) against the
+    /// stack as it is under the lock. The returned [`PreparedTransaction`] holds the lock
+    /// until it is committed or dropped (= aborted); its commit can then only fail on
+    /// I/O. The stack is not borrowed meanwhile (it is only read until the commit).
+    pub fn prepare(mut self) -> Result<PreparedTransaction> {
+        self.plan()
+    }
+
+    fn plan(&mut self) -> Result<PreparedTransaction> {
         self.validate()?;
         let lock = self.stack.lock_for_write()?;
         let ui = self.stack.next_update_index();

@@ -4,9 +4,10 @@
 
 use std::collections::BTreeSet;
 
-use super::plan::Upd;
+use super::batch::Transaction;
+use super::edit::{LogEdit, NewValue, RefEdit};
 use super::symref::resolve_target;
-use super::{LogEdit, NewValue, RefEdit, Transaction};
+use super::update::Upd;
 use crate::format::{LogRecord, ObjectId};
 use crate::stack::Stack;
 use crate::Result;

@@ -150,7 +150,7 @@ impl Shared {
             if kind == Kind::Dir {
                 return Err(FsError::EISDIR);
             }
-            let fh = g.open_for_write(&path, kind, flags, self.tgid(pid), self.batch.max)?;
+            let fh = g.open_for_write(&path, kind, flags, self.tgid(pid))?;
             let size = g.size_of(&path, kind)?;
             let ino = g.inodes.remember(parent, name, &path, kind, None);
             return Ok((self.attr_of(&g, ino, kind, size), fh));
@@ -278,7 +278,7 @@ impl Shared {
         match target {
             Target::Log { .. } => {
                 // Lines may come in pieces: the handle keeps an unfinished one.
-                g.write_log(fh, data, actor, self.batch.max)?;
+                g.write_log(fh, data, actor)?;
                 return Ok(n);
             }
             Target::Scratch => {
@@ -342,7 +342,7 @@ impl Shared {
             return Err(FsError::EIO);
         }
         g.close_log(fh, actor)?;
-        g.commit_direct(fh, &Caller::new(actor, vec![fh]), self.batch.max)
+        g.commit_direct(fh, &Caller::new(actor, vec![fh]))
     }
 
     /// `fsync` of a file: commits a ref written in place, then waits until everything
@@ -352,7 +352,7 @@ impl Shared {
         let actor = self.tgid(pid);
         let handle_failed = {
             let mut g = self.lock();
-            g.commit_direct(fh, &Caller::new(actor, vec![fh]), self.batch.max)?;
+            g.commit_direct(fh, &Caller::new(actor, vec![fh]))?;
             matches!(g.handles.get(&fh), Some(Handle::Write { failed: true, .. }))
         };
         let own = self.sync_for(actor);
@@ -412,7 +412,7 @@ impl Shared {
                     let who = Caller::new(actor, fh.into_iter().collect());
                     g.promise("truncate", &path, reserve::edit_bytes(name.len(), 0))?;
                     g.w.replace_log(&who, &name, Vec::new());
-                    g.after_staging(self.batch.max);
+                    g.after_staging();
                 }
                 Target::Log { .. } => {
                     return Err(refuse_for(
@@ -443,7 +443,7 @@ impl Shared {
                 let name = path.get(5..).unwrap_or_default().to_vec();
                 g.promise("truncate", &path, reserve::edit_bytes(name.len(), 0))?;
                 g.w.replace_log(&Caller::new(actor, Vec::new()), &name, Vec::new());
-                g.after_staging(self.batch.max);
+                g.after_staging();
                 Ok(())
             }
             Kind::Log => Err(refuse_for(
@@ -520,7 +520,7 @@ impl Shared {
             }
         };
         r.map_err(|r| refuse("unlink", &path, r))?;
-        g.after_staging(self.batch.max);
+        g.after_staging();
         Ok(())
     }
 
@@ -663,19 +663,14 @@ impl Shared {
         let new_kind = g.classify(&to).ok().flatten().unwrap_or(kind);
         g.inodes
             .moved(parent, name, &from, kind, newparent, newname, new_kind);
-        g.after_staging(self.batch.max);
+        g.after_staging();
         Ok(())
     }
 }
 
 impl Inner {
     /// Commits a ref written in place (on flush or fsync), if its handle is dirty.
-    pub(super) fn commit_direct(
-        &mut self,
-        fh: u64,
-        who: &Caller,
-        max: usize,
-    ) -> Result<(), FsError> {
+    pub(super) fn commit_direct(&mut self, fh: u64, who: &Caller) -> Result<(), FsError> {
         let Some(Handle::Write {
             path,
             target: Target::Ref { name, placeholder },
@@ -729,7 +724,7 @@ impl Inner {
             {
                 *placeholder = false;
             }
-            self.after_staging(max);
+            self.after_staging();
         }
         staged
     }

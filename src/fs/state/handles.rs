@@ -131,7 +131,7 @@ impl Shared {
             return Ok((fh, mode));
         }
         g.still(&path, kind)?;
-        let fh = g.open_for_write(&path, kind, flags, self.tgid(pid), self.batch.max)?;
+        let fh = g.open_for_write(&path, kind, flags, self.tgid(pid))?;
         // Writes through the kernel move its idea of the size.
         g.inodes.suspect(ino);
         Ok((fh, OpenMode::Direct))
@@ -279,14 +279,13 @@ impl Inner {
 
     /// Opens `path` (of `kind`) for writing for process `pid`. With `O_TRUNC` a scratch
     /// file is emptied and a reflog rewritten to nothing (an edit staged at the open, as
-    /// the files backend's truncation happens there); `max` is the batch size that seals.
+    /// the files backend's truncation happens there).
     pub(super) fn open_for_write(
         &mut self,
         path: &[u8],
         kind: Kind,
         flags: i32,
         pid: u32,
-        max: usize,
     ) -> Result<u64, FsError> {
         let trunc = flags & libc::O_TRUNC != 0;
         let target = match kind {
@@ -335,7 +334,7 @@ impl Inner {
             // next, as on disk (it was appended to).
             self.w
                 .replace_log(&Caller::new(pid, vec![fh]), &name, Vec::new());
-            self.after_staging(max);
+            self.after_staging();
         }
         Ok(fh)
     }
@@ -349,7 +348,6 @@ impl Inner {
         fh: u64,
         data: &[u8],
         actor: u32,
-        max: usize,
     ) -> Result<(), FsError> {
         let Some(Handle::Write {
             path,
@@ -419,7 +417,7 @@ impl Inner {
             return Err(e);
         }
         put_back(self, rest, Some(actor));
-        self.after_staging(max);
+        self.after_staging();
         Ok(())
     }
 

@@ -387,13 +387,14 @@ impl Shared {
         self.wake_fd
     }
 
-    /// Seals the open batch and waits until everything staged so far is written
+    /// Asks the batcher to seal and write everything staged so far and waits until it is
     /// (group commit: every waiter shares the next batch), on the queue's lock, not the
     /// state lock. EIO if the batcher is gone with batches unwritten.
     fn wait_written(&self) -> Result<(), FsError> {
         let target = {
-            let mut g = self.lock();
-            let target = g.w.seal_all();
+            let g = self.lock();
+            let target = g.w.last_staged_seq();
+            // The batcher seals everything staged so far when it sees the request.
             self.queue.request_flush();
             target
         };
@@ -693,11 +694,9 @@ impl Inner {
 
     /// After an edit was staged: the view changed (mtimes), seal a full batch, wake the
     /// batcher.
-    pub(crate) fn after_staging(&mut self, max: usize) {
+    pub(crate) fn after_staging(&mut self) {
         self.changed_at = SystemTime::now();
-        if self.w.open.len() >= max {
-            self.w.seal_all();
-        }
+        // The batcher seals a full batch (and one whose window passed) when it wakes.
         self.w.queue().kick();
     }
 

@@ -1,9 +1,6 @@
 //! Stack behaviour from git's t0610 and the reftable unit tests ("stack", "merged"),
 //! reproduced with our library on repositories made by git 2.47, checked with git.
 
-#[path = "support/git.rs"]
-mod util;
-
 use std::fs;
 use std::os::unix::fs::PermissionsExt;
 use std::time::Duration;
@@ -13,7 +10,8 @@ use reftablefs::stack::{Stack, StackOptions};
 use reftablefs::table::{LogIter, RefIter};
 use reftablefs::transaction::{Expected, LogAllRefUpdates, LogEdit, NewValue, RefEdit};
 use reftablefs::{Error, HashKind, RefValue};
-use util::{ident, Repo};
+
+use crate::util::{self, ident, Repo};
 
 fn mode(p: &std::path::Path) -> u32 {
     fs::metadata(p).unwrap().permissions().mode() & 0o777
