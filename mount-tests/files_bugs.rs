@@ -406,3 +406,165 @@ pub fn deletions_and_their_rmdirs_stay_cheap(ctx: &Ctx) -> TestResult {
     m.unmount()
 }
 mount_test!(deletions_and_their_rmdirs_stay_cheap, timeout = 300);
+
+/// `tar cf x.tar .git` right after git 2.39 updates a ref through the mount exits 0, as
+/// on a files repository (the same steps run on one): a directory's time moves only when
+/// a name appears in it or goes from it, at the call that does it, and a file's time only
+/// with its content. Before, every directory took the time the batch was written (a few
+/// milliseconds after `update-ref` returned, while tar read the tree), and tar said
+/// "file changed as we read it" (exit 1).
+pub fn tar_right_after_a_ref_update_sees_nothing_change(ctx: &Ctx) -> TestResult {
+    let repo = Repo::init(&ctx.path("repo"), "reftable")?;
+    let id = repo.commit("one")?;
+    let files = Repo::init(&ctx.path("files"), "files")?;
+    let fid = files.commit("one")?;
+    let m = Mount::start(&repo.gitdir, &ctx.path("mnt"), &[])?;
+    let tar = |gitdir: &Path, what: &str, step: &str| -> TestResult {
+        let out = sh(
+            gitdir.parent().unwrap_or(gitdir),
+            "tar cf \"$1\" \"$2\"",
+            &[
+                &ctx.path("x.tar").to_string_lossy(),
+                &gitdir.file_name().unwrap_or_default().to_string_lossy(),
+            ],
+            None,
+        )?;
+        check(
+            &out,
+            &format!("tar of the {what} git directory right after {step}"),
+        )
+    };
+    for i in 0..12 {
+        // A new branch, an update of it, its deletion: names appear, content changes,
+        // names go.
+        let name = format!("refs/heads/t{}", i % 4);
+        let step = match i % 3 {
+            0 => vec!["update-ref".to_string(), name.clone(), "{id}".into()],
+            1 => vec!["update-ref".into(), "HEAD".into(), "{id}".into()],
+            _ => vec![
+                "update-ref".into(),
+                "-d".into(),
+                format!("refs/heads/t{}", (i - 2) % 4),
+            ],
+        };
+        for (gitdir, work, oid, what) in [
+            (&files.gitdir, &files.work, &fid, "files"),
+            (&m.mnt, &repo.work, &id, "mount"),
+        ] {
+            let args: Vec<String> = step.iter().map(|a| a.replace("{id}", oid)).collect();
+            let args: Vec<&str> = args.iter().map(String::as_str).collect();
+            let out = git239_in(ctx, work, gitdir, &next_date(), &args)?;
+            check(
+                &out,
+                &format!("git 2.39 {} on the {what} repository", args.join(" ")),
+            )?;
+            tar(gitdir, what, &args.join(" "))?;
+        }
+    }
+    m.unmount()
+}
+mount_test!(
+    tar_right_after_a_ref_update_sees_nothing_change,
+    timeout = 180
+);
+
+/// (mtime, ctime) of `path` in nanoseconds.
+fn times_ns(path: &Path) -> TestResult<(i128, i128)> {
+    use std::os::unix::fs::MetadataExt;
+    let md = fs::metadata(path)?;
+    let ns = |s: i64, n: i64| i128::from(s) * 1_000_000_000 + i128::from(n);
+    Ok((
+        ns(md.mtime(), md.mtime_nsec()),
+        ns(md.ctime(), md.ctime_nsec()),
+    ))
+}
+
+/// A ref file's mtime through the mount never goes back (editors and vim-fugitive
+/// compare it with the one they saw): git 2.39 updates `main` with commit dates that go
+/// back (a date before the last, `@0`), git 2.47 updates it on the stack with an older
+/// date, and after each update — before and after the batch is written — `refs/heads/main`
+/// and `HEAD` show a time no older than before, and a newer one once the value changed.
+/// Before, a time went back to the reflog line's once the batch was written.
+pub fn a_ref_mtime_never_goes_back(ctx: &Ctx) -> TestResult {
+    let repo = Repo::init(&ctx.path("repo"), "reftable")?;
+    let a = repo.commit("one")?;
+    let b = repo.commit("two")?;
+    let m = Mount::start(&repo.gitdir, &ctx.path("mnt"), &[])?;
+    let watched = [m.path("refs/heads/main"), m.path("HEAD")];
+    let mut last: Vec<(i128, i128)> = watched
+        .iter()
+        .map(|p| times_ns(p))
+        .collect::<TestResult<_>>()?;
+    let mut look = |step: &str, moved: bool| -> TestResult {
+        for (p, before) in watched.iter().zip(last.iter_mut()) {
+            let now = times_ns(p)?;
+            ensure!(
+                now.0 >= before.0 && now.1 >= before.1,
+                "{step}: {} went back from {before:?} to {now:?}",
+                p.display()
+            );
+            if moved && p.ends_with("main") {
+                ensure!(
+                    now.0 > before.0,
+                    "{step}: main's mtime did not move ({now:?})"
+                );
+            }
+            *before = now;
+        }
+        Ok(())
+    };
+    let dates = [
+        "1700600000 +0000",
+        "1600000000 +0000",
+        "@0 +0000",
+        "1700600100 +0000",
+    ];
+    for (i, date) in dates.iter().enumerate() {
+        let to = if i % 2 == 0 { &a } else { &b };
+        let out = git239_at(ctx, &repo, &m, date, &["update-ref", "refs/heads/main", to])?;
+        check(
+            &out,
+            &format!("git 2.39 update-ref dated {date} through the mount"),
+        )?;
+        look(&format!("update dated {date}"), true)?;
+        sync(&m)?;
+        look(&format!("update dated {date}, written"), false)?;
+    }
+    // git 2.47 on the stack, dated before everything above.
+    let mut c = repo.cmd(&["update-ref", "refs/heads/main", &a]);
+    c.env("GIT_COMMITTER_DATE", "1500000000 +0000");
+    check(&c.output()?, "git 2.47 update-ref on the stack")?;
+    let start = Instant::now();
+    loop {
+        let got = fs::read_to_string(&watched[0])?;
+        if got.trim() == a {
+            break;
+        }
+        ensure!(
+            start.elapsed() < Duration::from_secs(3),
+            "the update on the stack does not show"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    look("update on the stack dated 2017", true)?;
+    // A switch of HEAD that writes no reflog line (a script, go-git): HEAD moves forward
+    // and stays there once written, although logs/HEAD's newest line is older.
+    let head_before = times_ns(&watched[1])?;
+    let out = sh(
+        &m.mnt,
+        "printf 'ref: refs/heads/other\\n' > HEAD",
+        &[],
+        None,
+    )?;
+    check(&out, "HEAD written in place through the mount")?;
+    let head_now = times_ns(&watched[1])?;
+    ensure!(
+        head_now.0 > head_before.0,
+        "HEAD's mtime after a switch without a reflog line: {head_now:?}, before {head_before:?}"
+    );
+    look("HEAD switched in place", false)?;
+    sync(&m)?;
+    look("HEAD switched in place, written", false)?;
+    m.unmount()
+}
+mount_test!(a_ref_mtime_never_goes_back, timeout = 120);

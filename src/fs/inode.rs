@@ -196,12 +196,17 @@ impl NodeTable {
 }
 
 /// What a name last showed as its time: `shown` (nanoseconds since the epoch) while its
-/// content had the mark `mark` (a hash of its size and content; 0 for a directory).
+/// content had the mark `mark` (a hash of its size and content, with [`NO_OWN_TIME`] set
+/// when the file had no time of its own; 0 for a directory).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Stamp {
     pub mark: u64,
     pub shown: u64,
 }
+
+/// The bit of [`Stamp::mark`] saying the time shown was not the reflog's own (it had
+/// none: created and not yet written to).
+pub const NO_OWN_TIME: u64 = 2;
 
 /// The times names showed (see `state::Inner::mtime_of`), so that a time never goes back
 /// and moves when the content does: per name (path and kind, [`time_key`]), in two
@@ -703,6 +708,7 @@ mod tests {
     fn times_keep_the_names_used_last_within_the_cap() {
         let mut t = Times::with_cap(100);
         let stamp = |n: u64| Stamp { mark: n, shown: n };
+        t.put(7, stamp(7));
         for n in 0..1000u64 {
             t.put(n, stamp(n));
             // One name used all along stays.

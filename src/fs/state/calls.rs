@@ -153,7 +153,7 @@ impl Shared {
             let fh = g.open_for_write(&path, kind, flags, self.tgid(pid))?;
             let size = g.size_of(&path, kind)?;
             let ino = g.inodes.remember(parent, name, &path, kind, None);
-            return Ok((self.attr_of(&g, ino, kind, size), fh));
+            return Ok((self.attr_timed(&mut g, ino, &path, kind, size), fh));
         }
         // A new file. Reflogs and refs written in place get a handle that commits on
         // flush; anything else (locks, packed-refs.new, temporary names, files of the
@@ -246,8 +246,10 @@ impl Shared {
             let who = Caller::new(self.tgid(pid), vec![fh]);
             g.w.note_new_log(&who, &n);
         }
+        // A name appeared: its directory's time moves (the kernel drops its attributes).
+        g.entries_changed(super::parent_dir(&path), true);
         let ino = g.inodes.remember(parent, name, &path, kind, None);
-        Ok((self.attr_of(&g, ino, kind, 0), fh))
+        Ok((self.attr_timed(&mut g, ino, &path, kind, 0), fh))
     }
 
     pub(crate) fn write(
@@ -520,6 +522,7 @@ impl Shared {
             }
         };
         r.map_err(|r| refuse("unlink", &path, r))?;
+        g.name_went(&path);
         g.after_staging();
         Ok(())
     }
@@ -557,8 +560,9 @@ impl Shared {
             // `refs` or `logs` removed when empty: made again (they are never made by
             // mkdir otherwise: they always exist).
             g.gone_tops[i] = false;
+            g.entries_changed(b"", true);
             let ino = g.inodes.remember(parent, name, &path, Kind::Dir, None);
-            return Ok(self.attr_of(&g, ino, Kind::Dir, 4096));
+            return Ok(self.attr_timed(&mut g, ino, &path, Kind::Dir, 4096));
         }
         if g.w.vdirs.len() >= VDIRS_MAX {
             return Err(refuse_for(
@@ -569,8 +573,11 @@ impl Shared {
             ));
         }
         g.w.vdirs.insert(path.clone());
+        g.entries_changed(super::parent_dir(&path), true);
+        // A new directory starts with the time it was made.
+        g.entries_changed(&path, true);
         let ino = g.inodes.remember(parent, name, &path, Kind::Dir, None);
-        Ok(self.attr_of(&g, ino, Kind::Dir, 4096))
+        Ok(self.attr_timed(&mut g, ino, &path, Kind::Dir, 4096))
     }
 
     pub(crate) fn rmdir(&self, parent: u64, name: &[u8]) -> Result<(), FsError> {
@@ -597,6 +604,7 @@ impl Shared {
                 return Err(FsError::ENOTEMPTY);
             }
             g.gone_tops[i] = true;
+            g.entries_changed(b"", true);
             return Ok(());
         }
         // Any other directory exists because something is below it or `mkdir` made it:
@@ -606,11 +614,14 @@ impl Shared {
         let made = g.w.vdirs.remove(&path);
         let without = g.classify(&path);
         if made && !matches!(without, Ok(None)) {
-            g.w.vdirs.insert(path);
+            g.w.vdirs.insert(path.clone());
         }
         match without? {
             Some(_) => Err(FsError::ENOTEMPTY),
-            None => Ok(()),
+            None => {
+                g.name_went(&path);
+                Ok(())
+            }
         }
     }
 
@@ -663,6 +674,13 @@ impl Shared {
         let new_kind = g.classify(&to).ok().flatten().unwrap_or(kind);
         g.inodes
             .moved(parent, name, &from, kind, newparent, newname, new_kind);
+        // The names of both directories changed (the kernel drops their attributes);
+        // a new packed-refs may make or remove refs anywhere.
+        g.name_went(&from);
+        g.entries_changed(super::parent_dir(&to), true);
+        if to == b"packed-refs" {
+            g.all_entries_changed();
+        }
         g.after_staging();
         Ok(())
     }

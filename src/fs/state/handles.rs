@@ -343,12 +343,7 @@ impl Inner {
     /// completes (with the unfinished line the handle kept) is staged; what follows the
     /// last newline is kept for the next write, and refused once it can no longer become
     /// a reflog line or passes [`LOG_LINE_MAX`]. On a refusal nothing of `data` is taken.
-    pub(super) fn write_log(
-        &mut self,
-        fh: u64,
-        data: &[u8],
-        actor: u32,
-    ) -> Result<(), FsError> {
+    pub(super) fn write_log(&mut self, fh: u64, data: &[u8], actor: u32) -> Result<(), FsError> {
         let Some(Handle::Write {
             path,
             target: Target::Log { name, .. },

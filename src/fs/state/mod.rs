@@ -297,11 +297,7 @@ impl Shared {
         a
     }
 
-    fn attr_of(&self, g: &Inner, ino: u64, kind: Kind, size: u64) -> FileAttr {
-        self.moded(attr(ino, kind, size, g.changed_at, self.uid, self.gid))
-    }
-
-    /// [`Shared::attr_of`] with the file's own time (see [`Inner::mtime_of`]).
+    /// A node's attributes, with its time (see [`Inner::mtime_of`]).
     fn attr_timed(&self, g: &mut Inner, ino: u64, path: &[u8], kind: Kind, size: u64) -> FileAttr {
         let mtime = g.mtime_of(path, kind);
         self.moded(attr(ino, kind, size, mtime, self.uid, self.gid))
@@ -466,9 +462,9 @@ impl Inner {
             self.changed_at = SystemTime::now();
             if self.src.last_change_external() {
                 self.needs_invalidation = true;
-                // Names may have appeared or gone anywhere: every directory's time moves
-                // now (the watcher drops the kernel's cached attributes of those it holds).
-                self.dir_epoch = ns(self.changed_at);
+                // Names may have appeared or gone anywhere (the mount does not diff the
+                // tables): every directory's time moves now.
+                self.all_entries_changed();
                 // Another writer: packed entries it contradicts would resurface on `rm`.
                 // (The mount's own batches leave the packed layer as a files backend
                 // leaves packed-refs: shadowed by loose values.)
@@ -490,6 +486,9 @@ impl Inner {
     ///   changed.
     /// * With the same content it keeps that time, or takes a newer own time (`HEAD`
     ///   moves with its reflog when its branch moves).
+    /// * A reflog shown without a time of its own (created and not yet written to) takes
+    ///   its own once it has one, also an older one: the one exception to "never back",
+    ///   so that a reflog's time is its newest line's.
     /// * With other content it takes its own time if that is newer, else now: a change
     ///   without a reflog line (a `HEAD` switch by go-git or a script), or with an older
     ///   one (a commit dated `@0`), still moves it forward. (Before, such a time went back
@@ -509,16 +508,28 @@ impl Inner {
                 .max(self.dir_epoch);
             (0, shown)
         } else {
-            let mark = self.content_mark(path, kind, key);
+            use crate::fs::inode::NO_OWN_TIME;
+            let content = self.content_mark(path, kind, key) & !NO_OWN_TIME;
             // The content first: a ref's own time reuses the lookup its rendering made.
             let own = self.own_time(path, kind);
-            let shown = match prev {
-                None => own.unwrap_or(ns(self.changed_at)),
-                Some(p) if p.mark == mark => own.map_or(p.shown, |t| t.max(p.shown)),
-                Some(p) => match own {
-                    Some(t) if t > p.shown => t,
-                    _ => ns(SystemTime::now()).max(p.shown + 1),
-                },
+            // Only a reflog gives way (see below): a ref's value staged without a line
+            // has no time of its own until written, and then an older one.
+            let mark = content
+                | if own.is_none() && kind == Kind::Log {
+                    NO_OWN_TIME
+                } else {
+                    0
+                };
+            let shown = match (prev, own) {
+                (None, _) => own.unwrap_or(ns(self.changed_at)),
+                // A time that was not the file's own gives way to its own once it has
+                // one (a reflog's first line).
+                (Some(p), Some(t)) if p.mark & NO_OWN_TIME != 0 => t,
+                (Some(p), _) if p.mark & !NO_OWN_TIME == content => {
+                    own.map_or(p.shown, |t| t.max(p.shown))
+                }
+                (Some(p), Some(t)) if t > p.shown => t,
+                (Some(p), _) => ns(SystemTime::now()).max(p.shown + 1),
             };
             (mark, shown)
         };
@@ -655,19 +666,6 @@ impl Inner {
             self.stale_attrs.push(ino);
             self.wake_watcher();
         }
-    }
-
-    /// The kernel's cached attributes of the ref file `name` (its time moves with a
-    /// reflog line appended while its content stays) are dropped by the watcher.
-    pub(crate) fn queue_ref_attrs(&mut self, name: &[u8]) {
-        let mut buf = std::mem::take(&mut self.buf);
-        if self.render(name, Kind::Ref, &mut buf).is_ok() {
-            let ino = crate::fs::inode::ino_of_sized(name, Kind::Ref, Some(buf.len() as u64));
-            if self.inodes.kernel_view(ino).is_some() {
-                self.queue_attrs(ino);
-            }
-        }
-        self.buf = buf;
     }
 
     /// Wakes the watcher (see [`Shared::wake_watcher`]).

@@ -302,3 +302,42 @@ fn rmdir_removes_what_is_empty() {
     assert_eq!(errno(shared.rmdir(ROOT, b"refs")), None);
     assert!(shared.lookup(ROOT, b"refs").is_err());
 }
+
+/// A directory's time moves when a name appears in it or goes from it, and only then:
+/// not when the view changes elsewhere or later (a batch written after the update), not
+/// for the directory above. Never back.
+#[test]
+fn a_directory_time_moves_with_its_entries_only() {
+    let shared = remotes(3);
+    let me = std::process::id();
+    let origin = walk(&shared, "refs/remotes/origin");
+    let remotes_dir = walk(&shared, "refs/remotes");
+    let time = |ino: u64| shared.getattr(ino).expect("getattr").0.ctime;
+    let (o0, r0) = (time(origin), time(remotes_dir));
+    // The view changes later (the batch is written): the times stay.
+    shared.lock().changed_at = SystemTime::now() + Duration::from_secs(3600);
+    assert_eq!((time(origin), time(remotes_dir)), (o0, r0));
+    let (_, fh) = shared
+        .create(
+            origin,
+            b"b0000.lock",
+            libc::O_CREAT | libc::O_EXCL | libc::O_WRONLY,
+            me,
+        )
+        .expect("lock");
+    shared.release(fh);
+    let o1 = time(origin);
+    assert!(o1 > o0, "{o1:?} after {o0:?}");
+    assert_eq!(time(remotes_dir), r0);
+    shared
+        .unlink(origin, b"b0000.lock", me)
+        .expect("unlink lock");
+    let o2 = time(origin);
+    assert!(o2 > o1, "{o2:?} after {o1:?}");
+    assert_eq!(time(remotes_dir), r0);
+    // The last name of a directory goes: the directory goes, the one above changes.
+    for b in [&b"b0000"[..], b"b0001", b"b0002"] {
+        shared.unlink(origin, b, me).expect("unlink ref");
+    }
+    assert!(time(remotes_dir) > r0);
+}
