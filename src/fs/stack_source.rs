@@ -72,8 +72,12 @@ const LOCK_STALE_AFTER: Duration = Duration::from_secs(2);
 
 /// Test-only: `RTFS_TEST_COMMIT_DELAY_MS` (read once when the mount opens the stack)
 /// makes every batch commit sleep that long while holding `tables.list.lock`, to
-/// measure that requests never wait for a commit.
+/// measure that requests never wait for a commit. Read only in a build with the
+/// `test-hooks` feature (never a release build): elsewhere the variable is ignored.
 fn commit_delay_from_env() -> Option<Duration> {
+    if !cfg!(feature = "test-hooks") {
+        return None;
+    }
     std::env::var("RTFS_TEST_COMMIT_DELAY_MS")
         .ok()
         .and_then(|v| v.parse::<u64>().ok())
@@ -291,14 +295,18 @@ impl RefSource for StackSource {
             return Ok(false);
         }
         let before = self.stack.table_names().to_vec();
+        let seen = self.stack.next_update_index();
         let changed = self.stack.reload()?;
         if changed {
+            // Another writer's change is a table of an update index not seen before
+            // that the mount did not write. A compaction (the mount's own, seen before
+            // its batcher records it; or git's of older tables) writes no new index and
+            // changes nothing shown.
             let own = self.own.lock().unwrap_or_else(|p| p.into_inner());
-            self.external = self
-                .stack
-                .table_names()
-                .iter()
-                .any(|n| !before.contains(n) && !own.contains(n));
+            let names = self.stack.table_names().iter();
+            self.external = names.zip(self.stack.tables()).any(|(n, t)| {
+                !before.contains(n) && !own.contains(n) && t.max_update_index() >= seen
+            });
         }
         Ok(changed)
     }

@@ -119,6 +119,8 @@ struct Rendered {
     /// [`PackedLayer::epoch`] when it was rendered.
     epoch: u64,
     bytes: Arc<Vec<u8>>,
+    /// The content's fingerprint (FNV-1a), made once with it (the mark of its time).
+    fp: u64,
 }
 
 /// The packed layout's loose refs that are not in [`PackedLayer::refs`]: the refs below
@@ -394,11 +396,17 @@ impl WriteState {
     /// `packed-refs` as it shows now, shared: rendered once per stack generation (the
     /// packed layout's) and change of the packed layer, kept until either moves on.
     pub fn packed_refs(&mut self, src: &mut dyn RefSource) -> R<Arc<Vec<u8>>> {
+        Ok(self.packed_refs_marked(src)?.0)
+    }
+
+    /// [`Self::packed_refs`] with the content's fingerprint (FNV-1a of every byte, made
+    /// once per rendering).
+    pub fn packed_refs_marked(&mut self, src: &mut dyn RefSource) -> R<(Arc<Vec<u8>>, u64)> {
         let generation = src.generation();
         if let Some(r) = &self.packed.rendered {
             let same_stack = self.packed.layout == Layout::Loose || r.generation == generation;
             if r.epoch == self.packed.epoch && same_stack {
-                return Ok(r.bytes.clone());
+                return Ok((r.bytes.clone(), r.fp));
             }
         }
         let mut out = Vec::new();
@@ -427,13 +435,17 @@ impl WriteState {
             ));
         }
         out.shrink_to_fit();
+        let fp = out.iter().fold(0xcbf2_9ce4_8422_2325_u64, |h, &b| {
+            (h ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01b3)
+        });
         let bytes = Arc::new(out);
         self.packed.rendered = Some(Rendered {
             generation,
             epoch: self.packed.epoch,
             bytes: bytes.clone(),
+            fp,
         });
-        Ok(bytes)
+        Ok((bytes, fp))
     }
 
     /// The packed layout's unpackable refs of this generation, found by one pass (which
