@@ -249,40 +249,41 @@ impl WriteState {
         if self.packed.layout == Layout::Packed {
             return Ok(false);
         }
-        // The loose layout with packed-only refs below: every ref, skipping those.
-        let mut key = prefix.to_vec();
-        let mut rec = crate::format::RefRecord::default();
-        loop {
-            if !src
-                .first_ref_at_or_after(&key, &mut rec)
-                .map_err(source_err)?
-                || !rec.name.starts_with(prefix)
-            {
-                return Ok(false);
+        // The loose layout with packed-only refs below: one pass over the stack's refs
+        // below, skipping those (a ref of the stack without an entry is a loose file unless
+        // the overlay deletes it).
+        let mut found = false;
+        let (refs, pending) = (&self.packed.refs, &self.pending);
+        src.scan_refs(prefix, &mut |rec, _key| {
+            if !rec.name.starts_with(prefix) {
+                return Step::Stop;
             }
-            if !matches!(
-                self.packed.refs.get(&rec.name),
-                Some(Packing::PackedOnly(_))
-            ) && self.is_loose_ref(src, &rec.name)?
-            {
-                return Ok(true);
+            let packed_only = matches!(refs.get(&rec.name), Some(Packing::PackedOnly(_)));
+            let deleted = pending
+                .get(&rec.name)
+                .is_some_and(|p| matches!(p.value, RefValue::Deletion));
+            if packed_only || deleted {
+                return Step::Next;
             }
-            key.clone_from(&rec.name);
-            key.push(crate::fs::source::NEXT_NAME);
-        }
+            found = true;
+            Step::Stop
+        })
+        .map_err(source_err)?;
+        Ok(found)
     }
 
     /// Names below `prefix` that may be loose refs besides those of the stack the layout
     /// shows loose anyway: entries, pending values and (packed layout) the unpackable refs.
     fn loose_candidates(&mut self, src: &mut dyn RefSource, prefix: &[u8]) -> R<Vec<Vec<u8>>> {
         let below = |n: &&Vec<u8>| n.starts_with(prefix);
+        // A packed-only entry is never a loose file: not a candidate.
         let mut out: Vec<Vec<u8>> = self
             .packed
             .refs
             .range(prefix.to_vec()..)
-            .map(|(n, _)| n)
-            .take_while(below)
-            .cloned()
+            .take_while(|(n, _)| n.starts_with(prefix))
+            .filter(|(_, p)| !matches!(p, Packing::PackedOnly(_)))
+            .map(|(n, _)| n.clone())
             .collect();
         out.extend(
             self.pending
