@@ -14,6 +14,7 @@ mod differential;
 mod exec;
 mod expected;
 mod foreign;
+mod gogit;
 mod lifecycle;
 mod packaging;
 mod read_path;
@@ -39,6 +40,7 @@ const SOURCES: &[(&str, &str)] = &[
     ("exec", include_str!("exec.rs")),
     ("expected", include_str!("expected.rs")),
     ("foreign", include_str!("foreign.rs")),
+    ("gogit", include_str!("gogit.rs")),
     ("lifecycle", include_str!("lifecycle.rs")),
     ("packaging", include_str!("packaging.rs")),
     ("read_path", include_str!("read_path.rs")),
