@@ -7,6 +7,8 @@
 #   make mount-test   only the mount tests (real FUSE mounts; SKIP line without /dev/fuse)
 #   make git-suite    git 2.39's own test scripts with their repository on a reftablefs
 #                     mount, every subtest compared with tests/git-suite/expected.txt
+#   make fuzz         the property tests and the mutation fuzzer for longer, seeded from
+#                     the clock (`make test` runs them with fixed seeds)
 #   make bench        every benchmark, printing ours-vs-git side-by-side tables
 #   make demo         a small git-made reftable repo, mounted and shown with ls/cat
 #   make generated    the man page and bash/zsh/fish completions, into target/generated/,
@@ -16,8 +18,12 @@
 # Variables: CARGO (default cargo), MOUNT_TEST_ARGS (filter passed to the mount test
 # binary, e.g. `make mount-test MOUNT_TEST_ARGS=read_`), BENCH_SCALE (1 = full sizes),
 # GIT_SUITE_ARGS (options and scripts for tests/git-suite/run.sh, e.g. `--update t1400`).
+# FUZZ_SECS, FUZZ_CASES and FUZZ_SEED (see `fuzz`).
 
 CARGO ?= cargo
+# The test-only hooks (Cargo.toml's test-hooks) for everything the tests build, so the unit
+# tests, the examples and the mount tests share one build of the crate.
+TEST_FEATURES ?= --features test-hooks
 MOUNT_TEST_ARGS ?=
 MOUNT_TEST_TIMEOUT ?= 1500
 GIT_SUITE_ARGS ?=
@@ -28,7 +34,7 @@ GEN := target/generated
 # Where cargo puts what it builds (CARGO_TARGET_DIR when set, as cargo reads it).
 BUILD := $(or $(CARGO_TARGET_DIR),target)
 
-.PHONY: all build check fmt-check clippy doc unit-test examples lib-nofuse test mount-test git-suite bench demo clean generated install uninstall
+.PHONY: all build check fmt-check clippy doc unit-test examples lib-nofuse test mount-test git-suite fuzz bench demo clean generated install uninstall
 
 all: build
 
@@ -51,10 +57,10 @@ doc:
 # `cargo test` runs unit tests, tests/ (which drive real git) and the doctests. The mount
 # test target runs only through `make mount-test` (it prints a SKIP line otherwise).
 unit-test:
-	$(CARGO) test
+	$(CARGO) test $(TEST_FEATURES)
 
 examples:
-	$(CARGO) build --examples
+	$(CARGO) build $(TEST_FEATURES) --examples
 
 lib-nofuse:
 	$(CARGO) test --no-default-features --lib
@@ -108,10 +114,10 @@ uninstall:
 # mount a killed run could have left behind.
 mount-test:
 	@if [ -e /dev/fuse ] && command -v fusermount3 >/dev/null 2>&1; then \
-		$(CARGO) build --bin reftablefs && \
+		$(CARGO) build $(TEST_FEATURES) --bin reftablefs && \
 		status=0; run_id=$$$$; \
 		RTFS_RUN_ID=$$run_id REFTABLEFS_MOUNT_TESTS=1 timeout -k 10 $(MOUNT_TEST_TIMEOUT) \
-			$(CARGO) test --test mount -- $(MOUNT_TEST_ARGS) || status=$$?; \
+			$(CARGO) test $(TEST_FEATURES) --test mount -- $(MOUNT_TEST_ARGS) || status=$$?; \
 		bash mount-tests/cleanup.sh "rtfs-mt-$$run_id-"; \
 		exit $$status; \
 	else \
@@ -125,10 +131,24 @@ mount-test:
 # aborts) every mount it made.
 git-suite:
 	@if [ -e /dev/fuse ] && command -v fusermount3 >/dev/null 2>&1; then \
-		$(CARGO) build --bin reftablefs && bash tests/git-suite/run.sh $(GIT_SUITE_ARGS); \
+		$(CARGO) build $(TEST_FEATURES) --bin reftablefs && bash tests/git-suite/run.sh $(GIT_SUITE_ARGS); \
 	else \
 		echo "SKIP git-suite: /dev/fuse or fusermount3 missing (install fuse3; CI has both)"; \
 	fi
+
+# The randomised tests beyond `make test`'s fixed seeds: FUZZ_CASES property-test cases
+# (tests/all/props.rs) and FUZZ_SECS seconds per mutation-fuzzer target (mutation_fuzz.rs),
+# all seeded from the clock, or from FUZZ_SEED to replay a run. The seed is printed first.
+# (The cargo-fuzz targets under fuzz/ need nightly: see fuzz/Cargo.toml.)
+FUZZ_SECS ?= 60
+FUZZ_CASES ?= 5000
+FUZZ_SEED ?=
+fuzz:
+	@seed=$${FUZZ_SEED:-$$(date +%s%N)}; \
+	echo "fuzz: seed $$seed (replay: make fuzz FUZZ_SEED=$$seed)"; \
+	PROPTEST_RNG_SEED=$$seed PROPTEST_CASES=$(FUZZ_CASES) \
+	MUTATION_FUZZ_SEED=$$seed MUTATION_FUZZ_SECS=$(FUZZ_SECS) \
+		$(CARGO) test --test all -- --nocapture props:: mutation_fuzz::
 
 bench:
 	bash benches/run_all.sh

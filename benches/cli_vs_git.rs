@@ -20,6 +20,9 @@ use std::time::{Duration, Instant};
 
 const BIN: &str = env!("CARGO_BIN_EXE_reftablefs");
 
+#[path = "../tests/support/rng.rs"]
+mod rng;
+
 fn scale() -> usize {
     std::env::var("BENCH_SCALE")
         .ok()
@@ -110,17 +113,6 @@ fn ms(d: Duration) -> String {
     format!("{:.1}", d.as_secs_f64() * 1000.0)
 }
 
-/// A deterministic xorshift, so that every run resolves the same names.
-struct Rng(u64);
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
-    }
-}
-
 fn main() {
     if std::env::args().any(|a| a == "--test") {
         return; // `cargo test --benches` smoke mode: nothing to check here.
@@ -178,10 +170,11 @@ fn main() {
     });
 
     // 2. resolve random branch names in one process (on git's repository b).
-    let mut rng = Rng(0x9E37_79B9_7F4A_7C15);
+    // The same names on every run.
+    let mut rng = rng::Rng::new(0x9E37_79B9_7F4A_7C15);
     let names: Vec<String> = (0..n_resolve)
         .map(|_| {
-            let i = (rng.next() % n_create as u64) as usize;
+            let i = rng.below(n_create);
             format!("d{:03}/branch-{i:07}", i % 1000)
         })
         .collect();

@@ -4,9 +4,13 @@
 #
 #   bash benches/mount_bench.sh            full sizes (100k and 1M refs)
 #   BENCH_SCALE=10 bash benches/mount_bench.sh   sizes divided by 10
-#   BENCH_ONLY="cat find" ...              only some of: cat find git ls rss stat write fsync
+#   BENCH_ONLY="cat find" ...              only some of: cat find git ls rss stat write fsync floor
 #   MOUNT_BENCH_BIN=/path/to/reftablefs ...  measure another build of the mount
 #   MOUNT_BENCH_OPTS="--no-follow-cpu" ...   extra options for every mount
+#
+# floor: benches/floor_bench.sh, the loose-ref workloads on ext4, through libfuse's
+# passthrough_hp and through the mount, interleaved, with requests per operation (20k refs
+# at BENCH_SCALE=1; root; builds passthrough_hp once, or prints a SKIP line).
 #
 # Every mount is removed by the trap (SIGTERM, then fusermount3 -uz); steps are bounded
 # with `timeout`. The markdown table is printed at the end and appended to
@@ -16,15 +20,15 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 root="$PWD"
 scale="${BENCH_SCALE:-1}"
-only="${BENCH_ONLY:-cat find git ls rss stat write fsync}"
+only="${BENCH_ONLY:-cat find git ls rss stat write fsync floor}"
 # The files-only git (2.39) that reads loose refs through the mount.
 oldgit="${OLD_GIT:-/usr/bin/git}"
 want() { [[ " $only " == *" $1 "* ]]; }
 
 cargo build --release --quiet --bin reftablefs --example lock_rename
 # MOUNT_BENCH_BIN=path measures another build of the mount (e.g. main's, for a before/after).
-bin="${MOUNT_BENCH_BIN:-$root/target/release/reftablefs}"
-writer="$root/target/release/examples/lock_rename"
+bin="${MOUNT_BENCH_BIN:-${CARGO_TARGET_DIR:-$root/target}/release/reftablefs}"
+writer="${CARGO_TARGET_DIR:-$root/target}/release/examples/lock_rename"
 
 work="$(mktemp -d "${TMPDIR:-/tmp}/reftablefs-bench.XXXXXX")"
 mount_pids=()
@@ -40,6 +44,7 @@ cleanup() {
 }
 trap cleanup EXIT INT TERM
 
+home="$HOME" # the floor benchmark's passthrough_hp is cached below the real home
 export GIT_CONFIG_NOSYSTEM=1 GIT_CONFIG_GLOBAL=/dev/null HOME="$work" LC_ALL=C
 export GIT_AUTHOR_NAME=Bench GIT_AUTHOR_EMAIL=bench@example.com
 export GIT_COMMITTER_NAME=Bench GIT_COMMITTER_EMAIL=bench@example.com
@@ -268,7 +273,7 @@ if want fsync; then
     fi
 fi
 
-{
+[ "${#rows[@]}" -gt 0 ] && mkdir -p "$root/target" && {
     echo
     echo "### Mount benchmarks — $(date -u '+%Y-%m-%d %H:%M UTC'), BENCH_SCALE=$scale, $(nproc) cores, git $(git --version | cut -d' ' -f3)"
     echo
@@ -276,3 +281,8 @@ fi
     echo "| --- | --- | --- | --- | --- |"
     printf '%s\n' "${rows[@]}"
 } | tee -a "$root/target/bench-results.md"
+
+if want floor; then
+    echo "== floor beside passthrough_hp (benches/floor_bench.sh)"
+    HOME="$home" MOUNT_BENCH_BIN="$bin" OLD_GIT="$oldgit" bash benches/floor_bench.sh
+fi

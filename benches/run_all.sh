@@ -10,7 +10,8 @@ else
     echo "(no [[bench]] programs declared in Cargo.toml yet)"
 fi
 
-# Mount benchmarks (scripts).
+# Mount benchmarks (scripts); the last, "floor", puts the mount beside ext4 and libfuse's
+# passthrough_hp (root only; it builds passthrough_hp once, or prints a SKIP line).
 if [ -e /dev/fuse ] && command -v fusermount3 >/dev/null 2>&1; then
     bash benches/mount_bench.sh
 else

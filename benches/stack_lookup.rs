@@ -18,6 +18,8 @@ use reftablefs::{HashKind, ObjectId, RefRecord, RefValue};
 #[path = "support/counting_alloc.rs"]
 mod counting_alloc;
 use counting_alloc::allocs;
+#[path = "../tests/support/rng.rs"]
+mod rng;
 
 fn git(dir: &Path, args: &[&str]) -> String {
     let out = Command::new("git")
@@ -90,12 +92,10 @@ fn run(n: u64) -> Row {
     }
     // Lookups: random names, 1 in 8 missing (odd numbers are never written).
     let lookups = (n as usize * 2).min(400_000);
-    let mut x = 0x9e37_79b9_7f4a_7c15u64;
+    let mut rng = rng::Rng::new(0x9e37_79b9_7f4a_7c15);
     let names: Vec<Vec<u8>> = (0..lookups)
         .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
+            let x = rng.next_u64();
             let i = x % n;
             name(if x % 8 == 0 { i * 2 + 1 } else { i * 2 })
         })

@@ -23,6 +23,8 @@ use reftablefs::RefRecord;
 #[path = "support/counting_alloc.rs"]
 mod counting_alloc;
 use counting_alloc::allocs;
+#[path = "../tests/support/rng.rs"]
+mod rng;
 
 fn git(dir: &Path) -> Command {
     let mut c = Command::new("git");
@@ -40,14 +42,6 @@ fn run(c: &mut Command) -> String {
     let out = c.stderr(Stdio::inherit()).output().expect("run git");
     assert!(out.status.success(), "{c:?} failed");
     String::from_utf8_lossy(&out.stdout).into_owned()
-}
-
-/// A tiny xorshift PRNG so the bench needs no extra crate.
-fn rng(seed: &mut u64) -> u64 {
-    *seed ^= *seed << 13;
-    *seed ^= *seed >> 7;
-    *seed ^= *seed << 17;
-    *seed
 }
 
 fn main() {
@@ -131,11 +125,11 @@ fn main() {
     let warm_allocs = allocs() - a0;
 
     // Seek: 100k random existing names, all different.
-    let mut seed = 0x9e37_79b9_7f4a_7c15u64;
+    let mut rng = rng::Rng::new(0x9e37_79b9_7f4a_7c15);
     // Distinct names in random order (git refuses two updates of one ref).
     let mut order: Vec<usize> = (0..n).collect();
     for i in 0..seeks {
-        let j = i + (rng(&mut seed) % (n - i) as u64) as usize;
+        let j = i + rng.below(n - i);
         order.swap(i, j);
     }
     let picks: Vec<&String> = order[..seeks].iter().map(|&i| &names[i]).collect();

@@ -9,7 +9,7 @@
 #   with the mount's CPU time (for a noisy machine).
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
-cargo build -q --release --bin reftablefs --example lock_rename --example lock_latency \
+cargo build -q --release --features test-hooks --bin reftablefs --example lock_rename --example lock_latency \
     --manifest-path "$root/Cargo.toml"
 ours="$root/target/release/reftablefs"
 writer="$root/target/release/examples/lock_rename"

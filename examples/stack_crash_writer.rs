@@ -1,5 +1,5 @@
 //! A writer to be killed: commits one transaction after another to a reftable stack and
-//! prints `done N` after each commit returned. The child of `tests/stack_concurrency.rs`'s
+//! prints `done N` after each commit returned. The child of `tests/all/stack_concurrency.rs`'s
 //! `sigkill_at_random_points_leaves_a_consistent_stack`, which SIGKILLs it at random
 //! points and checks that every reported commit survived.
 //!

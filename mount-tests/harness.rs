@@ -1,9 +1,11 @@
-//! The mount-test harness: a sequential runner with a watchdog per test, a `Mount` guard
-//! that always unmounts, and small helpers for git, errno assertions and file trees.
+//! The mount-test harness: the tests run through libtest-mimic (filters, `--list`,
+//! `--format json`, as `cargo test` gives them), one at a time, each under a watchdog; a
+//! `Mount` guard that always unmounts; small helpers for git, errno assertions and file
+//! trees.
 //!
-//! Why a custom runner (`harness = false`): a hung FUSE request hangs the thread that made
-//! it, and libtest can neither time a test out nor clean up after it. Here every test runs
-//! in its own thread; the main thread waits with a deadline. On timeout it kills every
+//! Why a watchdog (`harness = false`): a hung FUSE request hangs the thread that made it,
+//! and libtest can neither time a test out nor clean up after it. Here every test runs in
+//! its own thread; the trial waits for it with a deadline. On timeout it kills every
 //! mount the test registered (SIGKILL + `fusermount3 -uz`), which makes the blocked
 //! syscalls fail with ENOTCONN so the thread can finish, and reports the test as failed.
 //! Panics and assertion failures unwind through the `Mount` guard's `Drop`.
@@ -338,22 +340,15 @@ fn binary_has_mount() -> bool {
         .unwrap_or(false)
 }
 
-/// Runs the tests whose names contain any of the filter words (all without filters).
+/// Runs the registered tests through libtest-mimic (filters, `--exact`, `--list`,
+/// `--format`, `--ignored` as `cargo test` gives them), one at a time (mounts are
+/// timed, and the watchdog's state is global), each under its watchdog ([`run_one`]).
+/// Where no mount can be made, the tests that need one are ignored with the reason.
 pub fn run_all() -> ExitCode {
-    let tests = all_tests();
-    let args: Vec<String> = std::env::args().skip(1).collect();
-    if args.iter().any(|a| a == "--list") {
-        for (name, _) in &tests {
-            println!("{name}: test");
-        }
-        return ExitCode::SUCCESS;
+    let mut args = libtest_mimic::Arguments::from_args();
+    if args.test_threads.is_none() {
+        args.test_threads = Some(1);
     }
-    let filters: Vec<&String> = args.iter().filter(|a| !a.starts_with('-')).collect();
-    let selected: Vec<&(String, &Test)> = tests
-        .iter()
-        .filter(|(name, _)| filters.is_empty() || filters.iter().any(|f| name.contains(f.as_str())))
-        .collect();
-
     let mount_skip: Option<String> =
         if std::env::var("REFTABLEFS_MOUNT_TESTS").as_deref() != Ok("1") {
             Some("mount tests run through `make mount-test` (REFTABLEFS_MOUNT_TESTS=1)".into())
@@ -364,52 +359,21 @@ pub fn run_all() -> ExitCode {
         } else {
             None
         };
-
-    eprintln!("\nrunning {} mount-test(s)", selected.len());
-    let (mut passed, mut failed, mut skipped) = (0usize, Vec::new(), 0usize);
-    for (name, test) in selected {
-        if test.needs_mount {
-            if let Some(why) = &mount_skip {
-                eprintln!("test {name} ... SKIP: {why}");
-                skipped += 1;
-                continue;
-            }
-        }
-        eprintln!("test {name} ... running");
-        let start = Instant::now();
-        match run_one(name, test) {
-            Ok(()) => {
-                passed += 1;
-                eprintln!(
-                    "test {} ... ok ({:.1}s)",
-                    name,
-                    start.elapsed().as_secs_f64()
-                );
-            }
-            Err(msg) => {
-                eprintln!(
-                    "test {} ... FAILED ({:.1}s)\n{}",
-                    name,
-                    start.elapsed().as_secs_f64(),
-                    indent(&msg)
-                );
-                failed.push(name.clone());
-            }
-        }
+    if let Some(why) = &mount_skip {
+        eprintln!("SKIP mount tests that need a mount: {why}");
     }
-    eprintln!(
-        "\nmount-test result: {}. {passed} passed; {} failed; {skipped} skipped",
-        if failed.is_empty() { "ok" } else { "FAILED" },
-        failed.len()
-    );
-    for name in &failed {
-        eprintln!("    failed: {name}");
-    }
-    if failed.is_empty() {
-        ExitCode::SUCCESS
-    } else {
-        ExitCode::FAILURE
-    }
+    let trials = all_tests()
+        .into_iter()
+        .map(|(name, test)| {
+            let ignored = test.needs_mount && mount_skip.is_some();
+            let n = name.clone();
+            libtest_mimic::Trial::test(name, move || {
+                run_one(&n, test).map_err(|msg| indent(&msg).into())
+            })
+            .with_ignored_flag(ignored)
+        })
+        .collect();
+    libtest_mimic::run(&args, trials).exit_code()
 }
 
 fn indent(s: &str) -> String {

@@ -12,18 +12,6 @@
 //! Tombstones are returned by default (callers skip them after their own bounds check,
 //! as git does since `146a946321`); [`MergedRefIter::suppress_deletions`] hides them.
 
-// The decode path: no panic on any input, so no `unwrap`/`expect`/`panic!` and no slice
-// indexing (`get` and iterators instead); tests may.
-#![cfg_attr(
-    not(test),
-    deny(
-        clippy::unwrap_used,
-        clippy::expect_used,
-        clippy::panic,
-        clippy::indexing_slicing
-    )
-)]
-
 use std::cmp::Ordering;
 
 use crate::format::{LogRecord, RefRecord, RefValue};

@@ -1,7 +1,7 @@
 //! A global allocator that counts allocations (and reallocations), shared by the
-//! benchmarks and tests that measure allocations per record or per lookup. Include it
-//! with `#[path = "…/benches/support/counting_alloc.rs"] mod counting_alloc;`; it installs
-//! itself as the binary's `#[global_allocator]`.
+//! benchmarks that measure allocations per record or per lookup (the tests' binary has its
+//! own, tests/all/alloc.rs). Include it with `#[path = "support/counting_alloc.rs"] mod
+//! counting_alloc;`; it installs itself as the binary's `#[global_allocator]`.
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::sync::atomic::{AtomicU64, Ordering};

@@ -100,11 +100,11 @@ fn why_not_written(e: &crate::Error) -> String {
 
 /// Starts the batcher thread, which owns `writer` (another source over the same stack as
 /// the reader; `None` for a read-only mount).
-pub fn spawn(shared: Arc<Shared>, writer: Writer) -> std::io::Result<JoinHandle<()>> {
+pub fn spawn(shared: Arc<Shared>, writer: Box<dyn RefSource>) -> std::io::Result<JoinHandle<()>> {
     std::thread::Builder::new()
         .name("reftablefs-batch".into())
         .spawn(move || {
-            let mut writer = writer;
+            let mut writer = Some(writer);
             run(&shared, &mut writer);
             shared.queue.set_batcher_gone();
         })
@@ -585,8 +585,7 @@ mod tests {
             );
             let refs = shared.lookup(ROOT, b"refs").expect("refs").0.ino.0;
             let heads = shared.lookup(refs, b"heads").expect("heads").0.ino.0;
-            let batcher =
-                Some(spawn(shared.clone(), Some(Box::new(mem.clone()))).expect("batcher"));
+            let batcher = Some(spawn(shared.clone(), Box::new(mem.clone())).expect("batcher"));
             Mount {
                 shared,
                 mem,

@@ -11,6 +11,7 @@
 //! | [`procfs`], [`cpu`] | what is read of a client in `/proc`; request threads near their clients |
 //! | [`budget`], [`reserve`] | the bounds on what clients make the mount hold; disk space held for staged edits |
 //! | [`record`] | refusals, conflicts and commits recorded for `status`; the one place a refusal is made |
+//! | [`backend`] | the one trait every tree under the mount implements |
 //! | [`source`] | the seam to the stack (`RefSource`, batch edits), with an in-memory one for tests |
 //! | [`view`] | pure path mapping, listing by reseek, rendering as the files backend stores |
 //! | [`attr`], [`config_view`], [`ref_times`] | attributes and GITDIR's modes; `config` without the extension; ref times |
@@ -20,15 +21,18 @@
 //! | [`passthrough`] | everything else of the git directory, resolved beneath it |
 //! | `state` | one ref view: its caches behind one mutex (`mod.rs`), open files (`handles.rs`), what each call means (`calls.rs`), what went stale (`invalidate.rs`) |
 //! | `batch`, `watch`, [`stack_source`] | the batcher thread; inotify → reload → invalidation; the real stack |
-//! | [`status`], [`worktree`] | the status node; linked worktrees' ref views |
-//! | `fuse` | the request handlers |
+//! | [`lifecycle`] | a ref view made, started and stopped the same way (main and worktrees) |
+//! | [`worktree`] | linked worktrees' ref views |
+//! | [`ref_backend`], [`pass_backend`], [`status`] | the trees as backends: a ref view, the passthrough, the status node |
+//! | [`router`] | each request to its tree, once; the root both share |
+//! | `fuse` | `impl Filesystem`: translation between the kernel's requests and the backends |
 //!
 //! # Errors
 //!
 //! The layer's functions (`state`, [`passthrough`], `batch`, [`worktree`], `fuse`) fail
 //! with one type, [`error::FsError`]: a plain errno (`FsError::ENOENT`, …), a refusal
-//! (errno and reason, logged and recorded for `reftablefs status` by `state::refuse`, the
-//! only place that makes one), a storage error ([`crate::Error`]) or an I/O error of the
+//! (errno and reason, logged and recorded for `reftablefs status` by `record::refuse`,
+//! the only place that makes one), a storage error ([`crate::Error`]) or an I/O error of the
 //! real git directory. [`error::FsError::errno`] is the one mapping to the errno the
 //! kernel gets; `fuse.rs` replies with it. The protocol's own checks (`protocol/`)
 //! return an [`error::Refusal`] (errno and reason, not yet recorded), which `state` turns
@@ -72,6 +76,7 @@ pub mod config_view;
 pub mod error;
 pub mod ino;
 pub mod inode;
+pub mod lifecycle;
 pub mod pass_backend;
 pub mod passthrough;
 pub mod procfs;
@@ -264,17 +269,6 @@ pub fn mount(
         reftable_dir.to_path_buf(),
         writer.is_none(),
     );
-    let shared = Shared::new(
-        reader,
-        writer.is_none(),
-        log,
-        state::BatchSettings {
-            window: opts.batch_window,
-            max: opts.batch_max.max(1),
-        },
-    );
-    shared.set_inode_cap(opts.inode_cap);
-    shared.reserve_space_in(reftable_dir);
     // The mount root and the ref view show GITDIR's mode and owner.
     let modes = match reftable_dir.parent() {
         Some(gitdir) => Some(std::sync::Arc::new(
@@ -282,9 +276,14 @@ pub fn mount(
         )),
         None => None,
     };
-    if let Some(m) = &modes {
-        shared.set_gitdir_modes(m.clone());
-    }
+    let shared = lifecycle::new_view(
+        reader,
+        writer.is_none(),
+        log,
+        reftable_dir,
+        opts,
+        modes.clone(),
+    );
     // The real git directory, opened before mounting: passthrough never goes through
     // the mount.
     let pass = match (opts.refs_only, reftable_dir.parent()) {
@@ -347,9 +346,14 @@ pub fn mount(
         w.set_notifier(notifier.clone());
     }
     let mut unmounter = session.unmount_callable();
-    let watcher = watch::spawn(shared.clone(), reftable_dir, notifier)
-        .map_err(|e| Error::io(reftable_dir, e))?;
-    let batcher = batch::spawn(shared.clone(), writer).map_err(|e| Error::io(mountpoint, e))?;
+    let threads = lifecycle::start(
+        &shared,
+        writer,
+        reftable_dir,
+        Some(notifier),
+        Box::new(|ino| ino),
+    )
+    .map_err(|e| Error::io(reftable_dir, e))?;
     let mp: PathBuf = mountpoint.to_path_buf();
     // The signal thread: on SIGINT/SIGTERM/SIGHUP, unmount; the session loop then ends.
     std::thread::Builder::new()
@@ -372,10 +376,7 @@ pub fn mount(
         .map_err(|e| Error::io(mountpoint, e))?;
     let result = session.run();
     // Unmounted: write what is still pending, then stop the helpers.
-    let flushed = shared.flush_all();
-    shared.shutdown();
-    let _ = batcher.join();
-    let _ = watcher.join();
+    let flushed = threads.stop(&shared);
     let wt_flushed = wts.as_deref().map_or(Ok(()), worktree::Worktrees::stop_all);
     if flushed.is_err() || wt_flushed.is_err() {
         return Err(fail(

@@ -72,8 +72,12 @@ const LOCK_STALE_AFTER: Duration = Duration::from_secs(2);
 
 /// Test-only: `RTFS_TEST_COMMIT_DELAY_MS` (read once when the mount opens the stack)
 /// makes every batch commit sleep that long while holding `tables.list.lock`, to
-/// measure that requests never wait for a commit.
+/// measure that requests never wait for a commit. Read only in a build with the
+/// `test-hooks` feature (never a release build): elsewhere the variable is ignored.
 fn commit_delay_from_env() -> Option<Duration> {
+    if !cfg!(feature = "test-hooks") {
+        return None;
+    }
     std::env::var("RTFS_TEST_COMMIT_DELAY_MS")
         .ok()
         .and_then(|v| v.parse::<u64>().ok())

@@ -111,15 +111,6 @@ fn poll2(fd: libc::c_int, wake_fd: libc::c_int, timeout_ms: i32) -> libc::c_int 
 /// `worktree.rs`).
 pub type InoMap = Box<dyn Fn(u64) -> u64 + Send>;
 
-/// Starts the watcher thread for `reftable_dir`.
-pub fn spawn(
-    shared: Arc<Shared>,
-    reftable_dir: &Path,
-    notifier: Notifier,
-) -> std::io::Result<JoinHandle<()>> {
-    spawn_mapped(shared, reftable_dir, notifier, Box::new(|ino| ino))
-}
-
 /// Starts the watcher thread for `reftable_dir`, whose view's inode numbers are `map`ped
 /// to the mount's in every invalidation.
 pub fn spawn_mapped(

@@ -31,44 +31,13 @@
 //! Iterators are reseekable: `seek` may be called any number of times, and `next` lends
 //! a record from buffers reused between calls.
 
-// The decode path: no panic on any input, so no `unwrap`/`expect`/`panic!` and no slice
-// indexing (use `get`); tests may.
-#![cfg_attr(
-    not(test),
-    deny(
-        clippy::unwrap_used,
-        clippy::expect_used,
-        clippy::panic,
-        clippy::indexing_slicing
-    )
-)]
-
+mod iter;
 mod reader;
 mod writer;
 
+pub use iter::{LogIter, RefIter};
 pub use reader::{
     block_cache_bytes, set_block_cache_bytes, AnyRecord, BlockInfo, Table, TableLogIter,
     TableRefIter, DEFAULT_BLOCK_CACHE_BYTES,
 };
 pub use writer::{SectionStats, TableWriter, WriteOptions, WriterStats};
-
-use crate::format::{LogRecord, RefRecord};
-use crate::Result;
-
-/// A reseekable iterator over ref records in key order.
-pub trait RefIter {
-    /// Positions before the first ref whose name is `>= name` (`b""` = the start).
-    fn seek(&mut self, name: &[u8]) -> Result<()>;
-    /// The next record, lent from a reused buffer; `None` at the end. Tombstones are
-    /// returned (callers skip them after their own bounds check).
-    fn next(&mut self) -> Result<Option<&RefRecord>>;
-}
-
-/// A reseekable iterator over log records in key order (refname asc, update index desc).
-pub trait LogIter {
-    /// Positions before the first log record whose key is `>= (refname, update_index)`;
-    /// `seek(name, u64::MAX)` finds the newest entry of `name`.
-    fn seek(&mut self, refname: &[u8], update_index: u64) -> Result<()>;
-    /// The next record, lent from a reused buffer; `None` at the end.
-    fn next(&mut self) -> Result<Option<&LogRecord>>;
-}

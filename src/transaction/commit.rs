@@ -3,13 +3,24 @@
 
 use std::path::{Path, PathBuf};
 
-use super::plan::Upd;
+use super::edit::{NewValue, RefEdit};
+use super::identity::Identity;
 use super::reflog::{normalize_reflog_message, LogSrc};
-use super::{Committed, Identity, NewValue, RefEdit};
+use super::update::Upd;
 use crate::format::{LogRecord, ObjectId, RefRecord, RefValue};
 use crate::merged::copy_log;
 use crate::stack::{ListLock, Stack};
 use crate::{Error, Result};
+
+/// What a committed transaction did.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Committed {
+    /// The update index of the new table (the stack's next index when nothing was
+    /// written).
+    pub update_index: u64,
+    /// The new table's file name; `None` when every edit was a no-op.
+    pub table: Option<String>,
+}
 
 /// A transaction checked under the stack's lock ([`Transaction::prepare`](super::Transaction::prepare)); dropping it
 /// aborts (the lock is released, nothing is written).

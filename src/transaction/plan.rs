@@ -1,71 +1,57 @@
 //! git's `ref_transaction_prepare`, under the stack's lock: the updates derived from the
 //! edits (an update through a symref moves to its referent, an update of HEAD's
 //! referent gets a log-only HEAD entry), each checked against the stack, and the log
-//! records the new table will hold.
+//! records the new table will hold. The top of the transaction's files: a
+//! [`Transaction`] ends here, in [`Transaction::prepare`] or [`Transaction::commit`].
 
 use std::collections::BTreeSet;
 
-use super::check::{check_available, check_old_value};
-use super::commit::PreparedTransaction;
+use super::batch::Transaction;
+use super::check::{check_available, check_old_value, DfScratch};
+use super::commit::{Committed, PreparedTransaction};
+use super::edit::{Expected, NewValue, RefEdit};
 use super::reflog::sort_logs;
 use super::symref::split_symref;
-use super::{conflict, lossy, tx_err, Expected, NewValue, RefEdit, Transaction};
+use super::update::{conflict, lossy, tx_err, Upd};
 use crate::format::{ObjectId, RefValue};
 use crate::stack::{ref_value_id, Stack};
 use crate::Result;
 
-/// One update being prepared (an edit, or one derived from it).
-#[derive(Debug)]
-pub(super) struct Upd {
-    pub(super) name: Vec<u8>,
-    /// Index of the edit it comes from.
-    pub(super) edit: usize,
-    pub(super) log_only: bool,
-    pub(super) via_head: bool,
-    /// The log-only HEAD entry added for an update of HEAD's referent (git gives it the
-    /// edit's new id, which is null for a symref edit).
-    pub(super) head_copy: bool,
-    /// The ref is a symref now (git's `REF_ISSYMREF` in `u->type`).
-    pub(super) cur_symref: bool,
-    /// Expectation applies (cleared on a symref split).
-    pub(super) check_old: bool,
-    /// The id the ref (resolved) has now; null when missing or unresolvable.
-    pub(super) cur_oid: ObjectId,
-    pub(super) queued: bool,
-}
-
-impl Upd {
-    /// An update of `name` for edit `edit`, not yet looked at.
-    pub(super) fn new(name: Vec<u8>, edit: usize, null: ObjectId) -> Upd {
-        Upd {
-            name,
-            edit,
-            log_only: false,
-            via_head: false,
-            head_copy: false,
-            cur_symref: false,
-            check_old: true,
-            cur_oid: null,
-            queued: false,
-        }
-    }
-}
-
 impl Transaction<'_> {
-    pub(super) fn plan(&mut self) -> Result<PreparedTransaction> {
+    /// Validates every edit under the stack lock and writes one table (or nothing when
+    /// every edit is a no-op). On error nothing is written.
+    pub fn commit(mut self) -> Result<Committed> {
+        let prepared = self.plan()?;
+        prepared.commit(self.stack)
+    }
+
+    /// git's `ref_transaction_prepare`: takes the stack's lock and checks everything a
+    /// commit checks (names, duplicates, expected values, D/F conflicts) against the
+    /// stack as it is under the lock. The returned [`PreparedTransaction`] holds the lock
+    /// until it is committed or dropped (= aborted); its commit can then only fail on
+    /// I/O. The stack is not borrowed meanwhile (it is only read until the commit).
+    pub fn prepare(mut self) -> Result<PreparedTransaction> {
+        self.plan()
+    }
+
+    fn plan(&mut self) -> Result<PreparedTransaction> {
         self.validate()?;
         let lock = self.stack.lock_for_write()?;
         let ui = self.stack.next_update_index();
         let null = self.stack.options().hash.null_id();
 
         let updates = self.plan_updates(null)?;
-        let (mut logs, new_ids) = self.plan_logs(&updates, ui, null)?;
+        // The updates in name order (stable: equal names keep their order). The generated
+        // logs follow it, so sorting the logs finds them in one run.
+        let mut by_name: Vec<usize> = (0..updates.len()).collect();
+        by_name.sort_by(|&a, &b| updates[a].name.cmp(&updates[b].name));
+        let (mut logs, new_ids) = self.plan_logs(&updates, &by_name, ui, null)?;
 
         // Write: refs sorted by name, then logs by (name, update index desc).
-        let mut order: Vec<usize> = (0..updates.len())
+        let order: Vec<usize> = by_name
+            .into_iter()
             .filter(|&i| updates[i].queued && !updates[i].log_only)
             .collect();
-        order.sort_by(|&a, &b| updates[a].name.cmp(&updates[b].name));
         let (keep, max_ui) = sort_logs(&updates, ui, &mut logs);
 
         Ok(PreparedTransaction {
@@ -98,7 +84,7 @@ impl Transaction<'_> {
             Some(RefValue::Symref(t)) => Some(t),
             _ => None,
         };
-        let mut scratch = Vec::new();
+        let mut scratch = DfScratch::default();
         let mut i = 0;
         while i < updates.len() {
             let edit = &self.edits[updates[i].edit];
@@ -151,7 +137,7 @@ fn prepare_update(
     updates: &mut Vec<Upd>,
     i: usize,
     affected: &mut BTreeSet<Vec<u8>>,
-    scratch: &mut Vec<u8>,
+    scratch: &mut DfScratch,
     null: ObjectId,
 ) -> Result<()> {
     let name = updates[i].name.clone();

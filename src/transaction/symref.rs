@@ -3,8 +3,8 @@
 
 use std::collections::BTreeSet;
 
-use super::plan::Upd;
-use super::{lossy, tx_err, Expected, RefEdit};
+use super::edit::{Expected, RefEdit};
+use super::update::{lossy, tx_err, Upd};
 use crate::format::{ObjectId, RefValue};
 use crate::refname::SYMREF_MAXDEPTH;
 use crate::stack::{ref_value_id, Stack};

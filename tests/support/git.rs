@@ -1,10 +1,13 @@
 //! The git oracle shared by the integration tests: git run with a fixed identity and clock
 //! and no user or system config, throw-away repositories with reftable stacks, and
-//! commits to point refs at. Included with `#[path = "support/git.rs"] mod util;`.
+//! commits to point refs at. Included by path as `util`, by tests/all/main.rs and the CLI's
+//! test binaries.
 #![allow(dead_code)]
 
+use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
+use std::sync::OnceLock;
 
 use reftablefs::stack::{Stack, StackOptions};
 use reftablefs::transaction::Identity;
@@ -16,9 +19,27 @@ pub struct Repo {
     pub hash: HashKind,
 }
 
+/// The git that PATH names (the first executable `git` on it, as the shell finds it),
+/// looked up once. Spawned by its path, git starts through posix_spawn: named `git` with
+/// PATH set by the command, std forks the whole test process for every git run instead,
+/// which costs in proportion to that process's memory.
+fn git_path() -> &'static Path {
+    static GIT: OnceLock<PathBuf> = OnceLock::new();
+    GIT.get_or_init(|| {
+        let path = std::env::var_os("PATH").unwrap_or_default();
+        std::env::split_paths(&path)
+            .map(|dir| dir.join("git"))
+            .find(|p| {
+                std::fs::metadata(p)
+                    .is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+            })
+            .unwrap_or_else(|| PathBuf::from("git"))
+    })
+}
+
 /// Runs git in `dir` with a fixed identity and no user/system config.
 pub fn git_cmd(dir: &Path) -> Command {
-    let mut c = Command::new("git");
+    let mut c = Command::new(git_path());
     c.current_dir(dir)
         .env_clear()
         .env("PATH", std::env::var_os("PATH").unwrap_or_default())
@@ -185,29 +206,4 @@ pub fn ident() -> Identity {
         time: 1_112_912_053,
         tz_offset: -700,
     }
-}
-
-/// A tiny deterministic PRNG (xorshift64*).
-pub struct Rng(pub u64);
-
-impl Rng {
-    pub fn next(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
-    }
-    pub fn below(&mut self, n: u64) -> u64 {
-        self.next() % n.max(1)
-    }
-}
-
-/// Seed from `STACK_SEED` or a default, printed so a failure can be replayed.
-pub fn seed(default: u64) -> u64 {
-    let s = std::env::var("STACK_SEED")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(default);
-    eprintln!("seed {s} (set STACK_SEED to replay)");
-    s
 }

@@ -47,7 +47,10 @@ impl WriteState {
         pl.seq = seq;
     }
 
-    pub(super) fn seal(&mut self) {
+    /// Closes the open batch (queued for the batcher) and opens the next: when an edit
+    /// cannot join it (a second value for one ref, a line that must follow a value), or
+    /// when the batcher seals it.
+    pub(super) fn close_open_batch(&mut self) {
         if !self.open.is_empty() {
             self.last_seq += 1;
             let b = std::mem::replace(&mut self.open, Batch::new(self.last_seq));
@@ -55,11 +58,12 @@ impl WriteState {
         }
     }
 
-    /// Seals the open batch because its window passed. A reflog line of a ref (not HEAD)
+    /// The batcher (`batch.rs`, the only caller) seals the open batch because its window
+    /// passed. A reflog line of a ref (not HEAD)
     /// whose commit point has not arrived yet stays in the new open batch (for at most
     /// [`LINE_WAITS_FOR_RENAME`]), so that the line and its rename land in one table (git
     /// appends the line just before renaming).
-    pub fn seal_for_window(&mut self) {
+    pub(crate) fn seal_for_window(&mut self) {
         if self.open.is_empty() {
             return;
         }
@@ -72,7 +76,7 @@ impl WriteState {
                     .is_some_and(|t| t.elapsed() < LINE_WAITS_FOR_RENAME)
         };
         if !self.open.edits.iter().any(is_waiting) {
-            self.seal();
+            self.close_open_batch();
             return;
         }
         let (waiting, rest): (Vec<BatchEdit>, Vec<BatchEdit>) =
@@ -86,7 +90,7 @@ impl WriteState {
                 .insert(e.name.clone(), self.open.edits.len());
             self.open.edits.push(e);
         }
-        self.seal();
+        self.close_open_batch();
         let seq = self.open.seq;
         for e in waiting {
             if let Some(pl) = self.pending_logs.get_mut(&e.name) {
@@ -107,10 +111,20 @@ impl WriteState {
         }
     }
 
-    /// Seals the open batch (flush, fsync) and returns the last sequence number in use.
-    pub fn seal_all(&mut self) -> u64 {
-        self.seal();
-        self.open.seq - 1
+    /// The batcher (the only caller) seals the open batch: it holds `--batch-max` edits,
+    /// or someone waits for it (fsync, unmount).
+    pub(crate) fn seal_all(&mut self) {
+        self.close_open_batch();
+    }
+
+    /// The last batch that holds a staged edit: the open one if it holds any, else the
+    /// one before it (what an `fsync` now waits for).
+    pub fn last_staged_seq(&self) -> u64 {
+        if self.open.is_empty() {
+            self.open.seq - 1
+        } else {
+            self.open.seq
+        }
     }
 
     /// The edit for `name` in the open batch, creating it (or sealing first when `name`
@@ -128,7 +142,7 @@ impl WriteState {
             if !clash {
                 return i;
             }
-            self.seal();
+            self.close_open_batch();
         }
         let i = self.open.edits.len();
         self.open.edits.push(BatchEdit {
@@ -346,7 +360,7 @@ impl WriteState {
     /// `unlink(logs/<name>)` or a move of the reflog away: the reflog is deleted.
     pub fn delete_log(&mut self, who: &Caller, name: &[u8]) {
         if self.open.index.contains_key(name) {
-            self.seal();
+            self.close_open_batch();
         }
         let i = self.edit_for(who, name, false, true);
         let seq = self.open.seq;
@@ -397,7 +411,7 @@ impl WriteState {
             r.update_index = i as u64 + 1;
         }
         if self.open.index.contains_key(name) {
-            self.seal();
+            self.close_open_batch();
         }
         let i = self.edit_for(who, name, false, true);
         let seq = self.open.seq;

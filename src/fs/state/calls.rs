@@ -264,7 +264,6 @@ impl Shared {
             path,
             target,
             data: buf,
-            dirty,
             ..
         }) = g.handles.get_mut(&fh)
         else {
@@ -280,7 +279,7 @@ impl Shared {
                 g.promise("append", &path, reserve::edit_bytes(name.len(), data.len()))?;
                 g.w.append_log(&who, &name, data)
                     .map_err(|r| refuse("append", &path, r))?;
-                g.after_staging(self.batch.max);
+                g.after_staging();
                 return Ok(n);
             }
             Target::Scratch => {
@@ -302,7 +301,7 @@ impl Shared {
                 });
                 r.ok_or(FsError::ENOENT)??;
             }
-            Target::Ref { .. } => {
+            Target::Ref { name, .. } => {
                 let before = buf.capacity();
                 let mut next = buf.clone();
                 splice(
@@ -314,16 +313,26 @@ impl Shared {
                     total - before,
                 )
                 .map_err(|e| too_big("write", path, e, REF_FILE_MAX))?;
-                check_ref_prefix(path, &next, g.w.hash).map_err(|why| {
-                    refuse(
-                        "write",
-                        path,
-                        Refusal {
-                            errno: libc::EINVAL,
-                            reason: why,
-                        },
-                    )
-                })?;
+                if let Err(why) = check_ref_prefix(path, &next, g.w.hash) {
+                    // A linked worktree's placeholder HEAD is no ref value (`linked.rs`).
+                    let (path, name) = (path.clone(), name.clone());
+                    if !g.is_placeholder_head(&name, &next) {
+                        return Err(refuse(
+                            "write",
+                            &path,
+                            Refusal {
+                                errno: libc::EINVAL,
+                                reason: why,
+                            },
+                        ));
+                    }
+                }
+                let Some(Handle::Write {
+                    data: buf, dirty, ..
+                }) = g.handles.get_mut(&fh)
+                else {
+                    return Err(FsError::EBADF);
+                };
                 *buf = next;
                 *dirty = true;
                 g.handle_bytes = g.handle_bytes - before + buf.capacity();
@@ -343,7 +352,7 @@ impl Shared {
         if let Some(Handle::Write { failed: true, .. }) = g.handles.get(&fh) {
             return Err(FsError::EIO);
         }
-        g.commit_direct(fh, &Caller::new(actor, vec![fh]), self.batch.max)
+        g.commit_direct(fh, &Caller::new(actor, vec![fh]))
     }
 
     /// `fsync` of a file: commits a ref written in place, then waits until everything
@@ -353,7 +362,7 @@ impl Shared {
         let actor = self.tgid(pid);
         let handle_failed = {
             let mut g = self.lock();
-            g.commit_direct(fh, &Caller::new(actor, vec![fh]), self.batch.max)?;
+            g.commit_direct(fh, &Caller::new(actor, vec![fh]))?;
             matches!(g.handles.get(&fh), Some(Handle::Write { failed: true, .. }))
         };
         let own = self.sync_for(actor);
@@ -413,7 +422,7 @@ impl Shared {
                     let who = Caller::new(actor, fh.into_iter().collect());
                     g.promise("truncate", &path, reserve::edit_bytes(name.len(), 0))?;
                     g.w.replace_log(&who, &name, Vec::new());
-                    g.after_staging(self.batch.max);
+                    g.after_staging();
                 }
                 Target::Log { .. } => {
                     return Err(refuse_for(
@@ -469,7 +478,7 @@ impl Shared {
         g.fresh()?;
         let path = g.child_path(parent, name)?;
         let kind = g.classify(&path)?.ok_or(FsError::ENOENT)?;
-        if path == b"HEAD" && kind == Kind::Ref {
+        if path == b"HEAD" && kind == Kind::Ref && !g.is_linked_worktree() {
             return Err(refuse(
                 "unlink",
                 &path,
@@ -507,7 +516,7 @@ impl Shared {
             }
         };
         r.map_err(|r| refuse("unlink", &path, r))?;
-        g.after_staging(self.batch.max);
+        g.after_staging();
         Ok(())
     }
 
@@ -565,7 +574,7 @@ impl Shared {
             Some(Kind::Dir) => {}
             Some(_) => return Err(FsError::ENOTDIR),
         }
-        if path == b"refs" || path == b"logs" {
+        if (path == b"refs" || path == b"logs") && !g.is_linked_worktree() {
             return Err(FsError::EBUSY);
         }
         let listing = g.listing(&path)?;
@@ -625,19 +634,14 @@ impl Shared {
         let new_kind = g.classify(&to).ok().flatten().unwrap_or(kind);
         g.inodes
             .moved(parent, name, &from, kind, newparent, newname, new_kind);
-        g.after_staging(self.batch.max);
+        g.after_staging();
         Ok(())
     }
 }
 
 impl Inner {
     /// Commits a ref written in place (on flush or fsync), if its handle is dirty.
-    pub(super) fn commit_direct(
-        &mut self,
-        fh: u64,
-        who: &Caller,
-        max: usize,
-    ) -> Result<(), FsError> {
+    pub(super) fn commit_direct(&mut self, fh: u64, who: &Caller) -> Result<(), FsError> {
         let Some(Handle::Write {
             path,
             target: Target::Ref { name, placeholder },
@@ -663,8 +667,21 @@ impl Inner {
             }
             return Ok(());
         }
-        let (path, name, data, placeholder) =
-            (path.clone(), name.clone(), data.clone(), *placeholder);
+        let (path, name, data) = (path.clone(), name.clone(), data.clone());
+        if self.is_placeholder_head(&name, &data) {
+            // Kept as written, in memory only (`linked.rs`).
+            self.w.files.insert(path, data);
+            if let Some(Handle::Write {
+                target: Target::Ref { placeholder, .. },
+                dirty,
+                ..
+            }) = self.handles.get_mut(&fh)
+            {
+                *placeholder = false;
+                *dirty = false;
+            }
+            return Ok(());
+        }
         self.promise("write", &path, reserve::edit_bytes(name.len(), data.len()))?;
         if let Some(Handle::Write { dirty, .. }) = self.handles.get_mut(&fh) {
             *dirty = false;
@@ -673,12 +690,12 @@ impl Inner {
         let staged = w
             .parse_ref_content(&data)
             .and_then(|v| {
-                if placeholder {
-                    w.files.remove(&path);
-                }
+                // The file at the ref's path until now (the empty one of a ref created in
+                // place, a worktree's placeholder HEAD) is replaced by the ref.
+                let shadow = w.files.remove(&path);
                 let r = w.commit_ref(src.as_mut(), who, &name, v);
-                if r.is_err() && placeholder {
-                    w.files.insert(path.clone(), Vec::new());
+                if let (Err(_), Some(s)) = (&r, shadow) {
+                    w.files.insert(path.clone(), s);
                 }
                 r
             })
@@ -691,7 +708,7 @@ impl Inner {
             {
                 *placeholder = false;
             }
-            self.after_staging(max);
+            self.after_staging();
         }
         staged
     }
@@ -736,6 +753,9 @@ impl Inner {
                         w.check_lock_base(src, from)?;
                     }
                     w.commit_ref(src, who, n, v)?;
+                    // A file at the ref's path (a linked worktree's placeholder HEAD) is
+                    // replaced, as a rename replaces it on disk.
+                    w.files.remove(to);
                 } else if to_kind.is_none_or(is_scratch_kind) {
                     w.files.insert(to.to_vec(), content);
                 } else {

@@ -32,6 +32,7 @@ use crate::fs::view::{self, Kind, Listing, Scratch};
 mod calls;
 mod handles;
 mod invalidate;
+mod linked;
 #[cfg(test)]
 mod tests;
 
@@ -81,6 +82,10 @@ pub struct Inner {
     /// Ref file inodes whose cached attributes (mtime) went stale with their content
     /// unchanged: the watcher sends an attributes-only `inval_inode` for them.
     stale_attrs: Vec<u64>,
+    /// A linked worktree's view (`linked.rs`): its HEAD may hold git's null-id placeholder
+    /// while the worktree is being created, and may be deleted, as may its empty `refs`
+    /// and `logs`, while it is being removed.
+    linked_worktree: bool,
 }
 
 /// Batching settings.
@@ -163,6 +168,7 @@ impl Shared {
                 broken: None,
                 stale_names: Vec::new(),
                 stale_attrs: Vec::new(),
+                linked_worktree: false,
             }),
             queue,
             read_only,
@@ -355,13 +361,14 @@ impl Shared {
         self.wake_fd
     }
 
-    /// Seals the open batch and waits until everything staged so far is written
+    /// Asks the batcher to seal and write everything staged so far and waits until it is
     /// (group commit: every waiter shares the next batch), on the queue's lock, not the
     /// state lock. EIO if the batcher is gone with batches unwritten.
     fn wait_written(&self) -> Result<(), FsError> {
         let target = {
-            let mut g = self.lock();
-            let target = g.w.seal_all();
+            let g = self.lock();
+            let target = g.w.last_staged_seq();
+            // The batcher seals everything staged so far when it sees the request.
             self.queue.request_flush();
             target
         };
@@ -471,11 +478,9 @@ impl Inner {
 
     /// After an edit was staged: the view changed (mtimes), seal a full batch, wake the
     /// batcher.
-    pub(crate) fn after_staging(&mut self, max: usize) {
+    pub(crate) fn after_staging(&mut self) {
         self.changed_at = SystemTime::now();
-        if self.w.open.len() >= max {
-            self.w.seal_all();
-        }
+        // The batcher seals a full batch (and one whose window passed) when it wakes.
         self.w.queue().kick();
     }
 

@@ -3,51 +3,18 @@
 //! stays within the cache's budget, and a file truncated or replaced under an open table
 //! gives errors naming the file and offset (or the old bytes), never a crash.
 //!
-//! One binary of its own: the block cache budget is process-wide, and the heap figures
-//! come from this binary's counting allocator.
+//! The bounded-memory test runs alone in a process of its own: the block cache budget it
+//! sets is process-wide, and so are the heap figures of the test binary's allocator.
 
-use std::alloc::{GlobalAlloc, Layout, System};
 use std::path::Path;
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::Mutex;
 
 use reftablefs::table::{
     block_cache_bytes, set_block_cache_bytes, LogIter, RefIter, Table, TableWriter, WriteOptions,
 };
 use reftablefs::{Error, LogRecord, ObjectId, RefRecord, RefValue};
 
-struct Live;
-static LIVE: AtomicUsize = AtomicUsize::new(0);
-static PEAK: AtomicUsize = AtomicUsize::new(0);
-// SAFETY: forwards to the system allocator; only counts bytes.
-unsafe impl GlobalAlloc for Live {
-    unsafe fn alloc(&self, l: Layout) -> *mut u8 {
-        let now = LIVE.fetch_add(l.size(), Ordering::Relaxed) + l.size();
-        PEAK.fetch_max(now, Ordering::Relaxed);
-        // SAFETY: same contract as the caller's.
-        unsafe { System.alloc(l) }
-    }
-    unsafe fn dealloc(&self, p: *mut u8, l: Layout) {
-        LIVE.fetch_sub(l.size(), Ordering::Relaxed);
-        // SAFETY: same contract as the caller's.
-        unsafe { System.dealloc(p, l) }
-    }
-    unsafe fn realloc(&self, p: *mut u8, l: Layout, n: usize) -> *mut u8 {
-        if n >= l.size() {
-            let now = LIVE.fetch_add(n - l.size(), Ordering::Relaxed) + (n - l.size());
-            PEAK.fetch_max(now, Ordering::Relaxed);
-        } else {
-            LIVE.fetch_sub(l.size() - n, Ordering::Relaxed);
-        }
-        // SAFETY: same contract as the caller's.
-        unsafe { System.realloc(p, l, n) }
-    }
-}
-#[global_allocator]
-static A: Live = Live;
-
-/// The tests share the process-wide cache budget: one at a time.
-static SERIAL: Mutex<()> = Mutex::new(());
+use crate::alloc::{peak, reset_peak};
+use crate::alone::alone;
 
 fn id(i: u32) -> ObjectId {
     let mut b = [0u8; 20];
@@ -96,7 +63,12 @@ fn write_table(path: &Path, n: u32) -> Vec<Vec<u8>> {
 
 #[test]
 fn table_larger_than_the_cache_reads_back_in_bounded_memory() {
-    let _g = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    if !alone(
+        module_path!(),
+        "table_larger_than_the_cache_reads_back_in_bounded_memory",
+    ) {
+        return;
+    }
     let d = tempfile::tempdir().unwrap();
     let path = d.path().join("big.ref");
     let n = 200_000;
@@ -109,8 +81,7 @@ fn table_larger_than_the_cache_reads_back_in_bounded_memory() {
     );
     set_block_cache_bytes(budget);
 
-    let base = LIVE.load(Ordering::Relaxed);
-    PEAK.store(base, Ordering::Relaxed);
+    let base = reset_peak();
     let t = Table::open(&path).unwrap();
     // A full scan in order, twice (the second pass cannot be served from the cache).
     for _ in 0..2 {
@@ -149,7 +120,7 @@ fn table_larger_than_the_cache_reads_back_in_bounded_memory() {
     assert_eq!(found[0].name, name(123_456));
     drop((it, li));
 
-    let peak = PEAK.load(Ordering::Relaxed) - base;
+    let peak = peak() - base;
     assert!(
         peak < budget + (size / 4),
         "heap grew by {peak} bytes reading a {size}-byte table through a {budget}-byte cache"
@@ -167,7 +138,6 @@ fn table_larger_than_the_cache_reads_back_in_bounded_memory() {
 
 #[test]
 fn truncated_after_open_errors_with_file_and_offset() {
-    let _g = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
     let d = tempfile::tempdir().unwrap();
     let path = d.path().join("cut.ref");
     let names = write_table(&path, 20_000);
@@ -208,7 +178,6 @@ fn truncated_after_open_errors_with_file_and_offset() {
 
 #[test]
 fn replaced_file_keeps_reading_the_opened_bytes() {
-    let _g = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
     let d = tempfile::tempdir().unwrap();
     let path = d.path().join("t.ref");
     let names = write_table(&path, 20_000);

@@ -5,20 +5,18 @@
 //! corrupt tables); no listed table is missing; the error reaches the caller unless the
 //! failed call was cleanup after the commit point.
 
-#[path = "support/git.rs"]
-mod util;
-
 use std::collections::BTreeMap;
 use std::fs;
 use std::path::Path;
 
-use reftablefs::fsio::{self, Op, Step};
 use reftablefs::lockfile;
 use reftablefs::stack::verify::verify_stack;
 use reftablefs::stack::{Stack, StackOptions};
+use reftablefs::testing::fsio::{self, Op, Step};
 use reftablefs::transaction::RefEdit;
 use reftablefs::{HashKind, ObjectId, RefValue};
-use util::Repo;
+
+use crate::util::{self, Repo};
 
 type Refs = BTreeMap<String, String>;
 

@@ -1,9 +1,6 @@
 //! Stack behaviour from git's t0610 and the reftable unit tests ("stack", "merged"),
 //! reproduced with our library on repositories made by git 2.47, checked with git.
 
-#[path = "support/git.rs"]
-mod util;
-
 use std::fs;
 use std::os::unix::fs::PermissionsExt;
 use std::time::Duration;
@@ -13,7 +10,8 @@ use reftablefs::stack::{Stack, StackOptions};
 use reftablefs::table::{LogIter, RefIter};
 use reftablefs::transaction::{Expected, LogAllRefUpdates, LogEdit, NewValue, RefEdit};
 use reftablefs::{Error, HashKind, RefValue};
-use util::{ident, Repo};
+
+use crate::util::{self, ident, Repo};
 
 fn mode(p: &std::path::Path) -> u32 {
     fs::metadata(p).unwrap().permissions().mode() & 0o777
@@ -464,6 +462,16 @@ fn transaction_errors_match_git() {
     assert_eq!(
         tx.commit().unwrap_err().to_string(),
         "'refs/heads/main' exists; cannot create 'refs/heads'"
+    );
+    // The D/F check remembers directories found free of refs for the next name: one
+    // beside it in another directory is still checked against the stack.
+    let mut tx = st.transaction();
+    tx.edit(RefEdit::create("refs/heads/d/e/one", c[1]));
+    tx.edit(RefEdit::create("refs/heads/d/two", c[1]));
+    tx.edit(RefEdit::create("refs/heads/main/three", c[1]));
+    assert_eq!(
+        tx.commit().unwrap_err().to_string(),
+        "'refs/heads/main' exists; cannot create 'refs/heads/main/three'"
     );
     let mut tx = st.transaction();
     tx.edit(RefEdit::update("refs/x/a", c[1]));

@@ -2,18 +2,18 @@
 //! over a stack of 2M refs (a 52 MB table) stays within the block cache and a bounded
 //! output buffer above what the same command needs for a tiny stack, where writing the
 //! table in memory first took its whole size again. The table is byte-identical to the one
-//! `git pack-refs` writes. One test in this binary: each child's peak RSS is read by
-//! `wait4`.
+//! `git pack-refs` writes. Each child's peak RSS is read by `wait4`; the test runs alone
+//! in a process of its own, which stays small (a child's peak RSS counts its parent's
+//! pages, see two_table_repo).
 
 use std::io::Write;
 use std::path::Path;
 use std::process::{Command, Stdio};
 
-const BIN: &str = env!("CARGO_BIN_EXE_reftablefs");
+use crate::alone::alone;
+use crate::util::git;
 
-#[path = "support/git.rs"]
-mod util;
-use util::git;
+const BIN: &str = env!("CARGO_BIN_EXE_reftablefs");
 
 /// Runs `cmd` to completion: its exit success and peak RSS in KiB.
 fn peak_rss_kib(cmd: &mut Command) -> (bool, i64) {
@@ -73,6 +73,9 @@ fn table_bytes(dir: &Path) -> Vec<u8> {
 
 #[test]
 fn compaction_streams_its_table() {
+    if !alone(module_path!(), "compaction_streams_its_table") {
+        return;
+    }
     let tmp = tempfile::tempdir().unwrap();
     let small = tmp.path().join("small");
     let big = tmp.path().join("big");

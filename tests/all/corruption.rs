@@ -2,39 +2,15 @@
 //! truncation either reads back or fails with an error naming the file and the offset —
 //! never a panic, never an endless loop, never an allocation of absurd size.
 
-use std::alloc::{GlobalAlloc, Layout, System};
 use std::path::Path;
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use reftablefs::table::{LogIter, RefIter, Table};
 use reftablefs::Error;
 
-struct Largest;
-static LARGEST: AtomicUsize = AtomicUsize::new(0);
-// SAFETY: every call is forwarded unchanged to the system allocator; the only addition
-// is an atomic counter update.
-unsafe impl GlobalAlloc for Largest {
-    unsafe fn alloc(&self, l: Layout) -> *mut u8 {
-        LARGEST.fetch_max(l.size(), Ordering::Relaxed);
-        // SAFETY: the caller's contract for `alloc` is passed on unchanged.
-        unsafe { System.alloc(l) }
-    }
-    unsafe fn dealloc(&self, p: *mut u8, l: Layout) {
-        // SAFETY: `p` came from `System` (every allocation goes through it) with `l`.
-        unsafe { System.dealloc(p, l) }
-    }
-    unsafe fn realloc(&self, p: *mut u8, l: Layout, n: usize) -> *mut u8 {
-        LARGEST.fetch_max(n, Ordering::Relaxed);
-        // SAFETY: as for `dealloc`; the caller's contract for `realloc` is passed on.
-        unsafe { System.realloc(p, l, n) }
-    }
-}
-#[global_allocator]
-static A: Largest = Largest;
-
-#[path = "support/git.rs"]
-mod util;
+use crate::alloc::largest;
+use crate::alone::alone;
+use crate::util;
 
 /// git without auto-compaction, so that each command leaves its own table.
 fn git(dir: &Path, args: &[&str]) {
@@ -167,6 +143,10 @@ fn check(name: &str, bytes: Vec<u8>) {
 
 #[test]
 fn every_byte_change_and_truncation() {
+    // Alone in a process of its own: the largest allocation is the process's.
+    if !alone(module_path!(), "every_byte_change_and_truncation") {
+        return;
+    }
     let d = tempfile::tempdir().unwrap();
     let tables = tables(d.path());
     assert!(tables.len() >= 4);
@@ -191,6 +171,6 @@ fn every_byte_change_and_truncation() {
         }
     }
     assert!(cases > 5000, "{cases}");
-    let largest = LARGEST.load(Ordering::Relaxed);
+    let largest = largest();
     assert!(largest < 4 << 20, "largest allocation {largest} bytes");
 }

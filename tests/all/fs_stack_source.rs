@@ -10,10 +10,7 @@ use reftablefs::fs::view::{self, Kind, Scratch};
 use reftablefs::fs::MountOptions;
 use reftablefs::transaction::Expected;
 
-#[path = "support/git.rs"]
-mod util;
-
-use util::git;
+use crate::util::{self, git};
 
 fn names(v: &[view::Entry]) -> Vec<(String, Kind)> {
     v.iter()
@@ -114,10 +111,11 @@ fn view_and_batches_over_a_git_made_stack() {
             expected_old: Some(rec_value(&head)),
             ..Default::default()
         },
-        // Expects a value git does not have: a conflict, not written; the rest is.
+        // Expects a value git does not have: a conflict, not written; the rest is. (A
+        // deletion expecting a symref only expects the ref to exist, so this one writes.)
         BatchEdit {
             name: b"ORIG_HEAD".to_vec(),
-            new: Some(RefValue::Deletion),
+            new: Some(RefValue::Symref(b"refs/heads/elsewhere".to_vec())),
             expected_old: Some(RefValue::Symref(b"refs/heads/zzz".to_vec())),
             ..Default::default()
         },

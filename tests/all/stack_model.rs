@@ -7,15 +7,14 @@
 //!
 //! `STACK_SEED` replays a run.
 
-#[path = "support/git.rs"]
-mod util;
-
 use std::collections::BTreeMap;
 
 use reftablefs::stack::Stack;
 use reftablefs::transaction::{Expected, RefEdit};
 use reftablefs::{HashKind, ObjectId, RefValue};
-use util::{git_stdin, ident, Repo, Rng};
+
+use crate::rng::{self, Rng};
+use crate::util::{git_stdin, ident, Repo};
 
 #[derive(Clone, Debug, PartialEq)]
 enum Op {
@@ -32,7 +31,7 @@ struct Model {
     logs: BTreeMap<String, Vec<(ObjectId, String)>>,
 }
 
-fn name_of(i: u64) -> String {
+fn name_of(i: usize) -> String {
     match i % 4 {
         0 => format!("refs/heads/b{i:05}"),
         1 => format!("refs/tags/t{i:05}"),
@@ -49,13 +48,13 @@ fn logged(name: &str) -> bool {
 fn generate(rng: &mut Rng, ids: &[ObjectId], batches: usize) -> (Vec<(String, Vec<Op>)>, Model) {
     let mut m = Model::default();
     let mut out = Vec::new();
-    let pool = 4000u64;
+    let pool = 4000;
     // main exists throughout; HEAD -> main.
     let mut first = vec![Op::Set("refs/heads/main".into(), ids[0], None)];
     for _ in 0..2000 {
         let n = name_of(rng.below(pool));
         if !first.iter().any(|o| matches!(o, Op::Set(x, ..) if *x == n)) {
-            first.push(Op::Set(n, ids[rng.below(ids.len() as u64) as usize], None));
+            first.push(Op::Set(n, ids[rng.below(ids.len())], None));
         }
     }
     for op in &first {
@@ -63,7 +62,7 @@ fn generate(rng: &mut Rng, ids: &[ObjectId], batches: usize) -> (Vec<(String, Ve
     }
     let mut batches_v = vec![first];
     for _ in 1..batches {
-        let k = 1 + rng.below(40) as usize;
+        let k = 1 + rng.below(40);
         let mut ops: Vec<Op> = Vec::new();
         let mut used = std::collections::BTreeSet::new();
         for _ in 0..k {
@@ -82,7 +81,7 @@ fn generate(rng: &mut Rng, ids: &[ObjectId], batches: usize) -> (Vec<(String, Ve
             if !used.insert(canonical) || m.syms.contains_key(&n) {
                 continue;
             }
-            let id = ids[rng.below(ids.len() as u64) as usize];
+            let id = ids[rng.below(ids.len())];
             if n == "HEAD" {
                 ops.push(Op::Set(n, id, m.refs.get("refs/heads/main").copied()));
                 continue;
@@ -240,7 +239,7 @@ fn check_we_read(st: &mut Stack, m: &Model) {
 
 #[test]
 fn random_sequences_by_us_read_by_git() {
-    let mut rng = Rng(util::seed(0x5eed_0001));
+    let mut rng = Rng::new(rng::seed("STACK_SEED", 0x5eed_0001));
     let repo = Repo::new(HashKind::Sha1);
     let ids = repo.commits(12);
     let (batches, model) = generate(&mut rng, &ids, 60);
@@ -277,7 +276,7 @@ fn random_sequences_by_us_read_by_git() {
 
 #[test]
 fn random_sequences_by_git_read_by_us() {
-    let mut rng = Rng(util::seed(0x5eed_0002));
+    let mut rng = Rng::new(rng::seed("STACK_SEED", 0x5eed_0002));
     let repo = Repo::new(HashKind::Sha1);
     let ids = repo.commits(12);
     let (batches, model) = generate(&mut rng, &ids, 40);

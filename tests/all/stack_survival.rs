@@ -3,18 +3,16 @@
 //! file changed on disk is re-read. Integrity is checked with `verify_stack` (what
 //! `reftablefs verify` runs) and the refs' values, read by us and by git.
 
-#[path = "support/git.rs"]
-mod util;
-
 use std::fs;
 use std::path::Path;
 
-use reftablefs::fsio::{self, Op};
 use reftablefs::stack::verify::verify_stack;
 use reftablefs::stack::{Stack, StackOptions};
+use reftablefs::testing::fsio::{self, Op};
 use reftablefs::transaction::RefEdit;
 use reftablefs::{HashKind, ObjectId, RefValue};
-use util::Repo;
+
+use crate::util::Repo;
 
 fn assert_verifies(dir: &Path) {
     let rep = verify_stack(dir, HashKind::Sha1).expect("verify runs");

@@ -1,57 +1,38 @@
 //! Property tests: random record sets round-trip through writer and reader, whatever the
 //! options; seek finds every key and the right successor of every absent key.
 //!
-//! Bounded and replayable: a global allocator caps the live heap of this binary at
-//! [`HEAP_CAP`] (a runaway writer aborts with a message instead of exhausting the
-//! machine); the run's RNG seed goes to stderr before the first case
-//! (`PROPTEST_RNG_SEED=<seed> cargo test --test props` replays it), and shrunk failures
-//! are persisted in `tests/props.proptest-regressions`.
+//! Bounded and replayable: the test binary's allocator caps its live heap
+//! ([`crate::alloc::CAP`]; a case needs a few MiB, and a runaway writer aborts with a
+//! message instead of exhausting the machine); the seed is fixed ([`SEED`]: `cargo test` runs the same cases every time)
+//! unless `PROPTEST_RNG_SEED` sets it (`make fuzz` does, from the clock, with more cases
+//! through `PROPTEST_CASES`), and is printed with a failure; shrunk failures are
+//! persisted in `tests/all/props.proptest-regressions`.
 
 use std::collections::BTreeMap;
 
-use std::io::Write;
-use std::sync::OnceLock;
-
 use proptest::prelude::*;
-use proptest::test_runner::RngSeed;
+use proptest::test_runner::{FileFailurePersistence, RngSeed};
 use reftablefs::table::{LogIter, RefIter, Table, TableWriter, WriteOptions};
 use reftablefs::{Error, HashKind, LogRecord, ObjectId, RefRecord, RefValue};
 
-#[path = "support/capped_alloc.rs"]
-mod capped_alloc;
+use crate::rng;
 
-/// The most heap this test binary may hold at once; a case needs a few MiB.
-const HEAP_CAP: usize = 1 << 30;
+/// The seed of `cargo test`'s runs.
+const SEED: u64 = 0x5eed_9e05;
 
-#[global_allocator]
-static GLOBAL: capped_alloc::Capped<HEAP_CAP> = capped_alloc::Capped;
-
-/// The run's seed: `PROPTEST_RNG_SEED` when set, else from the clock; printed once to
-/// stderr (unbuffered, not captured by the test harness) so an aborted run is replayable.
-fn seed() -> u64 {
-    static SEED: OnceLock<u64> = OnceLock::new();
-    *SEED.get_or_init(|| {
-        let seed = std::env::var("PROPTEST_RNG_SEED")
-            .ok()
-            .and_then(|v| v.trim().parse().ok())
-            .unwrap_or_else(|| {
-                std::time::SystemTime::now()
-                    .duration_since(std::time::UNIX_EPOCH)
-                    .map(|d| d.as_nanos() as u64)
-                    .unwrap_or(1)
-            });
-        let _ = writeln!(
-            std::io::stderr(),
-            "props: seed {seed} (replay: PROPTEST_RNG_SEED={seed} cargo test --test props)"
-        );
-        seed
-    })
-}
-
+/// [`SEED`] or `PROPTEST_RNG_SEED`, and 96 cases or `PROPTEST_CASES`.
 fn config() -> ProptestConfig {
     ProptestConfig {
-        cases: 96,
-        rng_seed: RngSeed::Fixed(seed()),
+        cases: std::env::var("PROPTEST_CASES")
+            .ok()
+            .and_then(|v| v.trim().parse().ok())
+            .unwrap_or(96),
+        rng_seed: RngSeed::Fixed(rng::seed("PROPTEST_RNG_SEED", SEED)),
+        // Beside this file (proptest's default looks for lib.rs or main.rs above it, and
+        // here finds main.rs: tests/proptest-regressions/props.txt).
+        failure_persistence: Some(Box::new(FileFailurePersistence::WithSource(
+            "proptest-regressions",
+        ))),
         ..ProptestConfig::default()
     }
 }

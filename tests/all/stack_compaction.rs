@@ -1,16 +1,15 @@
 //! Compaction and stack-maintenance behaviours from git's reftable unit tests ("stack")
 //! and t0610 (pack-refs), on stacks written by us and read back by git where it matters.
 
-#[path = "support/git.rs"]
-mod util;
-
 use std::fs;
 use std::sync::{Arc, Mutex};
 
 use reftablefs::stack::{CompactionProgress, Stack, StackOptions};
 use reftablefs::transaction::RefEdit;
 use reftablefs::{Error, HashKind, ObjectId, RefRecord, RefValue};
-use util::Repo;
+
+use crate::rng;
+use crate::util::Repo;
 
 fn empty_stack(opts: StackOptions) -> (tempfile::TempDir, Stack) {
     let tmp = tempfile::tempdir().unwrap();
@@ -309,9 +308,9 @@ fn random_edits_and_compactions_match_a_model() {
     use reftablefs::transaction::{LogAllRefUpdates, LogEdit};
     use reftablefs::LogRecord;
     use std::collections::BTreeMap;
-    let base = util::seed(0xc0_ffee);
+    let base = rng::seed("STACK_SEED", 0xc0_ffee);
     for s in 0..12u64 {
-        let mut rng = util::Rng(base ^ (s * 0x9e37_79b9));
+        let mut rng = rng::Rng::new(base ^ (s * 0x9e37_79b9));
         let (tmp, mut st) = empty_stack(StackOptions {
             auto_compact: s % 2 == 0,
             ..StackOptions::default()
@@ -389,8 +388,8 @@ fn random_edits_and_compactions_match_a_model() {
                 6 => {
                     let len = st.tables().len();
                     if len >= 2 {
-                        let a = rng.below(len as u64 - 1) as usize;
-                        let b = a + 1 + rng.below((len - a - 1) as u64) as usize;
+                        let a = rng.below(len - 1);
+                        let b = a + 1 + rng.below(len - a - 1);
                         st.compact_range(a, b, false).unwrap();
                     }
                 }

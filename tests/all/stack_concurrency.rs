@@ -2,9 +2,6 @@
 //! with SIGKILL at random points leaves a stack both git and we read, holding exactly
 //! the transactions that completed.
 
-#[path = "support/git.rs"]
-mod util;
-
 use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};
 use std::time::Duration;
@@ -12,7 +9,9 @@ use std::time::Duration;
 use reftablefs::stack::{Stack, StackOptions};
 use reftablefs::transaction::{Expected, RefEdit};
 use reftablefs::{HashKind, RefValue};
-use util::{ident, Repo, Rng};
+
+use crate::rng::{self, Rng};
+use crate::util::{self, ident, Repo};
 
 const N: usize = 60;
 
@@ -129,7 +128,7 @@ echo $ok"#
 fn sigkill_at_random_points_leaves_a_consistent_stack() {
     let repo = Repo::new(HashKind::Sha1);
     let id = repo.commits(1)[0];
-    let mut rng = Rng(util::seed(0xc4a5_0001));
+    let mut rng = Rng::new(rng::seed("STACK_SEED", 0xc4a5_0001));
     // The writer to kill is `examples/stack_crash_writer.rs` (`cargo test` builds the
     // examples first, next to the test binaries' directory).
     let exe = std::env::current_exe()
@@ -166,7 +165,7 @@ fn sigkill_at_random_points_leaves_a_consistent_stack() {
             }
             v
         });
-        std::thread::sleep(Duration::from_millis(20 + rng.below(120)));
+        std::thread::sleep(Duration::from_millis(20 + rng.below(120) as u64));
         // SIGKILL: no destructor, no lock cleanup.
         let _ = child.kill();
         let _ = child.wait();

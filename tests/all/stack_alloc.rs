@@ -1,18 +1,20 @@
 //! The stack's cached lookups allocate nothing once warm: point lookups
 //! (`Stack::lookup`, `read_ref_into`) and prefix scans (`for_each_ref`) through the one
-//! cached, reseeked merged iterator. One test per binary so that the counting allocator
-//! sees only this thread's work.
+//! cached, reseeked merged iterator. Run alone in a process of its own, so that the
+//! allocation count is only this test's.
 
 use reftablefs::stack::{Stack, StackOptions};
 use reftablefs::transaction::RefEdit;
 use reftablefs::{ObjectId, RefRecord};
 
-#[path = "../benches/support/counting_alloc.rs"]
-mod counting_alloc;
-use counting_alloc::allocs;
+use crate::alloc::allocs;
+use crate::alone::alone;
 
 #[test]
 fn cached_lookups_and_scans_do_not_allocate() {
+    if !alone(module_path!(), "cached_lookups_and_scans_do_not_allocate") {
+        return;
+    }
     let tmp = tempfile::tempdir().unwrap();
     let mut st = Stack::open(
         tmp.path(),

@@ -1,21 +1,22 @@
-//! Time-bounded mutation fuzzing on stable Rust, run by every `cargo test`: valid inputs
+//! Mutation fuzzing on stable Rust, run by every `cargo test`: valid inputs
 //! (tables our writer makes with several options; loose refs, reflogs and `packed-refs`
 //! as git writes them) are mutated at random (bit flips, byte sets, inserts, deletes,
 //! truncation, chunk duplication, extreme field values) and fed to the table decoder and
 //! to the parsers of `src/files.rs` that the mount uses. An error is a fine answer; a
-//! panic, a hang (10 s watchdog per input) or a huge allocation (1 GiB heap cap) is a bug.
+//! panic, a hang (10 s watchdog per input) or a huge allocation (the test binary's 1 GiB
+//! heap cap, [`crate::alloc::CAP`]) is a bug.
 //!
-//! Bounded: `MUTATION_FUZZ_SECS` seconds per target (default 2). Replayable: the seed is
-//! printed first (`MUTATION_FUZZ_SEED=<seed>` replays it), and a failing input is saved
-//! under `target/mutation-fuzz/`. The cargo-fuzz targets under `fuzz/` are for longer runs.
-
-#[path = "support/capped_alloc.rs"]
-mod capped_alloc;
+//! Bounded and replayable: each target runs a fixed number of inputs from a fixed seed
+//! ([`SEED`]), so `cargo test` tries the same inputs every time; `MUTATION_FUZZ_SEED`
+//! sets the seed and `MUTATION_FUZZ_SECS` runs each target for that long instead (`make
+//! fuzz` sets both, the seed from the clock). The seed is printed with a failure, and a
+//! failing input is saved under `target/tmp/mutation-fuzz/`. The cargo-fuzz targets under
+//! `fuzz/` are for longer runs.
 
 use std::io::Write;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use reftablefs::files::{
@@ -25,52 +26,24 @@ use reftablefs::files::{
 use reftablefs::table::{LogIter, RefIter, Table, TableWriter, WriteOptions};
 use reftablefs::{HashKind, LogRecord, ObjectId, RefRecord, RefValue};
 
-#[global_allocator]
-static GLOBAL: capped_alloc::Capped<{ 1 << 30 }> = capped_alloc::Capped;
+use crate::rng::{self, Rng};
 
-/// xorshift64*: small, deterministic.
-struct Rng(u64);
+/// The seed of `cargo test`'s runs.
+const SEED: u64 = 0x5eed_f022;
 
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
-    }
-    fn below(&mut self, n: usize) -> usize {
-        (self.next() % (n.max(1) as u64)) as usize
-    }
-}
-
-fn seed() -> u64 {
-    static SEED: OnceLock<u64> = OnceLock::new();
-    *SEED.get_or_init(|| {
-        let seed = std::env::var("MUTATION_FUZZ_SEED")
-            .ok()
-            .and_then(|v| v.trim().parse().ok())
-            .unwrap_or_else(|| {
-                std::time::SystemTime::now()
-                    .duration_since(std::time::UNIX_EPOCH)
-                    .map(|d| d.as_nanos() as u64)
-                    .unwrap_or(1)
-                    | 1
-            });
-        // Unbuffered and not captured by the harness: visible even after an abort.
-        let _ = writeln!(
-            std::io::stderr(),
-            "mutation_fuzz: seed {seed} (replay: MUTATION_FUZZ_SEED={seed} cargo test --test mutation_fuzz)"
-        );
-        seed
-    })
-}
-
-fn budget() -> Duration {
-    let secs = std::env::var("MUTATION_FUZZ_SECS")
+/// How long a target runs: `MUTATION_FUZZ_SECS` seconds when set (at most 600), else
+/// `inputs` inputs.
+fn budget(inputs: u64) -> (u64, Option<Duration>) {
+    match std::env::var("MUTATION_FUZZ_SECS")
         .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(2.0f64);
-    Duration::from_secs_f64(secs.clamp(0.0, 600.0))
+        .and_then(|v| v.trim().parse::<f64>().ok())
+    {
+        Some(secs) => (
+            u64::MAX,
+            Some(Duration::from_secs_f64(secs.clamp(0.0, 600.0))),
+        ),
+        None => (inputs, None),
+    }
 }
 
 /// One random mutation of `buf`.
@@ -83,13 +56,13 @@ fn mutate(rng: &mut Rng, buf: &mut Vec<u8>) {
         }
         1 if len > 0 => {
             let i = rng.below(len);
-            buf[i] = rng.next() as u8;
+            buf[i] = rng.next_u64() as u8;
         }
         2 => {
             let i = rng.below(len + 1);
             let n = 1 + rng.below(8);
             for _ in 0..n {
-                buf.insert(i, rng.next() as u8);
+                buf.insert(i, rng.next_u64() as u8);
             }
         }
         3 if len > 0 => {
@@ -110,7 +83,7 @@ fn mutate(rng: &mut Rng, buf: &mut Vec<u8>) {
             // An extreme length/offset field: 0xff.. or 0x00.. over 1..4 bytes.
             let n = 1 + rng.below(4);
             let i = rng.below(len - n + 1);
-            let v = if rng.next() & 1 == 0 { 0xff } else { 0 };
+            let v = if rng.next_u64() & 1 == 0 { 0xff } else { 0 };
             buf[i..i + n].fill(v);
         }
         7 if len > 0 => {
@@ -129,16 +102,17 @@ fn mutate(rng: &mut Rng, buf: &mut Vec<u8>) {
     }
 }
 
-/// Runs `check` on mutants of `corpus` for the time budget, under a watchdog. A panic
-/// saves the input and fails the test.
-fn fuzz(target: &str, corpus: &[Vec<u8>], check: impl Fn(&[u8])) {
+/// Runs `check` on `inputs` mutants of `corpus` (or for [`budget`]'s time), under a
+/// watchdog. A panic saves the input and fails the test.
+fn fuzz(target: &str, inputs: u64, corpus: &[Vec<u8>], check: impl Fn(&[u8])) {
     assert!(!corpus.is_empty());
-    let seed = seed();
-    let mut rng = Rng(seed
-        ^ target
+    let seed = rng::seed("MUTATION_FUZZ_SEED", SEED);
+    let (inputs, time) = budget(inputs);
+    let mut rng = Rng::new(
+        seed ^ target
             .bytes()
-            .fold(0u64, |h, b| h.wrapping_mul(31) ^ u64::from(b))
-        | 1);
+            .fold(0u64, |h, b| h.wrapping_mul(31) ^ u64::from(b)),
+    );
     // Every corpus entry unmutated first: they must pass.
     for c in corpus {
         check(c);
@@ -167,7 +141,7 @@ fn fuzz(target: &str, corpus: &[Vec<u8>], check: impl Fn(&[u8])) {
     };
     let start = Instant::now();
     let mut n = 0u64;
-    while start.elapsed() < budget() {
+    while n < inputs && time.is_none_or(|t| start.elapsed() < t) {
         let mut input = corpus[rng.below(corpus.len())].clone();
         for _ in 0..1 + rng.below(4) {
             mutate(&mut rng, &mut input);
@@ -188,8 +162,7 @@ fn fuzz(target: &str, corpus: &[Vec<u8>], check: impl Fn(&[u8])) {
     }
     done.store(1, Ordering::SeqCst);
     let _ = watchdog.join();
-    let _ = writeln!(
-        std::io::stderr(),
+    eprintln!(
         "mutation_fuzz: {target}: {n} inputs in {:.1} s",
         start.elapsed().as_secs_f64()
     );
@@ -292,7 +265,7 @@ fn decode_table(bytes: &[u8]) {
 
 #[test]
 fn table_decoder_survives_mutations() {
-    fuzz("table", &table_corpus(), decode_table);
+    fuzz("table", 5_000, &table_corpus(), decode_table);
 }
 
 #[test]
@@ -307,7 +280,7 @@ fn loose_ref_parser_survives_mutations() {
         .into_bytes(),
         b"ref:   refs/remotes/origin/HEAD  \n".to_vec(),
     ];
-    fuzz("loose_ref", &corpus, |input| {
+    fuzz("loose_ref", 150_000, &corpus, |input| {
         for hash in [HashKind::Sha1, HashKind::Sha256] {
             if let Ok(v) = parse_loose_ref(input, hash) {
                 // What parses, re-rendered as git writes it, parses to the same value.
@@ -335,7 +308,7 @@ fn reflog_parser_survives_mutations() {
         format!("{a} {b} C O Mitter <c@example.com> 1112912053 +0000\n").into_bytes(),
         format!("{a} {b} <> 0 +0000\t\n").into_bytes(),
     ];
-    fuzz("reflog", &corpus, |input| {
+    fuzz("reflog", 80_000, &corpus, |input| {
         let _ = parse_reflog(input, b"refs/heads/main", HashKind::Sha1);
         let _ = parse_reflog_line(input, HashKind::Sha1);
         let _ = parse_reflog_line(input, HashKind::Sha256);
@@ -357,7 +330,7 @@ fn packed_refs_parser_survives_mutations() {
         format!("{b} refs/heads/b\n{a} refs/heads/a\n").into_bytes(),
         format!("# pack-refs with: peeled \n{a} refs/tags/t\n^{b}\n").into_bytes(),
     ];
-    fuzz("packed_refs", &corpus, |input| {
+    fuzz("packed_refs", 60_000, &corpus, |input| {
         for hash in [HashKind::Sha1, HashKind::Sha256] {
             let _ = parse_packed_refs(input, hash);
             if let Ok(p) = PackedRefsParser::new(input, hash) {
