@@ -7,9 +7,11 @@
 //! name stands for while it is open, as a file's pages are: the served text
 //! (`config_view::served`) when first opened, then changed by the handles' writes and
 //! truncations. It is written to GITDIR (`config_view::restored` of it, to a temporary
-//! file in GITDIR, fsynced, renamed over `config`, the directory fsynced) when a handle
-//! that changed it is closed (each `close`: FUSE `FLUSH`, whose error `close` returns),
-//! `fsync`ed or released, and a `truncate` by name at once. Whoever replaces `config`
+//! file in GITDIR, fsynced, renamed over `config`, the directory fsynced), if changed
+//! since last stored, when a handle opened for writing is closed (each `close`: FUSE
+//! `FLUSH`, whose error `close` returns) or released, when any handle is `fsync`ed, and
+//! at once for a `truncate` by name; so a reader never stores what a writer has not
+//! closed yet. While open, `stat` shows the open content's size. Whoever replaces `config`
 //! meanwhile — a rename over it through the mount (`config.lock`), `rm`, git 2.47 outside
 //! — leaves the open content orphaned, as an unlinked file: its handles keep reading and
 //! writing it and nothing of it is stored (the identity of GITDIR's file is checked under
@@ -194,6 +196,22 @@ impl Passthrough {
             .real_config()?
             .filter(|(raw, _)| !config_view::is_removed(raw))
             .map(|(raw, _)| config_view::served(&raw)))
+    }
+
+    /// The size `config` has now: while open, its open content's (as a file being
+    /// written shows its new size before it is closed), else the served config's; `None`
+    /// when the mount shows none.
+    pub(super) fn config_size(&self) -> Result<Option<u64>, FsError> {
+        {
+            let c = self.configs();
+            if let Some(f) = c.current.and_then(|id| c.files.get(&id)) {
+                let now = self.lstat(CONFIG).ok().map(|st| identity(&st));
+                if !f.orphan && now.is_some() && now == f.real {
+                    return Ok(Some(f.data.len() as u64));
+                }
+            }
+        }
+        Ok(self.served_config()?.map(|s| s.len() as u64))
     }
 
     /// Writes `content` to a temporary file in GITDIR with `mode`, fsyncs it, renames it
@@ -428,7 +446,7 @@ impl Passthrough {
             drop(c);
             let opened = self.open_config(flags)?;
             let st = self.lstat(CONFIG)?;
-            let size = self.served_config()?.map_or(0, |s| s.len() as u64);
+            let size = self.config_size()?.unwrap_or(0);
             let ino = self.lock().remember(ROOT, CONFIG, &st);
             return Ok((self.attr(ino, &st, Some(size)), opened));
         }
@@ -548,12 +566,15 @@ impl Passthrough {
         self.commit_config(&mut c, id, op)
     }
 
-    /// The last close of a handle: stores what is still unstored (a failure is logged and
-    /// recorded: nobody is left to tell), forgets the content with its last handle.
-    pub(super) fn release_config(&self, id: u64) {
+    /// The last close of a handle: a writable one stores what is still unstored (a
+    /// failure is logged and recorded: nobody is left to tell; a reader's never stores
+    /// what a writer has not closed yet); forgets the content with its last handle.
+    pub(super) fn release_config(&self, id: u64, writable: bool) {
         let mut c = self.configs();
-        if let Err(e) = self.commit_config(&mut c, id, "release") {
-            crate::fs::record::log_error("release", CONFIG, &e);
+        if writable {
+            if let Err(e) = self.commit_config(&mut c, id, "release") {
+                crate::fs::record::log_error("release", CONFIG, &e);
+            }
         }
         if let Some(f) = c.files.get_mut(&id) {
             f.handles = f.handles.saturating_sub(1);

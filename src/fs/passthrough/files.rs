@@ -214,9 +214,9 @@ impl Passthrough {
                     }
                 }
             }
-            Some(PHandle::Config { id, .. }) => {
+            Some(PHandle::Config { id, writable, .. }) => {
                 drop(g);
-                self.release_config(id);
+                self.release_config(id, writable);
             }
             _ => {}
         }

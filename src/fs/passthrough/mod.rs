@@ -363,11 +363,12 @@ impl Passthrough {
         }
     }
 
-    /// Attributes of a node whose real file has `st`; `config` gets its served size (and
-    /// is not there when the mount shows none).
+    /// Attributes of a node whose real file has `st`; `config` gets its size
+    /// (`config_size`: the open content's while open; not there when the mount shows
+    /// none).
     fn attr_for(&self, ino: u64, is_config: bool, st: &libc::stat) -> Result<FileAttr, FsError> {
         let size = if is_config && st.st_mode & libc::S_IFMT == libc::S_IFREG {
-            Some(self.served_config()?.ok_or(FsError::ENOENT)?.len() as u64)
+            Some(self.config_size()?.ok_or(FsError::ENOENT)?)
         } else {
             None
         };
@@ -393,7 +394,7 @@ impl Passthrough {
         let st = self.lstat(&path)?;
         if parent == ROOT && name == CONFIG && st.st_mode & libc::S_IFMT == libc::S_IFREG {
             // Not there when removed through the mount (GITDIR keeps the extension).
-            let size = self.served_config()?.ok_or(FsError::ENOENT)?.len() as u64;
+            let size = self.config_size()?.ok_or(FsError::ENOENT)?;
             let ino = self.lock().remember(parent, name, &st);
             return Ok(self.attr(ino, &st, Some(size)));
         }

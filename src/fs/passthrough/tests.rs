@@ -391,6 +391,10 @@ fn config_is_a_file() {
     assert_eq!(real(), String::from_utf8_lossy(init));
     assert_eq!(served(&p), "[a]\n\tb = c\n");
     assert_eq!(p.getattr(ino, Some(fh)).unwrap().size, 11);
+    // By name too (stat of a file being written), before anything is stored.
+    assert_eq!(p.getattr(ino, None).unwrap().size, 11);
+    assert_eq!(p.lookup(ROOT, b"config").unwrap().size, 11);
+    assert_eq!(real(), String::from_utf8_lossy(init));
     p.flush(fh).unwrap();
     assert!(
         real().starts_with("[a]\n\tb = c\n") && has_ext(&real()),
