@@ -238,7 +238,16 @@ impl Passthrough {
                 libc::O_WRONLY | libc::O_CREAT | libc::O_EXCL | libc::O_NOFOLLOW | libc::O_CLOEXEC,
                 mode & 0o7777,
             )?);
-            // The exact mode, whatever the mount's umask.
+            // The file replaced keeps its owner (a mount run by root over a user's
+            // .git); where we may not give it (not root), the file is ours, as before.
+            if let Ok(old) = to.lstat() {
+                if (old.st_uid, old.st_gid) != (self.uid, self.gid) {
+                    // SAFETY: an open descriptor.
+                    unsafe { libc::fchown(f.as_raw_fd(), old.st_uid, old.st_gid) };
+                }
+            }
+            // The exact mode, whatever the mount's umask (after fchown, which may clear
+            // set-id bits).
             // SAFETY: an open descriptor.
             if unsafe { libc::fchmod(f.as_raw_fd(), mode & 0o7777) } != 0 {
                 return Err(FsError::last_os_error());

@@ -496,6 +496,20 @@ fn config_is_a_file() {
         .filter(|n| n.contains("tmp"))
         .collect();
     assert!(left.is_empty(), "{left:?}");
+
+    // A store keeps the owner of the config it replaces (where we may give it: root).
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } == 0 {
+        use std::os::unix::fs::MetadataExt;
+        std::os::unix::fs::lchown(dir.join("config"), Some(4321), Some(4322)).unwrap();
+        let fh = plain(p.open(ino, libc::O_WRONLY | libc::O_APPEND, none).unwrap());
+        p.write(fh, 0, b"[owned]\n").unwrap();
+        p.flush(fh).unwrap();
+        p.release(fh);
+        let m = std::fs::metadata(dir.join("config")).unwrap();
+        assert_eq!((m.uid(), m.gid()), (4321, 4322));
+        assert_eq!(served(&p), "[lock]\n[owned]\n");
+    }
 }
 
 /// A write beyond the bound is refused (EFBIG) and nothing of it is stored.
