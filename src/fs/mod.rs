@@ -67,7 +67,14 @@
 //! * `crate::fs::attr::GitDirModes::seen` — GITDIR's mode and owner as last read (re-read at
 //!   most once a second): a leaf lock, taken under the state lock to make attributes.
 //!
-//! Order: worktrees → state; state → queue; state → own tables; never queue → state.
+//! * `passthrough::Passthrough`'s config lock (`passthrough/config.rs`: the open
+//!   `config` contents) and its `inner` (nodes and handles): the config lock is held
+//!   across a store of GITDIR's config (temporary file, fsync, rename, directory fsync),
+//!   which only requests on `config` wait for; `inner` is taken under it for moments,
+//!   never the reverse. Neither is taken with a ref view's locks.
+//!
+//! Order: worktrees → state; state → queue; state → own tables; never queue → state;
+//! config → passthrough inner.
 
 pub mod attr;
 pub mod backend;
