@@ -266,11 +266,17 @@ pub fn shows_pending_and_refused_writes(ctx: &Ctx) -> TestResult {
     std::fs::write(mnt.join("refs/heads/pending"), format!("{id}\n"))?;
     // Refusals that are not about a ref's name or content are recorded too: the
     // passed-through config, packed-refs, a file over its size bound.
-    expect_errno(
-        std::fs::remove_file(mnt.join("config")),
-        &[libc::EPERM],
-        "rm config",
-    )?;
+    {
+        use std::os::unix::fs::FileExt;
+        let config = std::fs::OpenOptions::new()
+            .write(true)
+            .open(mnt.join("config"))?;
+        expect_errno(
+            config.write_all_at(b"#", 16 << 20),
+            &[libc::EFBIG],
+            "a byte at 16 MiB into config",
+        )?;
+    }
     expect_errno(
         std::fs::remove_file(mnt.join("packed-refs")),
         &[libc::EPERM],
@@ -308,7 +314,7 @@ pub fn shows_pending_and_refused_writes(ctx: &Ctx) -> TestResult {
         (".reftablefs/status", "open", "EACCES"),
         (".reftablefs/status", "unlink", "EACCES"),
         (".reftablefs/d", "mkdir", "EACCES"),
-        ("config", "unlink", "EPERM"),
+        ("config", "write", "EFBIG"),
         ("packed-refs", "unlink", "EPERM"),
         ("refs/heads/huge.lock", "write", "EFBIG"),
     ] {
