@@ -1,7 +1,7 @@
 //! The files-backend protocol, pure (no FUSE types, no threads, no locks): the overlay
 //! that in-flight writes put over the stack
 //! (scratch files such as `x.lock`, virtual directories, the pending layer of accepted
-//! but not yet written ref edits, pending reflog lines, the volatile packed layer), the
+//! but not yet written ref edits, pending reflog lines, the packed layer), the
 //! files-backend commit points turned into validated edits, and the open batch those edits
 //! go into (see `batch.rs` for the batcher). Its files: this one (the overlay's state and
 //! small helpers), `read.rs` (reads through the overlay), `stage.rs` (commit points as

@@ -5,7 +5,7 @@
 //!
 //! The stack holds effective values (`effective = loose ?? packed`, as in git's files
 //! backend); whether a ref is a loose file, a `packed-refs` entry or both is the view's
-//! state, kept here, in memory, for the mount's life. A layout ([`Layout`]) gives every ref
+//! state, kept here (and across mounts in [`STATE_FILE`], by `state/packed_state.rs`). A layout ([`Layout`]) gives every ref
 //! a default — the loose layout: a loose file only; the packed layout: in `packed-refs`
 //! only when `git pack-refs --all` would pack it ([`packable`]), else a loose file — and
 //! [`PackedLayer::refs`] holds the refs whose state differs from it, as the files backend
