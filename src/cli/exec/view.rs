@@ -3,7 +3,7 @@
 
 use std::io::Write;
 use std::os::fd::OwnedFd;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use super::process::{describe, try_reap};
@@ -171,7 +171,7 @@ impl View {
     /// record of updates not written says whether the flush lost one (the fsync reports a
     /// failed update to its writer, not to us).
     fn flush(&self) -> bool {
-        let before = report_of(&self.target);
+        let before = crate::cli::status::report_of(&self.target);
         let root = self.target.clone();
         let (tx, rx) = std::sync::mpsc::channel();
         // The thread is left behind if the mount never answers; the process exits anyway.
@@ -199,7 +199,7 @@ impl View {
                 ok = false;
             }
         }
-        if let (Some(b), Some(a)) = (before, report_of(&self.target)) {
+        if let (Some(b), Some(a)) = (before, crate::cli::status::report_of(&self.target)) {
             let lost = a.conflicts_total.saturating_sub(b.conflicts_total);
             if lost > 0 {
                 eprintln!(
@@ -208,7 +208,7 @@ impl View {
                 );
                 let shown = usize::try_from(lost).unwrap_or(usize::MAX);
                 for e in a.conflicts.iter().rev().take(shown).rev() {
-                    eprintln!("  {}: {}", e.what, e.reason);
+                    eprintln!("  {}: {}", e.name, e.reason);
                 }
                 ok = false;
             }
@@ -258,12 +258,4 @@ enum Unmounted {
     Detached,
     /// It could not be unmounted.
     Failed(std::io::Error),
-}
-
-/// What the mount says about itself in its status file.
-fn report_of(mountpoint: &Path) -> Option<crate::cli::status::Report> {
-    use crate::cli::status;
-    let text = status::read_status(mountpoint, status::READ_TIMEOUT).ok()??;
-    let v = reftablefs::json::parse(&text).ok()?;
-    status::Report::from_json(&v).ok()
 }
