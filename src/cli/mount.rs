@@ -35,9 +35,22 @@ struct Given {
 }
 
 fn given(args: &Args) -> std::result::Result<Given, String> {
+    Ok(Given {
+        opts: MountOptions {
+            refs_only: args.flag(Id::RefsOnly),
+            ..options(args)?
+        },
+        daemon: args.flag(Id::Daemon),
+        over: args.flag(Id::Over),
+        log: args.value(Id::Log).map(PathBuf::from),
+    })
+}
+
+/// The mount options `mount` and `exec` share, as the command line gives them, or the
+/// usage message for a bad value.
+pub fn options(args: &Args) -> std::result::Result<MountOptions, String> {
     let mut opts = MountOptions {
         read_only: args.flag(Id::ReadOnly),
-        refs_only: args.flag(Id::RefsOnly),
         ..MountOptions::default()
     };
     if args.flag(Id::NoKernelPassthrough) {
@@ -67,12 +80,7 @@ fn given(args: &Args) -> std::result::Result<Given, String> {
             )
         })?;
     }
-    Ok(Given {
-        opts,
-        daemon: args.flag(Id::Daemon),
-        over: args.flag(Id::Over),
-        log: args.value(Id::Log).map(PathBuf::from),
-    })
+    Ok(opts)
 }
 
 const BATCH_WINDOW: &str = "--batch-window takes a number of milliseconds";

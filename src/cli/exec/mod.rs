@@ -63,7 +63,6 @@ mod view;
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode};
-use std::time::Duration;
 
 use super::userns::{self, Kind, Step};
 use crate::cli::{Args, Id};
@@ -104,50 +103,7 @@ fn parse(args: Args) -> std::result::Result<Request, ExitCode> {
             None => v,
         });
     }
-    let mut opts = MountOptions {
-        read_only: args.flag(Id::ReadOnly),
-        ..MountOptions::default()
-    };
-    if args.flag(Id::NoKernelPassthrough) {
-        opts.kernel_passthrough = false;
-    }
-    if args.flag(Id::NoFollowCpu) {
-        opts.follow_cpu = false;
-    }
-    if args.flag(Id::NoFsync) {
-        opts.fsync = false;
-    }
-    for v in args.values(Id::BatchWindow) {
-        match v.to_str().and_then(|s| s.parse::<u64>().ok()) {
-            Some(ms) => opts.batch_window = Duration::from_millis(ms),
-            None => return Err(usage("--batch-window takes a number of milliseconds")),
-        }
-    }
-    for v in args.values(Id::BatchMax) {
-        match v
-            .to_str()
-            .and_then(|s| s.parse::<usize>().ok())
-            .filter(|&n| n > 0)
-        {
-            Some(n) => opts.batch_max = n,
-            None => return Err(usage("--batch-max takes a positive number")),
-        }
-    }
-    for v in args.values(Id::InodeCap) {
-        match v
-            .to_str()
-            .and_then(|s| s.parse::<usize>().ok())
-            .filter(|&n| n >= reftablefs::fs::inode::MIN_CAP)
-        {
-            Some(n) => opts.inode_cap = n,
-            None => {
-                return Err(usage(&format!(
-                    "--inode-cap takes a number of at least {}",
-                    reftablefs::fs::inode::MIN_CAP
-                )))
-            }
-        }
-    }
+    let opts = super::mount::options(&args).map_err(|msg| usage(&msg))?;
     let log = args.value(Id::Log).map(PathBuf::from);
     // COMMAND and its arguments, word for word.
     let command = args.into_operands();
@@ -428,6 +384,7 @@ fn served_already(dir: &Path) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::time::Duration;
 
     fn parsed(words: &[&str]) -> std::result::Result<Request, ExitCode> {
         use crate::cli::parse::{parse as parse_line, Grammar};
