@@ -39,6 +39,8 @@ pub(super) fn view_process(
         libc::pthread_sigmask(libc::SIG_SETMASK, &set, std::ptr::null_mut());
     }
     drop(log);
+    // This process serves the view: its log lines (and fuser's) are timestamped.
+    crate::cli::logger::install(false);
     close_other_descriptors(pipe.as_raw_fd());
     let watched = target.to_path_buf();
     let watcher = std::thread::Builder::new()
@@ -53,7 +55,7 @@ pub(super) fn view_process(
     let code = match r {
         Ok(()) => 0,
         Err(e) => {
-            eprintln!("reftablefs exec: {e}");
+            log::error!("reftablefs exec: {e}");
             128
         }
     };
@@ -95,12 +97,12 @@ fn watch_parent(pipe: OwnedFd, target: &Path) {
         }
     }
     if fs::is_mounted(target) {
-        eprintln!("reftablefs exec: the exec process is gone: unmounting");
+        log::info!("reftablefs exec: the exec process is gone: unmounting");
         // SAFETY: a signal to this very process; SIGTERM is blocked in every thread and
         // taken by fs::mount's signal thread.
         unsafe { libc::kill(libc::getpid(), libc::SIGTERM) };
     } else {
-        eprintln!("reftablefs exec: the exec process is gone before the view was mounted");
+        log::warn!("reftablefs exec: the exec process is gone before the view was mounted");
         // SAFETY: ends this process; nothing was served, so nothing is pending.
         unsafe { libc::_exit(128) }
     }
