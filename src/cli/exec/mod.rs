@@ -49,8 +49,8 @@
 //!
 //! | file | job |
 //! | --- | --- |
-//! | `mod.rs` | the command line and the run: repository, namespace, fork, COMMAND, exit status |
-//! | `signals.rs` | the signals this process blocks, waits for and passes on to COMMAND |
+//! | `mod.rs` | the command line and the run: repository, namespace, fork, COMMAND and its supervision, exit status |
+//! | `signals.rs` | the signals this process blocks and waits for, and which it passes on to COMMAND |
 //! | `view.rs` | the view's process as this one sees it: ready, flushed, unmounted, waited for |
 //! | `serve.rs` | the view's process itself: its streams, its watch on this process, the mount |
 //! | `process.rs` | processes and wait statuses: pipes, reaping, exit codes, COMMAND not runnable |
@@ -63,19 +63,16 @@ mod view;
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode};
+use std::time::Duration;
 
 use super::userns::{self, Kind, Step};
 use crate::cli::{Args, Id};
-use process::{cannot_run, describe, exit_code, pipe, ExecReplacing};
+use process::{cannot_run, describe, exit_code, pipe, try_reap, ExecReplacing};
 use reftablefs::fs::{self, MountOptions};
 use reftablefs::repo::Repo;
 use reftablefs::{Error, Result};
-use signals::{supervise, Signals, FORWARDED};
+use signals::{should_forward, Signals, FORWARDED};
 use view::{Ready, View, READY_TIMEOUT};
-
-/// The byte this process writes to the view's pipe once the view is unmounted: from then
-/// on an end of file means nothing.
-const TORN_DOWN: u8 = b'd';
 
 /// The environment variable COMMAND gets: the directory the view is mounted on.
 pub const ENV_MARK: &str = "REFTABLEFS_EXEC";
@@ -323,6 +320,34 @@ pub fn run(args: Args) -> Result<ExitCode> {
     Ok(code)
 }
 
+/// Waits for COMMAND, forwarding signals to it; returns its wait status.
+fn supervise(cmd: libc::pid_t, view: &mut View, signals: &Signals) -> libc::c_int {
+    loop {
+        let Some((sig, info)) = signals.wait(Duration::from_secs(1)) else {
+            // A SIGCHLD is never lost (it stays pending), but check anyway.
+            if let Some(st) = try_reap(cmd) {
+                return st;
+            }
+            continue;
+        };
+        if sig == libc::SIGCHLD {
+            if view.status.is_none() {
+                if let Some(st) = view.reap() {
+                    view.ended_early(st);
+                }
+            }
+            if let Some(st) = try_reap(cmd) {
+                return st;
+            }
+            continue;
+        }
+        if should_forward(&info, cmd) {
+            // SAFETY: kill with a pid of our own child (not yet reaped, so not reused).
+            unsafe { libc::kill(cmd, sig) };
+        }
+    }
+}
+
 /// How many threads this process has (`Threads:` in `/proc/self/status`; 0 unknown).
 fn thread_count() -> usize {
     std::fs::read_to_string("/proc/self/status")
@@ -384,7 +409,6 @@ fn served_already(dir: &Path) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::time::Duration;
 
     fn parsed(words: &[&str]) -> std::result::Result<Request, ExitCode> {
         use crate::cli::parse::{parse as parse_line, Grammar};

@@ -6,6 +6,10 @@ use std::process::{Command, ExitCode};
 
 use reftablefs::{Error, Result};
 
+/// The byte this process writes to the view's pipe once the view is unmounted: from then
+/// on an end of file means nothing.
+pub(super) const TORN_DOWN: u8 = b'd';
+
 /// `Command::exec` under a name that says what it does.
 pub(super) trait ExecReplacing {
     fn exec_replacing(&mut self) -> std::io::Error;

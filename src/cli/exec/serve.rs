@@ -5,7 +5,7 @@ use std::io::{Read, Write};
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::path::{Path, PathBuf};
 
-use super::TORN_DOWN;
+use super::process::TORN_DOWN;
 use reftablefs::fs::{self, MountOptions};
 use reftablefs::{Error, Result};
 

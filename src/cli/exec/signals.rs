@@ -2,9 +2,6 @@
 
 use std::time::Duration;
 
-use super::process::try_reap;
-use super::view::View;
-
 /// Signals forwarded to COMMAND (besides SIGCHLD, blocked to be waited for).
 pub(super) const FORWARDED: &[libc::c_int] = &[
     libc::SIGHUP,
@@ -55,38 +52,10 @@ impl Signals {
         (sig > 0).then_some((sig, info))
     }
 }
-/// Waits for COMMAND, forwarding signals to it; returns its wait status.
-pub(super) fn supervise(cmd: libc::pid_t, view: &mut View, signals: &Signals) -> libc::c_int {
-    loop {
-        let Some((sig, info)) = signals.wait(Duration::from_secs(1)) else {
-            // A SIGCHLD is never lost (it stays pending), but check anyway.
-            if let Some(st) = try_reap(cmd) {
-                return st;
-            }
-            continue;
-        };
-        if sig == libc::SIGCHLD {
-            if view.status.is_none() {
-                if let Some(st) = view.reap() {
-                    view.ended_early(st);
-                }
-            }
-            if let Some(st) = try_reap(cmd) {
-                return st;
-            }
-            continue;
-        }
-        if should_forward(&info, cmd) {
-            // SAFETY: kill with a pid of our own child (not yet reaped, so not reused).
-            unsafe { libc::kill(cmd, sig) };
-        }
-    }
-}
-
 /// Whether a signal this process got should be sent on to COMMAND: not when COMMAND got
 /// it too (the terminal signals the whole foreground group; a process of COMMAND's group
 /// signalling its group), nor when COMMAND sent it.
-fn should_forward(info: &libc::siginfo_t, cmd: libc::pid_t) -> bool {
+pub(super) fn should_forward(info: &libc::siginfo_t, cmd: libc::pid_t) -> bool {
     // SAFETY: getpgrp and getpgid have no memory preconditions.
     let (ours, cmd_group) = unsafe { (libc::getpgrp(), libc::getpgid(cmd)) };
     let same_group = cmd_group == ours;

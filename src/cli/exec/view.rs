@@ -6,9 +6,8 @@ use std::os::fd::OwnedFd;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use super::process::{describe, try_reap};
+use super::process::{describe, try_reap, TORN_DOWN};
 use super::signals::Signals;
-use super::TORN_DOWN;
 use reftablefs::fs;
 
 /// How long the view may take to appear.
