@@ -14,6 +14,7 @@ mod crash;
 mod differential;
 mod exec;
 mod expected;
+mod files_bugs;
 mod foreign;
 mod lifecycle;
 mod packaging;

@@ -415,6 +415,11 @@ pub fn sort_packed_refs(refs: &mut [PackedRef]) {
 /// `refname` and `update_index` are left alone (the file's path and the caller decide
 /// them); `deleted` is set to false. The message keeps its trailing `\n`; a line
 /// without a message gets `"\n"`, as git's reader hands it out.
+///
+/// A time of 0 is a time (`GIT_COMMITTER_DATE=@0`, `SOURCE_DATE_EPOCH=0` builds write
+/// it; git 2.47 stores such entries on reftable), but a line that would be reftable's
+/// "reflog exists" marker (null ids, no name, no email, time 0, `+0000`, no message) is
+/// refused: stored, it would read back as no entry at all.
 pub fn parse_reflog_line_into(
     line: &[u8],
     hash: HashKind,
@@ -425,14 +430,24 @@ pub fn parse_reflog_line_into(
         return Err(err("reflog line does not end in a newline"));
     }
     let hex = hash.hex_len();
+    let ends_after = |which: &str| {
+        err(&format!(
+            "the line ends after {which} object id (a reflog line is '<old id> <new id> \
+             <name> <<email>> <time> <+hhmm>', then a tab and the message)"
+        ))
+    };
     let old_id = oid_prefix(line, hash).ok_or_else(|| err("bad old object id"))?;
-    if line.get(hex) != Some(&b' ') {
-        return Err(err("bad old object id"));
+    match line.get(hex) {
+        Some(b' ') => {}
+        Some(b'\n') => return Err(ends_after("an")),
+        _ => return Err(err("bad old object id")),
     }
     let rest = line.get(hex + 1..).unwrap_or_default();
     let new_id = oid_prefix(rest, hash).ok_or_else(|| err("bad new object id"))?;
-    if rest.get(hex) != Some(&b' ') {
-        return Err(err("bad new object id"));
+    match rest.get(hex) {
+        Some(b' ') => {}
+        Some(b'\n') => return Err(ends_after("the new")),
+        _ => return Err(err("bad new object id")),
     }
     let ident = rest.get(hex + 1..).unwrap_or_default();
     let gt = ident
@@ -464,8 +479,8 @@ pub fn parse_reflog_line_into(
             .and_then(|t| t.checked_add(u64::from(d - b'0')))
             .ok_or_else(|| err("timestamp out of range"))?;
     }
-    if time == 0 {
-        return Err(err("missing or zero timestamp"));
+    if digits == 0 {
+        return Err(err("missing timestamp"));
     }
     let tz = after.get(digits..).unwrap_or_default();
     let tz = tz.strip_prefix(b" ").ok_or_else(|| err("no timezone"))?;
@@ -487,6 +502,19 @@ pub fn parse_reflog_line_into(
         [b'\n'] => b"\n".as_slice(),
         _ => return Err(err("garbage after the timezone")),
     };
+    if time == 0
+        && tz_val == 0
+        && old_id.is_null()
+        && new_id.is_null()
+        && name.is_empty()
+        && email.is_empty()
+        && matches!(message, b"" | b"\n")
+    {
+        return Err(err(
+            "null ids, no name, no email and time 0: reftable's mark of a reflog without \
+             entries, which would read back as no line",
+        ));
+    }
     rec.deleted = false;
     rec.old_id = old_id;
     rec.new_id = new_id;
@@ -498,6 +526,27 @@ pub fn parse_reflog_line_into(
     rec.tz_offset = sign * tz_val;
     rec.message.clear();
     rec.message.extend_from_slice(message);
+    Ok(())
+}
+
+/// Whether `prefix`, the start of a reflog line written so far (no newline yet), can still
+/// become one: as far as it goes, `<old id> <new id> ` in hex of `hash`'s length. The
+/// reason if not.
+pub fn reflog_line_prefix_ok(prefix: &[u8], hash: HashKind) -> Result<(), String> {
+    let hex = hash.hex_len();
+    for (which, field) in [(0, "old"), (hex + 1, "new")] {
+        let Some(part) = prefix.get(which..) else {
+            return Ok(());
+        };
+        let id_ok = part.iter().take(hex).all(u8::is_ascii_hexdigit);
+        if !id_ok || part.get(hex).is_some_and(|&b| b != b' ') {
+            return Err(format!(
+                "the reflog line written so far can no longer become one (its {field} object id \
+                 is not {hex} hex digits and a space): '{}'",
+                excerpt(prefix)
+            ));
+        }
+    }
     Ok(())
 }
 

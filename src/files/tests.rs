@@ -4,6 +4,7 @@ use super::*;
 
 const A: &str = "1111111111111111111111111111111111111111";
 const B: &str = "2222222222222222222222222222222222222222";
+const Z: &str = "0000000000000000000000000000000000000000";
 const C: &str = "3333333333333333333333333333333333333333";
 
 fn oid(h: &str) -> ObjectId {
@@ -239,14 +240,35 @@ fn reflog_render_normalises_missing_newline_and_tz() {
 fn reflog_errors() {
     let good = format!("{A} {B} N <e> 5 +0000\tm\n");
     assert!(parse_reflog_line(good.as_bytes(), HashKind::Sha1).is_ok());
+    // Time 0 is a time (SOURCE_DATE_EPOCH=0); null ids with an identity are a line.
+    let epoch = parse_reflog_line(
+        format!("{A} {B} N <e> 0 +0000\n").as_bytes(),
+        HashKind::Sha1,
+    );
+    assert_eq!(epoch.ok().map(|r| r.time), Some(0));
+    assert!(parse_reflog_line(
+        format!("{Z} {Z} N <e> 0 +0000\n").as_bytes(),
+        HashKind::Sha1
+    )
+    .is_ok());
+    // A bare object id says what it is.
+    let e = parse_reflog_line(format!("{Z}\n").as_bytes(), HashKind::Sha1).unwrap_err();
+    assert!(e.to_string().contains("ends after an object id"), "{e}");
+    let e = parse_reflog_line(format!("{A} {B}\n").as_bytes(), HashKind::Sha1).unwrap_err();
+    assert!(
+        e.to_string().contains("ends after the new object id"),
+        "{e}"
+    );
     let bad = [
         format!("{A} {B} N <e> 5 +0000\tm"),
         format!("{A}{B} N <e> 5 +0000\n"),
         format!("{A} {B} N e 5 +0000\n"),
         format!("{A} {B} N e> 5 +0000\n"),
         format!("{A} {B} N <e>5 +0000\n"),
-        format!("{A} {B} N <e> 0 +0000\n"),
+        format!("{A} {B} N <e>  +0000\n"),
         format!("{A} {B} N <e> x +0000\n"),
+        format!("{Z} {Z} <> 0 +0000\n"),
+        format!("{A}\n"),
         format!("{A} {B} N <e> 5 0000\n"),
         format!("{A} {B} N <e> 5 +00\n"),
         format!("{A} {B} N <e> 5 +00a0\n"),

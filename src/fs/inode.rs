@@ -195,9 +195,86 @@ impl NodeTable {
     }
 }
 
+/// What a name last showed as its time: `shown` (nanoseconds since the epoch) while its
+/// content had the mark `mark` (a hash of its size and content, with [`NO_OWN_TIME`] set
+/// when the file had no time of its own; 0 for a directory).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Stamp {
+    pub mark: u64,
+    pub shown: u64,
+}
+
+/// The bit of [`Stamp::mark`] saying the time shown was not the reflog's own (it had
+/// none: created and not yet written to).
+pub const NO_OWN_TIME: u64 = 2;
+
+/// The times names showed (see `state::Inner::mtime_of`), so that a time never goes back
+/// and moves when the content does: per name (path and kind, [`time_key`]), in two
+/// generations of at most half the inode cap each. A name used again moves to the newer
+/// one; when the newer one is full it becomes the older one and the older one is dropped,
+/// so the names used least recently are forgotten first, and at most the cap is kept
+/// (about 24 bytes each, plus the maps' slack: ~5 MB at the default cap).
+#[derive(Debug, Default)]
+pub struct Times {
+    new: InoMap<Stamp>,
+    old: InoMap<Stamp>,
+    cap: usize,
+}
+
+impl Times {
+    fn with_cap(cap: usize) -> Times {
+        Times {
+            cap,
+            ..Default::default()
+        }
+    }
+
+    /// The stamp of `key`, if it is remembered.
+    pub fn get(&mut self, key: u64) -> Option<Stamp> {
+        if let Some(s) = self.new.get(&key) {
+            return Some(*s);
+        }
+        let s = self.old.remove(&key)?;
+        self.put(key, s);
+        Some(s)
+    }
+
+    /// Remembers `key`'s stamp.
+    pub fn put(&mut self, key: u64, stamp: Stamp) {
+        if self.new.len() >= (self.cap / 2).max(1) && !self.new.contains_key(&key) {
+            self.old = std::mem::take(&mut self.new);
+            self.old.remove(&key);
+        }
+        self.new.insert(key, stamp);
+    }
+
+    /// Names remembered.
+    pub fn len(&self) -> usize {
+        self.new.len() + self.old.len()
+    }
+
+    /// Whether none is.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+/// The key of `path` of `kind` in [`Times`]: 64-bit FNV-1a over both (a ref file's key
+/// does not depend on its size, unlike its inode number).
+pub fn time_key(path: &[u8], kind: Kind) -> u64 {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for &b in path.iter().chain(std::iter::once(&(kind as u8))) {
+        h ^= u64::from(b);
+        h = h.wrapping_mul(0x0000_0100_0000_01b3);
+    }
+    h
+}
+
 /// The inode table.
 #[derive(Debug)]
 pub struct Inodes {
+    /// The times names showed (per name, bounded by the cap like the nodes).
+    pub times: Times,
     nodes: NodeTable,
     /// Nodes living under a name they got by a rename (their number is the hash of an
     /// older path): (parent, name) -> inode. Small: only renamed, still known nodes.
@@ -218,6 +295,7 @@ pub struct Inodes {
 impl Default for Inodes {
     fn default() -> Self {
         Inodes {
+            times: Times::with_cap(INODE_CAP),
             nodes: NodeTable::for_cap(INODE_CAP),
             renamed: HashMap::new(),
             order: VecDeque::new(),
@@ -532,6 +610,7 @@ impl Inodes {
     /// directories of a path walk while it is on them).
     pub fn set_cap(&mut self, cap: usize) {
         self.cap = cap.max(MIN_CAP);
+        self.times.cap = self.cap;
         if self.nodes.is_empty() {
             self.nodes = NodeTable::for_cap(self.cap);
         }
@@ -623,6 +702,28 @@ mod tests {
         }
         assert!(matches!(Name::new(&[b'x'; SHORT_NAME]), Name::Short { .. }));
         assert!(matches!(Name::new(&[b'x'; SHORT_NAME + 1]), Name::Long(_)));
+    }
+
+    #[test]
+    fn times_keep_the_names_used_last_within_the_cap() {
+        let mut t = Times::with_cap(100);
+        let stamp = |n: u64| Stamp { mark: n, shown: n };
+        t.put(7, stamp(7));
+        for n in 0..1000u64 {
+            t.put(n, stamp(n));
+            // One name used all along stays.
+            assert_eq!(t.get(7).map(|s| s.shown), Some(7));
+            assert!(t.len() <= 100, "{} names at {n}", t.len());
+        }
+        assert_eq!(t.get(999), Some(stamp(999)));
+        assert_eq!(t.get(0), None);
+        assert_ne!(
+            time_key(b"HEAD", Kind::Ref),
+            time_key(b"HEAD", Kind::Scratch)
+        );
+        let mut i = Inodes::new();
+        i.set_cap(MIN_CAP);
+        assert_eq!(i.times.cap, MIN_CAP);
     }
 
     #[test]

@@ -165,14 +165,8 @@ impl Backend for RefView {
         self.getattr(req, ino, fh)
     }
 
-    fn open(
-        &self,
-        _req: Req,
-        ino: u64,
-        flags: i32,
-        _b: MakeBacking<'_>,
-    ) -> Result<Opened, FsError> {
-        let (fh, mode) = self.shared.open(self.inn(ino), flags)?;
+    fn open(&self, req: Req, ino: u64, flags: i32, _b: MakeBacking<'_>) -> Result<Opened, FsError> {
+        let (fh, mode) = self.shared.open_as(self.inn(ino), flags, req.pid)?;
         let mut f = match mode {
             OpenMode::Direct => FopenFlags::FOPEN_DIRECT_IO,
             // Without KEEP_CACHE the kernel drops the inode's pages at this open.

@@ -295,14 +295,18 @@ impl RefSource for StackSource {
             return Ok(false);
         }
         let before = self.stack.table_names().to_vec();
+        let seen = self.stack.next_update_index();
         let changed = self.stack.reload()?;
         if changed {
+            // Another writer's change is a table of an update index not seen before
+            // that the mount did not write. A compaction (the mount's own, seen before
+            // its batcher records it; or git's of older tables) writes no new index and
+            // changes nothing shown.
             let own = self.own.lock().unwrap_or_else(|p| p.into_inner());
-            self.external = self
-                .stack
-                .table_names()
-                .iter()
-                .any(|n| !before.contains(n) && !own.contains(n));
+            let names = self.stack.table_names().iter();
+            self.external = names.zip(self.stack.tables()).any(|(n, t)| {
+                !before.contains(n) && !own.contains(n) && t.max_update_index() >= seen
+            });
         }
         Ok(changed)
     }

@@ -150,10 +150,10 @@ impl Shared {
             if kind == Kind::Dir {
                 return Err(FsError::EISDIR);
             }
-            let fh = g.open_for_write(&path, kind, flags)?;
+            let fh = g.open_for_write(&path, kind, flags, self.tgid(pid))?;
             let size = g.size_of(&path, kind)?;
             let ino = g.inodes.remember(parent, name, &path, kind, None);
-            return Ok((self.attr_of(&g, ino, kind, size), fh));
+            return Ok((self.attr_timed(&mut g, ino, &path, kind, size), fh));
         }
         // A new file. Reflogs and refs written in place get a handle that commits on
         // flush; anything else (locks, packed-refs.new, temporary names, files of the
@@ -177,7 +177,10 @@ impl Shared {
                 if !is_lockish(n) && crate::fs::protocol::valid_ref_name(n) =>
             {
                 g.promise("create", &path, reserve::edit_bytes(path.len(), 0))?;
-                Target::Log { name: n.to_vec() }
+                Target::Log {
+                    name: n.to_vec(),
+                    tail_by: 0,
+                }
             }
             view::Area::Refs(n)
                 if !is_lockish(n)
@@ -224,7 +227,7 @@ impl Shared {
             }
         };
         let new_log = match &target {
-            Target::Log { name } => Some(name.clone()),
+            Target::Log { name, .. } => Some(name.clone()),
             _ => None,
         };
         let fh = g.add_handle(
@@ -243,8 +246,10 @@ impl Shared {
             let who = Caller::new(self.tgid(pid), vec![fh]);
             g.w.note_new_log(&who, &n);
         }
+        // A name appeared: its directory's time moves (the kernel drops its attributes).
+        g.entries_changed(super::parent_dir(&path), true);
         let ino = g.inodes.remember(parent, name, &path, kind, None);
-        Ok((self.attr_of(&g, ino, kind, 0), fh))
+        Ok((self.attr_timed(&mut g, ino, &path, kind, 0), fh))
     }
 
     pub(crate) fn write(
@@ -264,7 +269,6 @@ impl Shared {
             path,
             target,
             data: buf,
-            dirty,
             ..
         }) = g.handles.get_mut(&fh)
         else {
@@ -273,14 +277,9 @@ impl Shared {
         let n = u32::try_from(data.len()).map_err(|_| FsError::EFBIG)?;
         let append = flags & libc::O_APPEND != 0;
         match target {
-            Target::Log { name } => {
-                let name = name.clone();
-                let path = path.clone();
-                let who = Caller::new(actor, vec![fh]);
-                g.promise("append", &path, reserve::edit_bytes(name.len(), data.len()))?;
-                g.w.append_log(&who, &name, data)
-                    .map_err(|r| refuse("append", &path, r))?;
-                g.after_staging();
+            Target::Log { .. } => {
+                // Lines may come in pieces: the handle keeps an unfinished one.
+                g.write_log(fh, data, actor)?;
                 return Ok(n);
             }
             Target::Scratch => {
@@ -302,7 +301,7 @@ impl Shared {
                 });
                 r.ok_or(FsError::ENOENT)??;
             }
-            Target::Ref { .. } => {
+            Target::Ref { name, .. } => {
                 let before = buf.capacity();
                 let mut next = buf.clone();
                 splice(
@@ -314,16 +313,26 @@ impl Shared {
                     total - before,
                 )
                 .map_err(|e| too_big("write", path, e, REF_FILE_MAX))?;
-                check_ref_prefix(path, &next, g.w.hash).map_err(|why| {
-                    refuse(
-                        "write",
-                        path,
-                        Refusal {
-                            errno: libc::EINVAL,
-                            reason: why,
-                        },
-                    )
-                })?;
+                if let Err(why) = check_ref_prefix(path, &next, g.w.hash) {
+                    // A linked worktree's placeholder HEAD is no ref value (`linked.rs`).
+                    let (path, name) = (path.clone(), name.clone());
+                    if !g.is_placeholder_head(&name, &next) {
+                        return Err(refuse(
+                            "write",
+                            &path,
+                            Refusal {
+                                errno: libc::EINVAL,
+                                reason: why,
+                            },
+                        ));
+                    }
+                }
+                let Some(Handle::Write {
+                    data: buf, dirty, ..
+                }) = g.handles.get_mut(&fh)
+                else {
+                    return Err(FsError::EBADF);
+                };
                 *buf = next;
                 *dirty = true;
                 g.handle_bytes = g.handle_bytes - before + buf.capacity();
@@ -343,6 +352,7 @@ impl Shared {
         if let Some(Handle::Write { failed: true, .. }) = g.handles.get(&fh) {
             return Err(FsError::EIO);
         }
+        g.close_log(fh, actor)?;
         g.commit_direct(fh, &Caller::new(actor, vec![fh]))
     }
 
@@ -407,7 +417,7 @@ impl Shared {
                 // A reflog emptied in place (dulwich rewrites one through a read-write
                 // handle: truncate, then write the lines it keeps): the reflog stays,
                 // empty, and what is written next is appended.
-                Target::Log { name } if size == 0 => {
+                Target::Log { name, .. } if size == 0 => {
                     let name = name.clone();
                     let path = path.clone();
                     let who = Caller::new(actor, fh.into_iter().collect());
@@ -439,6 +449,20 @@ impl Shared {
                     .map_err(|e| too_big("truncate", &path, e, limit))
             }
             Kind::Dir => Err(FsError::EISDIR),
+            // `truncate -s 0 logs/x`: the reflog stays, empty.
+            Kind::Log if size == 0 => {
+                let name = path.get(5..).unwrap_or_default().to_vec();
+                g.promise("truncate", &path, reserve::edit_bytes(name.len(), 0))?;
+                g.w.replace_log(&Caller::new(actor, Vec::new()), &name, Vec::new());
+                g.after_staging();
+                Ok(())
+            }
+            Kind::Log => Err(refuse_for(
+                "truncate",
+                &path,
+                libc::EINVAL,
+                "a reflog is emptied (truncated to 0) or appended to, never cut",
+            )),
             _ => Err(refuse_for(
                 "truncate",
                 &path,
@@ -469,7 +493,7 @@ impl Shared {
         g.fresh()?;
         let path = g.child_path(parent, name)?;
         let kind = g.classify(&path)?.ok_or(FsError::ENOENT)?;
-        if path == b"HEAD" && kind == Kind::Ref {
+        if path == b"HEAD" && kind == Kind::Ref && !g.is_linked_worktree() {
             return Err(refuse(
                 "unlink",
                 &path,
@@ -507,6 +531,7 @@ impl Shared {
             }
         };
         r.map_err(|r| refuse("unlink", &path, r))?;
+        g.name_went(&path);
         g.after_staging();
         Ok(())
     }
@@ -540,6 +565,14 @@ impl Shared {
                 )
             })?;
         }
+        if let Some(i) = super::top_index(&path) {
+            // `refs` or `logs` removed when empty: made again (they are never made by
+            // mkdir otherwise: they always exist).
+            g.gone_tops[i] = false;
+            g.entries_changed(b"", true);
+            let ino = g.inodes.remember(parent, name, &path, Kind::Dir, None);
+            return Ok(self.attr_timed(&mut g, ino, &path, Kind::Dir, 4096));
+        }
         if g.w.vdirs.len() >= VDIRS_MAX {
             return Err(refuse_for(
                 "mkdir",
@@ -549,8 +582,11 @@ impl Shared {
             ));
         }
         g.w.vdirs.insert(path.clone());
+        g.entries_changed(super::parent_dir(&path), true);
+        // A new directory starts with the time it was made.
+        g.entries_changed(&path, true);
         let ino = g.inodes.remember(parent, name, &path, Kind::Dir, None);
-        Ok(self.attr_of(&g, ino, Kind::Dir, 4096))
+        Ok(self.attr_timed(&mut g, ino, &path, Kind::Dir, 4096))
     }
 
     pub(crate) fn rmdir(&self, parent: u64, name: &[u8]) -> Result<(), FsError> {
@@ -561,19 +597,41 @@ impl Shared {
         g.fresh()?;
         let path = g.child_path(parent, name)?;
         match g.classify(&path)? {
-            None => return Err(FsError::ENOENT),
+            // Gone already: a directory of the view exists while something is below it,
+            // and the last name below it went (an unlink, a rename, a deletion by another
+            // writer) while the kernel still held this one. On disk it would be there,
+            // empty, and its `rmdir` (git's after every deletion) would succeed.
+            None => return Ok(()),
             Some(Kind::Dir) => {}
             Some(_) => return Err(FsError::ENOTDIR),
         }
-        if path == b"refs" || path == b"logs" {
-            return Err(FsError::EBUSY);
+        if let Some(i) = super::top_index(&path) {
+            // `refs` and `logs` always exist; removed when empty (`rm -rf .git/logs`), they
+            // are gone until made again or until something appears below them. Their
+            // listings are a few entries.
+            if !g.listing(&path)?.is_empty() {
+                return Err(FsError::ENOTEMPTY);
+            }
+            g.gone_tops[i] = true;
+            g.entries_changed(b"", true);
+            return Ok(());
         }
-        let listing = g.listing(&path)?;
-        if !listing.is_empty() {
-            return Err(FsError::ENOTEMPTY);
+        // Any other directory exists because something is below it or `mkdir` made it:
+        // it is empty when, without the `mkdir`, it would not exist. A few seeks, never a
+        // listing (git tries an `rmdir` of a ref's directory after each deletion, in
+        // directories of thousands of refs).
+        let made = g.w.vdirs.remove(&path);
+        let without = g.classify(&path);
+        if made && !matches!(without, Ok(None)) {
+            g.w.vdirs.insert(path.clone());
         }
-        g.w.vdirs.remove(&path);
-        Ok(())
+        match without? {
+            Some(_) => Err(FsError::ENOTEMPTY),
+            None => {
+                g.name_went(&path);
+                Ok(())
+            }
+        }
     }
 
     /// `rename`: the commit point of the files protocol (`x.lock` → `x`, `packed-refs.new`
@@ -625,6 +683,13 @@ impl Shared {
         let new_kind = g.classify(&to).ok().flatten().unwrap_or(kind);
         g.inodes
             .moved(parent, name, &from, kind, newparent, newname, new_kind);
+        // The names of both directories changed (the kernel drops their attributes);
+        // a new packed-refs may make or remove refs anywhere.
+        g.name_went(&from);
+        g.entries_changed(super::parent_dir(&to), true);
+        if to == b"packed-refs" {
+            g.all_entries_changed();
+        }
         g.after_staging();
         Ok(())
     }
@@ -658,8 +723,21 @@ impl Inner {
             }
             return Ok(());
         }
-        let (path, name, data, placeholder) =
-            (path.clone(), name.clone(), data.clone(), *placeholder);
+        let (path, name, data) = (path.clone(), name.clone(), data.clone());
+        if self.is_placeholder_head(&name, &data) {
+            // Kept as written, in memory only (`linked.rs`).
+            self.w.files.insert(path, data);
+            if let Some(Handle::Write {
+                target: Target::Ref { placeholder, .. },
+                dirty,
+                ..
+            }) = self.handles.get_mut(&fh)
+            {
+                *placeholder = false;
+                *dirty = false;
+            }
+            return Ok(());
+        }
         self.promise("write", &path, reserve::edit_bytes(name.len(), data.len()))?;
         if let Some(Handle::Write { dirty, .. }) = self.handles.get_mut(&fh) {
             *dirty = false;
@@ -668,12 +746,12 @@ impl Inner {
         let staged = w
             .parse_ref_content(&data)
             .and_then(|v| {
-                if placeholder {
-                    w.files.remove(&path);
-                }
+                // The file at the ref's path until now (the empty one of a ref created in
+                // place, a worktree's placeholder HEAD) is replaced by the ref.
+                let shadow = w.files.remove(&path);
                 let r = w.commit_ref(src.as_mut(), who, &name, v);
-                if r.is_err() && placeholder {
-                    w.files.insert(path.clone(), Vec::new());
+                if let (Err(_), Some(s)) = (&r, shadow) {
+                    w.files.insert(path.clone(), s);
                 }
                 r
             })
@@ -731,6 +809,9 @@ impl Inner {
                         w.check_lock_base(src, from)?;
                     }
                     w.commit_ref(src, who, n, v)?;
+                    // A file at the ref's path (a linked worktree's placeholder HEAD) is
+                    // replaced, as a rename replaces it on disk.
+                    w.files.remove(to);
                 } else if to_kind.is_none_or(is_scratch_kind) {
                     w.files.insert(to.to_vec(), content);
                 } else {

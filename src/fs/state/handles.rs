@@ -7,8 +7,12 @@ use std::sync::Arc;
 use crate::fs::budget::{HANDLES_MAX, HELD_BYTES_MAX};
 use crate::fs::error::FsError;
 use crate::fs::inode::OpenMode;
-use crate::fs::record::refuse_for;
+use crate::fs::protocol::Caller;
+use crate::fs::record::{refuse, refuse_for};
+use crate::fs::reserve;
 use crate::fs::view::{Kind, Listing};
+
+use super::calls::too_big;
 
 use super::{Inner, Shared};
 
@@ -19,9 +23,15 @@ pub enum Target {
     Scratch,
     /// A ref written in place (`echo <hex> > refs/heads/x`): committed at flush.
     Ref { name: Vec<u8>, placeholder: bool },
-    /// A reflog opened for appending: every write is parsed into log records.
-    Log { name: Vec<u8> },
+    /// A reflog opened for writing: every line a write completes is parsed into a log
+    /// record and staged; the handle's `data` keeps the unfinished last line (at most
+    /// [`LOG_LINE_MAX`] bytes), written by process `tail_by`.
+    Log { name: Vec<u8>, tail_by: u32 },
 }
+
+/// The longest unfinished reflog line an open reflog keeps between writes (a line split
+/// over several `write()`s: shell `printf` pieces, buffered writers that flush mid-line).
+pub const LOG_LINE_MAX: usize = 1 << 20;
 
 /// An open file or directory.
 pub enum Handle {
@@ -34,8 +44,10 @@ pub enum Handle {
         path: Vec<u8>,
         entries: Arc<Listing>,
     },
-    /// A file opened for writing. `failed`: an edit staged through this file could not
-    /// be written; every later `flush` (close) and `fsync` of it reports EIO.
+    /// A file opened for writing: `data` is a ref's content written so far
+    /// ([`Target::Ref`]) or a reflog's unfinished last line ([`Target::Log`]). `failed`: an
+    /// edit staged through this file could not be written; every later `flush` (close)
+    /// and `fsync` of it reports EIO.
     Write {
         path: Vec<u8>,
         target: Target,
@@ -71,11 +83,24 @@ pub(super) fn fingerprint(data: &[u8]) -> u64 {
 }
 
 impl Shared {
-    /// Opens a file. Returns the handle and how the kernel may cache its content: ref
-    /// files of a stable size through the page cache (kept while their content is what
-    /// the kernel's pages hold), `packed-refs` through the page cache refilled at every
-    /// open (git may mmap it), everything else direct-IO.
+    /// [`Shared::open_as`] by an unknown process.
+    #[cfg(test)]
     pub(crate) fn open(&self, ino: u64, flags: i32) -> Result<(u64, OpenMode), FsError> {
+        self.open_as(ino, flags, 0)
+    }
+
+    /// Opens a file for the thread `pid`. Returns the handle and how the kernel may cache
+    /// its content: ref files of a stable size through the page cache (kept while their
+    /// content is what the kernel's pages hold), `packed-refs` through the page cache
+    /// refilled at every open (git may mmap it), everything else direct-IO. A reflog
+    /// opened for writing with `O_TRUNC` is emptied for `pid`'s process (a failed write of
+    /// that edit is reported to it).
+    pub(crate) fn open_as(
+        &self,
+        ino: u64,
+        flags: i32,
+        pid: u32,
+    ) -> Result<(u64, OpenMode), FsError> {
         let writing = flags & libc::O_ACCMODE != libc::O_RDONLY;
         if writing && self.read_only() {
             return Err(FsError::EROFS);
@@ -106,7 +131,7 @@ impl Shared {
             return Ok((fh, mode));
         }
         g.still(&path, kind)?;
-        let fh = g.open_for_write(&path, kind, flags)?;
+        let fh = g.open_for_write(&path, kind, flags, self.tgid(pid))?;
         // Writes through the kernel move its idea of the size.
         g.inodes.suspect(ino);
         Ok((fh, OpenMode::Direct))
@@ -167,10 +192,13 @@ impl Shared {
                 target: Target::Scratch,
                 ..
             }) => Ok(slice(g.w.files.get(path).ok_or(FsError::ENOENT)?)),
-            Some(Handle::Write { path, .. }) => {
-                let path = path.clone();
+            Some(Handle::Write { path, data, .. }) => {
+                // A reflog read through its read-write handle: the lines staged, then
+                // the unfinished line this handle wrote.
+                let (path, tail) = (path.clone(), data.clone());
                 let mut buf = Vec::new();
                 g.render(&path, Kind::Log, &mut buf)?;
+                buf.extend_from_slice(&tail);
                 Ok(slice(&buf))
             }
             _ => Err(FsError::EBADF),
@@ -184,16 +212,29 @@ impl Shared {
 
     pub(crate) fn release(&self, fh: u64) {
         let mut g = self.lock();
-        if let Some(Handle::Write {
-            path,
-            target: Target::Ref {
-                placeholder: true, ..
-            },
-            ..
-        }) = g.remove_handle(fh)
-        {
-            // A ref created in place but never validly written (e.g. `touch`) vanishes.
-            g.w.files.remove(&path);
+        match g.remove_handle(fh) {
+            Some(Handle::Write {
+                path,
+                target: Target::Ref {
+                    placeholder: true, ..
+                },
+                ..
+            }) => {
+                // A ref created in place but never validly written (e.g. `touch`) vanishes.
+                g.w.files.remove(&path);
+            }
+            Some(Handle::Write {
+                path,
+                target: Target::Log { .. },
+                data,
+                ..
+            }) if !data.is_empty() => {
+                // The last close came from another process than the one that wrote the
+                // piece (its own close would have been refused): nobody can be told now,
+                // so it is logged and recorded.
+                let _ = refuse_for("release", &path, libc::EINVAL, unfinished_line(data.len()));
+            }
+            _ => {}
         }
     }
 }
@@ -236,14 +277,24 @@ impl Inner {
         Some(h)
     }
 
+    /// Opens `path` (of `kind`) for writing for process `pid`. With `O_TRUNC` a scratch
+    /// file is emptied and a reflog rewritten to nothing (an edit staged at the open, as
+    /// the files backend's truncation happens there).
     pub(super) fn open_for_write(
         &mut self,
         path: &[u8],
         kind: Kind,
         flags: i32,
+        pid: u32,
     ) -> Result<u64, FsError> {
         let trunc = flags & libc::O_TRUNC != 0;
         let target = match kind {
+            // A file at a ref's own path (one being created in place, a linked worktree's
+            // placeholder HEAD): what is written becomes the ref.
+            Kind::Scratch if crate::fs::protocol::valid_ref_name(path) => Target::Ref {
+                name: path.to_vec(),
+                placeholder: false,
+            },
             Kind::Scratch => {
                 if trunc {
                     self.w.files.update(path, Vec::clear);
@@ -254,9 +305,13 @@ impl Inner {
                 name: path.to_vec(),
                 placeholder: false,
             },
-            Kind::Log => Target::Log {
-                name: path.get(5..).unwrap_or_default().to_vec(),
-            },
+            Kind::Log => {
+                let name = path.get(5..).unwrap_or_default().to_vec();
+                if trunc {
+                    self.promise("open", path, reserve::edit_bytes(name.len(), 0))?;
+                }
+                Target::Log { name, tail_by: pid }
+            }
             Kind::PackedRefs => {
                 return Err(refuse_for("open for writing", path, libc::EPERM, "packed-refs is replaced through packed-refs.lock and a rename, not written in place"))
             }
@@ -266,7 +321,11 @@ impl Inner {
         if let (Target::Ref { .. }, false) = (&target, trunc) {
             self.render(path, kind, &mut data)?;
         }
-        self.add_handle(
+        let emptied_log = match &target {
+            Target::Log { name, .. } if trunc => Some(name.clone()),
+            _ => None,
+        };
+        let fh = self.add_handle(
             path,
             Handle::Write {
                 path: path.to_vec(),
@@ -275,6 +334,126 @@ impl Inner {
                 dirty: trunc,
                 failed: false,
             },
-        )
+        )?;
+        if let Some(name) = emptied_log {
+            // `cat > logs/x`, `open(O_TRUNC)`: the reflog is replaced by what is written
+            // next, as on disk (it was appended to).
+            self.w
+                .replace_log(&Caller::new(pid, vec![fh]), &name, Vec::new());
+            self.after_staging();
+        }
+        Ok(fh)
     }
+
+    /// A write of `data` into the reflog open as `fh` by process `actor`: every line it
+    /// completes (with the unfinished line the handle kept) is staged; what follows the
+    /// last newline is kept for the next write, and refused once it can no longer become
+    /// a reflog line or passes [`LOG_LINE_MAX`]. On a refusal nothing of `data` is taken.
+    pub(super) fn write_log(&mut self, fh: u64, data: &[u8], actor: u32) -> Result<(), FsError> {
+        let Some(Handle::Write {
+            path,
+            target: Target::Log { name, .. },
+            data: tail,
+            ..
+        }) = self.handles.get_mut(&fh)
+        else {
+            return Err(FsError::EBADF);
+        };
+        let (path, name) = (path.clone(), name.clone());
+        let mut text = std::mem::take(tail);
+        let before = text.capacity();
+        let kept = text.len();
+        let put_back = |g: &mut Inner, mut text: Vec<u8>, by: Option<u32>| {
+            if let Some(Handle::Write {
+                target: Target::Log { tail_by, .. },
+                data: tail,
+                ..
+            }) = g.handles.get_mut(&fh)
+            {
+                if let Some(by) = by {
+                    *tail_by = by;
+                }
+                text.shrink_to(text.len().max(256));
+                g.handle_bytes = g.handle_bytes - before + text.capacity();
+                *tail = text;
+            }
+        };
+        let last_nl = data.iter().rposition(|&b| b == b'\n');
+        let unfinished = match last_nl {
+            Some(i) => data.len() - i - 1,
+            None => kept + data.len(),
+        };
+        let others = self.w.files.bytes() + self.handle_bytes - before;
+        if unfinished > LOG_LINE_MAX || others + kept + data.len() > HELD_BYTES_MAX {
+            put_back(self, text, None);
+            return Err(too_big("append", &path, FsError::EFBIG, LOG_LINE_MAX));
+        }
+        text.extend_from_slice(data);
+        let Some(i) = last_nl.map(|i| kept + i) else {
+            if let Err(why) = crate::files::reflog_line_prefix_ok(&text, self.w.hash) {
+                text.truncate(kept);
+                put_back(self, text, None);
+                return Err(refuse_for("append", &path, libc::EINVAL, why));
+            }
+            put_back(self, text, Some(actor));
+            return Ok(());
+        };
+        let rest = text.split_off(i + 1);
+        if let Err(why) = crate::files::reflog_line_prefix_ok(&rest, self.w.hash) {
+            text.truncate(kept);
+            put_back(self, text, None);
+            return Err(refuse_for("append", &path, libc::EINVAL, why));
+        }
+        let who = Caller::new(actor, vec![fh]);
+        let staged = self
+            .promise("append", &path, reserve::edit_bytes(name.len(), text.len()))
+            .and_then(|()| {
+                self.w
+                    .append_log(&who, &name, &text)
+                    .map_err(|r| refuse("append", &path, r))
+            });
+        if let Err(e) = staged {
+            text.truncate(kept);
+            put_back(self, text, None);
+            return Err(e);
+        }
+        put_back(self, rest, Some(actor));
+        self.after_staging();
+        Ok(())
+    }
+
+    /// A close (`flush`) of the reflog open as `fh` by process `actor`: a line it left
+    /// unfinished is refused and dropped. A close by another process (a child that
+    /// inherited the descriptor closing its copy, as a shell's command substitution does
+    /// in the middle of a `printf` loop) leaves it to the writer.
+    pub(super) fn close_log(&mut self, fh: u64, actor: u32) -> Result<(), FsError> {
+        let Some(Handle::Write {
+            path,
+            target: Target::Log { tail_by, .. },
+            data: tail,
+            ..
+        }) = self.handles.get_mut(&fh)
+        else {
+            return Ok(());
+        };
+        if tail.is_empty() || *tail_by != actor {
+            return Ok(());
+        }
+        let (path, dropped) = (path.clone(), std::mem::take(tail));
+        self.handle_bytes -= dropped.capacity();
+        Err(refuse_for(
+            "close",
+            &path,
+            libc::EINVAL,
+            unfinished_line(dropped.len()),
+        ))
+    }
+}
+
+/// Why an unfinished reflog line is refused at its close.
+fn unfinished_line(len: usize) -> String {
+    format!(
+        "the last reflog line written never ended ({len} bytes without a newline): it was \
+         not stored (the lines before it were)"
+    )
 }

@@ -32,6 +32,7 @@ use crate::fs::view::{self, Kind, Listing, Scratch};
 mod calls;
 mod handles;
 mod invalidate;
+mod linked;
 #[cfg(test)]
 mod tests;
 
@@ -81,6 +82,35 @@ pub struct Inner {
     /// Ref file inodes whose cached attributes (mtime) went stale with their content
     /// unchanged: the watcher sends an attributes-only `inval_inode` for them.
     stale_attrs: Vec<u64>,
+    /// A linked worktree's view (`linked.rs`): its HEAD may hold git's null-id placeholder
+    /// while the worktree is being created, and may be deleted, as may its empty `refs`
+    /// and `logs`, while it is being removed.
+    linked_worktree: bool,
+    /// `refs` and `logs` (in that order) were removed by `rmdir` when empty: they do not
+    /// show until `mkdir` makes them again or something appears below them (they always
+    /// exist otherwise).
+    gone_tops: [bool; 2],
+    /// The file last sized ([`Inner::size_of`]): its time key, size and content
+    /// fingerprint, which its time is checked against right after (see `mtime_of`).
+    last_render: Option<(u64, u64, u64)>,
+    /// When another writer last changed the stack (ns since the epoch): no directory
+    /// shows an older time (the mount does not diff the tables to know whose entries
+    /// changed).
+    dir_epoch: u64,
+    /// The watcher's wake-up descriptor (`Shared::wake_fd`; `-1` if none).
+    wake_fd: libc::c_int,
+    /// Listings made (each a pass over the overlay at least), for tests.
+    #[cfg(test)]
+    pub(crate) listings: u64,
+}
+
+/// The place of `refs` or `logs` in [`Inner::gone_tops`].
+pub(super) fn top_index(path: &[u8]) -> Option<usize> {
+    match path {
+        b"refs" => Some(0),
+        b"logs" => Some(1),
+        _ => None,
+    }
 }
 
 /// Batching settings.
@@ -143,6 +173,8 @@ impl Shared {
         let queue = w.queue().clone();
         let reserve = Reserve::none();
         let staged = reserve.staged();
+        // SAFETY: a plain syscall; the descriptor is owned by `Shared`.
+        let wake_fd = unsafe { libc::eventfd(0, libc::EFD_NONBLOCK | libc::EFD_CLOEXEC) };
         Arc::new(Shared {
             inner: Mutex::new(Inner {
                 src,
@@ -163,6 +195,13 @@ impl Shared {
                 broken: None,
                 stale_names: Vec::new(),
                 stale_attrs: Vec::new(),
+                linked_worktree: false,
+                gone_tops: [false; 2],
+                last_render: None,
+                dir_epoch: 0,
+                wake_fd,
+                #[cfg(test)]
+                listings: 0,
             }),
             queue,
             read_only,
@@ -173,8 +212,7 @@ impl Shared {
             gitdir_modes: OnceLock::new(),
             stopping: AtomicBool::new(false),
             staged,
-            // SAFETY: a plain syscall; the descriptor is owned by `Shared`.
-            wake_fd: unsafe { libc::eventfd(0, libc::EFD_NONBLOCK | libc::EFD_CLOEXEC) },
+            wake_fd,
         })
     }
 
@@ -265,11 +303,7 @@ impl Shared {
         a
     }
 
-    fn attr_of(&self, g: &Inner, ino: u64, kind: Kind, size: u64) -> FileAttr {
-        self.moded(attr(ino, kind, size, g.changed_at, self.uid, self.gid))
-    }
-
-    /// [`Shared::attr_of`] with the file's own time (see [`Inner::mtime_of`]).
+    /// A node's attributes, with its time (see [`Inner::mtime_of`]).
     fn attr_timed(&self, g: &mut Inner, ino: u64, path: &[u8], kind: Kind, size: u64) -> FileAttr {
         let mtime = g.mtime_of(path, kind);
         self.moded(attr(ino, kind, size, mtime, self.uid, self.gid))
@@ -382,6 +416,20 @@ impl Shared {
     }
 }
 
+/// The directory `path` is in (`""`: the root).
+pub(super) fn parent_dir(path: &[u8]) -> &[u8] {
+    match path.iter().rposition(|&b| b == b'/') {
+        Some(i) => path.get(..i).unwrap_or_default(),
+        None => b"",
+    }
+}
+
+/// `t` in nanoseconds since the epoch (0 before it).
+fn ns(t: SystemTime) -> u64 {
+    t.duration_since(UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX))
+}
+
 /// Attribute and entry TTL of ref files of a fixed size (see `inode.rs`).
 pub const REF_ATTR_TTL: Duration = Duration::from_secs(10);
 
@@ -420,6 +468,9 @@ impl Inner {
             self.changed_at = SystemTime::now();
             if self.src.last_change_external() {
                 self.needs_invalidation = true;
+                // Names may have appeared or gone anywhere (the mount does not diff the
+                // tables): every directory's time moves now.
+                self.all_entries_changed();
                 // Another writer: packed entries it contradicts would resurface on `rm`.
                 // (The mount's own batches leave the packed layer as a files backend
                 // leaves packed-refs: shadowed by loose values.)
@@ -431,18 +482,103 @@ impl Inner {
         Ok(None)
     }
 
-    /// A file's mtime and ctime: for a ref, when it last changed — a pending reflog line
-    /// first, else the time of the transaction that wrote its record, known from the
-    /// lookup that just found it without a further seek (`ref_times.rs`; a symref such as
-    /// `HEAD`, whose record rarely changes while its reflog moves, takes its newest reflog
-    /// entry); for a reflog, its newest entry (one seek of the log index); for everything
-    /// else (directories, `packed-refs`, lock files, refs whose time is unknown, a pending
-    /// value without a line), when the view last changed.
+    /// A node's mtime and ctime. They never go back, and a file's move whenever its
+    /// content changes, whoever changed it (the mount, another writer on the stack): per
+    /// name the time shown and a mark of the content it was shown for are kept
+    /// ([`crate::fs::inode::Times`], bounded with the inode table).
+    ///
+    /// * A file seen for the first time shows its own time ([`Inner::own_time`]: for a ref
+    ///   or a reflog the newest reflog entry's) or, without one, when the view last
+    ///   changed.
+    /// * With the same content it keeps that time, or takes a newer own time (`HEAD`
+    ///   moves with its reflog when its branch moves).
+    /// * A reflog shown without a time of its own (created and not yet written to) takes
+    ///   its own once it has one, also an older one: the one exception to "never back",
+    ///   so that a reflog's time is its newest line's.
+    /// * With other content it takes its own time if that is newer, else now: a change
+    ///   without a reflog line (a `HEAD` switch by go-git or a script), or with an older
+    ///   one (a commit dated `@0`), still moves it forward. (Before, such a time went back
+    ///   to the reflog's once the batch was written, and vim-fugitive, which caches HEAD by
+    ///   its mtime, kept showing the old branch.)
+    /// * A directory keeps its time until a name appears or goes below it
+    ///   ([`Inner::entries_changed`]), or another writer changes the stack (every
+    ///   directory then takes that time): `tar` of the git directory right after an update
+    ///   sees nothing change under it (the view's every change moved them, also when a
+    ///   batch was written or compacted after the update).
     pub(crate) fn mtime_of(&mut self, path: &[u8], kind: Kind) -> SystemTime {
+        let key = crate::fs::inode::time_key(path, kind);
+        let prev = self.inodes.times.get(key);
+        let (mark, shown) = if kind == Kind::Dir {
+            let shown = prev
+                .map_or(ns(self.changed_at), |p| p.shown)
+                .max(self.dir_epoch);
+            (0, shown)
+        } else {
+            use crate::fs::inode::NO_OWN_TIME;
+            let content = self.content_mark(path, kind, key) & !NO_OWN_TIME;
+            // The content first: a ref's own time reuses the lookup its rendering made.
+            let own = self.own_time(path, kind);
+            // Only a reflog gives way (see below): a ref's value staged without a line
+            // has no time of its own until written, and then an older one.
+            let mark = content
+                | if own.is_none() && kind == Kind::Log {
+                    NO_OWN_TIME
+                } else {
+                    0
+                };
+            let shown = match (prev, own) {
+                (None, _) => own.unwrap_or(ns(self.changed_at)),
+                // A time that was not the file's own gives way to its own once it has
+                // one (a reflog's first line).
+                (Some(p), Some(t)) if p.mark & NO_OWN_TIME != 0 => t,
+                (Some(p), _) if p.mark & !NO_OWN_TIME == content => {
+                    own.map_or(p.shown, |t| t.max(p.shown))
+                }
+                (Some(p), Some(t)) if t > p.shown => t,
+                (Some(p), _) => ns(SystemTime::now()).max(p.shown + 1),
+            };
+            (mark, shown)
+        };
+        let stamp = crate::fs::inode::Stamp { mark, shown };
+        if prev != Some(stamp) {
+            self.inodes.times.put(key, stamp);
+        }
+        UNIX_EPOCH + Duration::from_nanos(shown)
+    }
+
+    /// The mark of the content of `path` (of `kind`, time key `key`): from the sizing
+    /// that just rendered it, else from a rendering now. 0 when it cannot be read.
+    fn content_mark(&mut self, path: &[u8], kind: Kind, key: u64) -> u64 {
+        if !matches!(self.last_render, Some((k, _, _)) if k == key)
+            && self.size_of(path, kind).is_err()
+        {
+            self.last_render = None;
+        }
+        self.last_mark(key)
+    }
+
+    /// The mark of the last sizing if it was of `key` (0 otherwise).
+    fn last_mark(&self, key: u64) -> u64 {
+        match self.last_render {
+            Some((k, size, fp)) if k == key => {
+                (fp ^ size.rotate_left(32)).wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1
+            }
+            _ => 0,
+        }
+    }
+
+    /// A file's own time (ns since the epoch), if it has one: for a ref, when it last
+    /// changed — a pending reflog line first, else the time of the transaction that wrote
+    /// its record, known from the lookup that just found it without a further seek
+    /// (`ref_times.rs`; a symref such as `HEAD`, whose record rarely changes while its
+    /// reflog moves, takes its newest reflog entry); for a reflog, its newest entry (one
+    /// seek of the log index). None for anything else, a ref without a reflog, a pending
+    /// value without a line.
+    fn own_time(&mut self, path: &[u8], kind: Kind) -> Option<u64> {
         let name = match kind {
             Kind::Ref => path,
             Kind::Log => path.strip_prefix(b"logs/").unwrap_or(path),
-            _ => return self.changed_at,
+            _ => return None,
         };
         let secs = match self.w.pending_logs.get(name) {
             Some(pl) if !pl.appended.is_empty() => pl.appended.last().map(|(_, l)| l.time),
@@ -456,7 +592,97 @@ impl Inner {
             _ if kind == Kind::Ref => self.src.ref_time(name).ok().flatten(),
             _ => self.src.newest_log(name).ok().flatten().map(|(_, t)| t),
         };
-        secs.map_or(self.changed_at, |s| UNIX_EPOCH + Duration::from_secs(s))
+        secs.map(|s| s.saturating_mul(1_000_000_000))
+    }
+
+    /// A name appeared in or went from directory `dir`: its time moves now. `kernel`:
+    /// the request that did it names `dir` as its parent, and the kernel drops its cached
+    /// attributes of `dir` itself; otherwise the watcher is asked to (a directory above
+    /// that appeared or went with it).
+    pub(crate) fn entries_changed(&mut self, dir: &[u8], kernel: bool) {
+        let key = crate::fs::inode::time_key(dir, Kind::Dir);
+        let prev = self
+            .inodes
+            .times
+            .get(key)
+            .map_or(ns(self.changed_at), |p| p.shown)
+            .max(self.dir_epoch);
+        let shown = ns(SystemTime::now()).max(prev + 1);
+        self.inodes
+            .times
+            .put(key, crate::fs::inode::Stamp { mark: 0, shown });
+        // A directory the times forgot starts from here: never back.
+        self.changed_at = self
+            .changed_at
+            .max(UNIX_EPOCH + Duration::from_nanos(shown));
+        if !kernel {
+            self.queue_dir_attrs(dir);
+        }
+    }
+
+    /// `path` went (an unlink, a rename away): its directory's entries changed, and so did
+    /// those of the directory above each one it emptied (a directory of the view exists
+    /// while something is below it; `refs` and `logs` always do).
+    pub(crate) fn name_went(&mut self, path: &[u8]) {
+        let mut dir = parent_dir(path);
+        self.entries_changed(dir, true);
+        while !dir.is_empty() && top_index(dir).is_none() {
+            if !matches!(self.classify(dir), Ok(None)) {
+                break;
+            }
+            dir = parent_dir(dir);
+            self.entries_changed(dir, false);
+        }
+    }
+
+    /// Every directory's time moves now (names may have appeared anywhere: a
+    /// `packed-refs` that created refs); the watcher drops the kernel's cached
+    /// attributes of those it holds.
+    pub(crate) fn all_entries_changed(&mut self) {
+        let now = ns(SystemTime::now()).max(self.dir_epoch + 1);
+        self.dir_epoch = now;
+        self.changed_at = self.changed_at.max(UNIX_EPOCH + Duration::from_nanos(now));
+        let known: Vec<u64> = self
+            .inodes
+            .known()
+            .filter(|(_, k)| *k == Kind::Dir)
+            .map(|(ino, _)| ino)
+            .collect();
+        for ino in std::iter::once(ROOT).chain(known) {
+            self.queue_attrs(ino);
+        }
+    }
+
+    /// The kernel's cached attributes of directory `dir`, if it holds it, are dropped by
+    /// the watcher.
+    fn queue_dir_attrs(&mut self, dir: &[u8]) {
+        let ino = if dir.is_empty() {
+            Some(ROOT)
+        } else {
+            self.inodes.known_dir(dir).map(|(ino, _)| ino)
+        };
+        if let Some(ino) = ino {
+            self.queue_attrs(ino);
+        }
+    }
+
+    /// The watcher drops the kernel's cached attributes of `ino` (at most 4096 queued).
+    pub(crate) fn queue_attrs(&mut self, ino: u64) {
+        if !self.stale_attrs.contains(&ino) && self.stale_attrs.len() < 4096 {
+            self.stale_attrs.push(ino);
+            self.wake_watcher();
+        }
+    }
+
+    /// Wakes the watcher (see [`Shared::wake_watcher`]).
+    fn wake_watcher(&self) {
+        if self.wake_fd >= 0 {
+            let one: u64 = 1;
+            // SAFETY: writing 8 bytes from a local to our eventfd.
+            unsafe {
+                libc::write(self.wake_fd, (&one as *const u64).cast(), 8);
+            }
+        }
     }
 
     /// Whether the ref at `path` has a reflog entry newer than update index `since`.
@@ -519,8 +745,20 @@ impl Inner {
         let Inner {
             w, src, scratch, ..
         } = self;
-        w.classify(src.as_mut(), scratch, path)
-            .map_err(|r| refuse("lookup", path, r))
+        let kind = w
+            .classify(src.as_mut(), scratch, path)
+            .map_err(|r| refuse("lookup", path, r))?;
+        match top_index(path) {
+            Some(i) if self.gone_tops[i] => {
+                // Removed when empty: shown again (for good) once something is below it.
+                if self.unchecked_listing(path)?.is_empty() {
+                    return Ok(None);
+                }
+                self.gone_tops[i] = false;
+                Ok(kind)
+            }
+            _ => Ok(kind),
+        }
     }
 
     /// Checks that `path` is still what the kernel thinks it is.
@@ -532,22 +770,33 @@ impl Inner {
     }
 
     fn size_of(&mut self, path: &[u8], kind: Kind) -> Result<u64, FsError> {
+        let key = crate::fs::inode::time_key(path, kind);
+        self.last_render = None;
         match kind {
             Kind::Dir => return Ok(4096),
-            // Measured where it is: a scratch file may hold hundreds of MiB.
+            // Measured where it is: a scratch file may hold hundreds of MiB (its mark
+            // takes its size and, beyond 64 KiB, its first and last 4 KiB).
             Kind::Scratch => {
-                return self
-                    .w
-                    .files
-                    .get(path)
-                    .map(|c| c.len() as u64)
-                    .ok_or(FsError::ENOENT)
+                let c = self.w.files.get(path).ok_or(FsError::ENOENT)?;
+                let n = c.len();
+                let fp = if n <= 64 << 10 {
+                    handles::fingerprint(c)
+                } else {
+                    let head = c.get(..4096).unwrap_or_default();
+                    let tail = c.get(n - 4096..).unwrap_or_default();
+                    handles::fingerprint(head) ^ handles::fingerprint(tail).rotate_left(17)
+                };
+                self.last_render = Some((key, n as u64, fp));
+                return Ok(n as u64);
             }
             _ => {}
         }
         let mut buf = std::mem::take(&mut self.buf);
         let r = self.render(path, kind, &mut buf);
         let n = buf.len() as u64;
+        if r.is_ok() {
+            self.last_render = Some((key, n, handles::fingerprint(&buf)));
+        }
         if buf.capacity() > 64 << 10 {
             // A large rendering (packed-refs, a long reflog) is not kept around.
             buf = Vec::new();
@@ -589,6 +838,29 @@ impl Inner {
     /// reseeking, and cached), then the write overlay.
     fn listing(&mut self, path: &[u8]) -> Result<Arc<Listing>, FsError> {
         self.still(path, Kind::Dir)?;
+        let listing = self.unchecked_listing(path)?;
+        if !path.is_empty() || !self.gone_tops.contains(&true) {
+            return Ok(listing);
+        }
+        // The root without what `rmdir` removed (`refs`, `logs` while they are empty).
+        let mut entries = listing.to_entries();
+        let mut shown = Vec::with_capacity(entries.len());
+        for e in entries.drain(..) {
+            if top_index(&e.name).is_some() && self.classify(&e.name)?.is_none() {
+                continue;
+            }
+            shown.push(e);
+        }
+        Ok(Arc::new(Listing::from_entries(&shown)))
+    }
+
+    /// [`Inner::listing`] of a directory known to exist, as the stack and the overlay
+    /// have it (`refs` and `logs` always exist there).
+    fn unchecked_listing(&mut self, path: &[u8]) -> Result<Arc<Listing>, FsError> {
+        #[cfg(test)]
+        {
+            self.listings += 1;
+        }
         let stack = match self.dirs.get(path) {
             Some(e) => e.clone(),
             None => {

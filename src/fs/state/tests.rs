@@ -184,3 +184,160 @@ fn pages_are_kept_only_for_the_content_last_filled() {
     shared.release(new_fh);
     shared.release(old_fh);
 }
+
+/// A view over refs `refs/remotes/origin/b0000…` (each with a reflog) with a long batch
+/// window (nothing is written: the overlay holds every edit).
+fn remotes(n: usize) -> Arc<Shared> {
+    let mut mem = MemSource::new();
+    mem.set("HEAD", RefValue::Symref(b"refs/heads/main".to_vec()));
+    for i in 0..n {
+        let name = format!("refs/remotes/origin/b{i:04}");
+        mem.set(&name, oid(1));
+        mem.add_log(crate::format::LogRecord {
+            refname: name.into_bytes(),
+            update_index: 1,
+            name: b"N".to_vec(),
+            email: b"e".to_vec(),
+            time: 5,
+            ..Default::default()
+        });
+    }
+    Shared::new(
+        Box::new(mem),
+        false,
+        LogSettings::default(),
+        BatchSettings {
+            window: Duration::from_secs(60),
+            max: 100_000,
+        },
+    )
+}
+
+/// The inode of `path` (each component looked up).
+fn walk(shared: &Shared, path: &str) -> u64 {
+    path.split('/').fold(ROOT, |dir, name| {
+        shared.lookup(dir, name.as_bytes()).expect(path).0.ino.0
+    })
+}
+
+/// git's `rmdir` after each deletion (of the ref's directory and of its reflog's) tells
+/// a directory that is not empty without a listing: 200 deletions in a directory of 3,000
+/// make none (each made one of the whole directory).
+#[test]
+fn rmdir_after_a_deletion_makes_no_listing() {
+    let shared = remotes(3000);
+    let remotes_dir = walk(&shared, "refs/remotes");
+    let origin = walk(&shared, "refs/remotes/origin");
+    let logs_remotes = walk(&shared, "logs/refs/remotes");
+    let logs_origin = walk(&shared, "logs/refs/remotes/origin");
+    let before = shared.lock().listings;
+    for i in 0..200 {
+        let name = format!("b{:04}", i * 7);
+        shared
+            .unlink(origin, name.as_bytes(), 1)
+            .expect("unlink ref");
+        shared
+            .unlink(logs_origin, name.as_bytes(), 1)
+            .expect("unlink reflog");
+        for (dir, what) in [(remotes_dir, "refs"), (logs_remotes, "logs")] {
+            match shared.rmdir(dir, b"origin") {
+                Err(e) if e.errno() == libc::ENOTEMPTY => {}
+                other => panic!("rmdir of {what}/…/origin: {other:?}"),
+            }
+        }
+    }
+    assert_eq!(shared.lock().listings, before, "rmdir made listings");
+}
+
+/// `rmdir` as on disk: a directory `mkdir` made is removed when empty (not with a lock
+/// in it); one whose last name went while the kernel held it is gone already, and its
+/// `rmdir` succeeds; `refs` and `logs` are removed when empty, then gone until made
+/// again or until something appears below them.
+#[test]
+fn rmdir_removes_what_is_empty() {
+    let shared = remotes(2);
+    let me = std::process::id();
+    let origin = walk(&shared, "refs/remotes/origin");
+    let made = shared.mkdir(origin, b"new").expect("mkdir").ino.0;
+    let (_, fh) = shared
+        .create(
+            made,
+            b"x.lock",
+            libc::O_CREAT | libc::O_EXCL | libc::O_WRONLY,
+            me,
+        )
+        .expect("lock");
+    shared.release(fh);
+    let errno = |r: Result<(), FsError>| r.err().map(|e| e.errno());
+    assert_eq!(errno(shared.rmdir(origin, b"new")), Some(libc::ENOTEMPTY));
+    shared.unlink(made, b"x.lock", me).expect("unlink lock");
+    assert_eq!(errno(shared.rmdir(origin, b"new")), None);
+    assert!(shared.lookup(origin, b"new").is_err());
+    // Emptied while held: gone, and rmdir says so as a files backend would.
+    assert_eq!(errno(shared.rmdir(ROOT, b"logs")), Some(libc::ENOTEMPTY));
+    let logs_origin = walk(&shared, "logs/refs/remotes/origin");
+    let logs_remotes = walk(&shared, "logs/refs/remotes");
+    let remotes_dir = walk(&shared, "refs/remotes");
+    for b in [&b"b0000"[..], b"b0001"] {
+        shared.unlink(origin, b, me).expect("unlink ref");
+        shared.unlink(logs_origin, b, me).expect("unlink reflog");
+    }
+    assert_eq!(errno(shared.rmdir(logs_remotes, b"origin")), None);
+    assert_eq!(errno(shared.rmdir(remotes_dir, b"origin")), None);
+    // `logs` is empty: removed, not listed, made again; so is `refs`.
+    assert_eq!(errno(shared.rmdir(ROOT, b"logs")), None);
+    assert!(shared.lookup(ROOT, b"logs").is_err());
+    let fh = shared.opendir(ROOT).expect("opendir");
+    let shown = shared.with_handle(fh, |h| match h {
+        Some(Handle::Dir { entries, .. }) => entries.to_entries(),
+        _ => Vec::new(),
+    });
+    assert!(!shown.iter().any(|e| &*e.name == b"logs"), "{shown:?}");
+    assert!(shown.iter().any(|e| &*e.name == b"refs"), "{shown:?}");
+    shared.mkdir(ROOT, b"logs").expect("mkdir logs");
+    assert_eq!(
+        shared.lookup(ROOT, b"logs").expect("logs again").1,
+        Kind::Dir
+    );
+    assert_eq!(errno(shared.rmdir(ROOT, b"refs")), None);
+    assert!(shared.lookup(ROOT, b"refs").is_err());
+}
+
+/// A directory's time moves when a name appears in it or goes from it, and only then:
+/// not when the view changes elsewhere or later (a batch written after the update), not
+/// for the directory above. Never back.
+#[test]
+fn a_directory_time_moves_with_its_entries_only() {
+    let shared = remotes(3);
+    let me = std::process::id();
+    let origin = walk(&shared, "refs/remotes/origin");
+    let remotes_dir = walk(&shared, "refs/remotes");
+    let time = |ino: u64| shared.getattr(ino).expect("getattr").0.ctime;
+    let (o0, r0) = (time(origin), time(remotes_dir));
+    // The view changes later (the batch is written): the times stay.
+    shared.lock().changed_at = SystemTime::now() + Duration::from_secs(3600);
+    assert_eq!((time(origin), time(remotes_dir)), (o0, r0));
+    let (_, fh) = shared
+        .create(
+            origin,
+            b"b0000.lock",
+            libc::O_CREAT | libc::O_EXCL | libc::O_WRONLY,
+            me,
+        )
+        .expect("lock");
+    shared.release(fh);
+    let o1 = time(origin);
+    assert!(o1 > o0, "{o1:?} after {o0:?}");
+    assert_eq!(time(remotes_dir), r0);
+    shared
+        .unlink(origin, b"b0000.lock", me)
+        .expect("unlink lock");
+    let o2 = time(origin);
+    assert!(o2 > o1, "{o2:?} after {o1:?}");
+    assert_eq!(time(remotes_dir), r0);
+    // The last name of a directory goes: the directory goes, the one above changes.
+    for b in [&b"b0000"[..], b"b0001", b"b0002"] {
+        shared.unlink(origin, b, me).expect("unlink ref");
+    }
+    assert!(time(remotes_dir) > r0);
+}
