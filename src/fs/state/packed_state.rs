@@ -34,7 +34,7 @@ impl Shared {
             Ok(c) => c,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Vec::new(),
             Err(e) => {
-                eprintln!(
+                log::warn!(
                     "reftablefs: {}: {e}; every ref shows as the layout puts it",
                     path.display()
                 );
@@ -90,7 +90,7 @@ impl Shared {
         };
         match r {
             Ok(()) => *saved = (revision, Some(Instant::now())),
-            Err(e) => eprintln!("reftablefs: writing {}: {e}", f.path.display()),
+            Err(e) => log::error!("reftablefs: writing {}: {e}", f.path.display()),
         }
     }
 }
