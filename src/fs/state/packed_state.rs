@@ -20,8 +20,9 @@ const SAVE_INTERVAL: Duration = Duration::from_secs(1);
 /// Where the layer is saved and what was saved last.
 pub(crate) struct PackedFile {
     path: PathBuf,
-    /// The layer's revision last saved, and when. Also serializes the writes.
-    saved: Mutex<(u64, Option<Instant>)>,
+    /// The layer's revision last saved, when, and whether the file exists. Also
+    /// serializes the writes.
+    saved: Mutex<(u64, Option<Instant>, bool)>,
 }
 
 impl Shared {
@@ -30,9 +31,13 @@ impl Shared {
     /// mounting.
     pub fn keep_packed_state_in(&self, gitdir: &Path) {
         let path = gitdir.join(STATE_FILE);
+        let mut on_disk = true;
         let content = match std::fs::read(&path) {
             Ok(c) => c,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Vec::new(),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                on_disk = false;
+                Vec::new()
+            }
             Err(e) => {
                 log::warn!(
                     "reftablefs: {}: {e}; every ref shows as the layout puts it",
@@ -52,7 +57,7 @@ impl Shared {
         if !self.read_only() {
             let _ = self.packed_file.set(PackedFile {
                 path,
-                saved: Mutex::new((revision, None)),
+                saved: Mutex::new((revision, None, on_disk)),
             });
         }
     }
@@ -80,16 +85,18 @@ impl Shared {
             }
             (g.w.packed.revision(), default)
         };
-        let r = if default {
-            match std::fs::remove_file(&f.path) {
+        // Nothing to keep and no file: no call at all (every ref write changes the
+        // revision; the layout's default needs no file).
+        let r = match (default, saved.2) {
+            (true, false) => Ok(()),
+            (true, true) => match std::fs::remove_file(&f.path) {
                 Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
                 r => r,
-            }
-        } else {
-            write_replace(&f.path, &out)
+            },
+            (false, _) => write_replace(&f.path, &out),
         };
         match r {
-            Ok(()) => *saved = (revision, Some(Instant::now())),
+            Ok(()) => *saved = (revision, Some(Instant::now()), !default),
             Err(e) => log::error!("reftablefs: writing {}: {e}", f.path.display()),
         }
     }
