@@ -12,9 +12,13 @@
 //! identities, messages), status, bisect log, `worktree list`.
 //!
 //! `worktree_added_while_mounted`: a worktree that git 2.47 adds on the real directory
-//! while mounted is served at once and takes a commit through the mount; creating a
-//! worktree through the mount (git 2.39's `worktree add`) is refused and leaves nothing
-//! behind; the worktree's `reftable/` is neither visible nor creatable.
+//! while mounted is served at once and takes a commit through the mount; one git 2.39 adds
+//! through the mount gets its own stack and is served too; the worktree's `reftable/` is
+//! neither visible nor creatable.
+//!
+//! `worktree_commands_equal_git247` (issue 25.4): git 2.39's `worktree add`, `lock`,
+//! `unlock`, `move`, `remove` and `prune` through `mount --over` leave GITDIR as git 2.47
+//! doing the same on a reftable copy.
 
 use std::collections::BTreeMap;
 use std::fs;
@@ -317,8 +321,8 @@ fn compare_session(ctx: &Ctx, prog: &str) -> TestResult {
     Ok(())
 }
 
-/// A worktree git 2.47 adds while mounted is served at once; creating one through the
-/// mount is refused cleanly; `worktrees/<id>/reftable` stays out of reach.
+/// A worktree git 2.47 adds while mounted is served at once, and so is one git 2.39 adds
+/// through the mount; `worktrees/<id>/reftable` stays out of reach.
 pub fn worktree_added_while_mounted(ctx: &Ctx) -> TestResult {
     let r = Side::new(ctx, "r", "reftable")?;
     let mnt = ctx.path("mnt");
@@ -394,36 +398,46 @@ pub fn worktree_added_while_mounted(ctx: &Ctx) -> TestResult {
         &["commit", "-q", "-m", "in wt2"],
     )?;
 
-    // Created through the mount by git 2.39: refused, nothing left behind.
+    // Created through the mount by git 2.39: the worktree gets its own stack, as git
+    // 2.47 makes it, and is served at once.
     fs::write(r.work.join(".git"), format!("gitdir: {}\n", mnt.display()))?;
     let wt3 = ctx.path("r-wts/wt3");
-    let out = cmd(
+    let added = run(
         &r.home,
         &r.work,
         T0 + 50,
         GIT239,
         &["worktree", "add", "-q", "-b", "wt3", &wt3.to_string_lossy()],
-    )
-    .output()?;
+    );
     fs::write(
         r.work.join(".git"),
         format!("gitdir: {}\n", r.git.display()),
     )?;
+    added.map_err(|e| format!("git 2.39 worktree add through the mount: {e}"))?;
+    let head = fs::read_to_string(mnt.join("worktrees/wt3/HEAD"))?;
     ensure!(
-        !out.status.success(),
-        "git 2.39 worktree add through the mount succeeded"
+        head == "ref: refs/heads/wt3\n",
+        "worktrees/wt3/HEAD through the mount: {head:?}"
     );
-    let log = m.log();
     m.unmount()?;
     ensure!(
-        log.contains("creating a linked worktree through the mount is not supported"),
-        "the refusal is not logged:\n{log}"
+        r.git.join("worktrees/wt3/reftable/tables.list").is_file(),
+        "the worktree added through the mount has no stack of its own"
     );
-    ensure!(
-        !r.git.join("worktrees/wt3").exists(),
-        "the refused worktree left {} behind",
-        r.git.join("worktrees/wt3").display()
-    );
+    // Its `.git` file names the mountpoint (where git 2.39 made it): the real one now.
+    fs::write(
+        wt3.join(".git"),
+        format!("gitdir: {}\n", r.git.join("worktrees/wt3").display()),
+    )?;
+    let branch = run(
+        &r.home,
+        &wt3,
+        T0,
+        "git",
+        &["rev-parse", "--symbolic-full-name", "HEAD"],
+    )?;
+    ensure!(branch == "refs/heads/wt3\n", "wt3's HEAD: {branch:?}");
+    run(&r.home, &wt3, T0, "git", &["status"])?;
 
     // git 2.47 on the real repository: wt2's commit, its reflog, both worktrees.
     fs::write(
@@ -463,7 +477,7 @@ pub fn worktree_added_while_mounted(ctx: &Ctx) -> TestResult {
         &["worktree", "list", "--porcelain"],
     )?;
     ensure!(
-        list.contains("branch refs/heads/wt2") && !list.contains("wt3"),
+        list.contains("branch refs/heads/wt2") && list.contains("branch refs/heads/wt3"),
         "git worktree list: {list}"
     );
     run(&r.home, &wt2, T0, "git", &["status"])?;
@@ -564,3 +578,316 @@ pub fn linked_worktree_over_dotgit(ctx: &Ctx) -> TestResult {
     Ok(())
 }
 mount_test!(linked_worktree_over_dotgit, timeout = 180);
+
+/// One repository of [`worktree_commands_equal_git247`]: a reftable repository `r` made by
+/// git 2.47 with fixed dates (one commit on `main`, `user.*` set), in its own directory,
+/// so both sides' worktrees have the same names (`<top>/wt-…`) and ids.
+struct WtRepo {
+    home: PathBuf,
+    top: PathBuf,
+    work: PathBuf,
+}
+
+impl WtRepo {
+    fn new(ctx: &Ctx, side: &str) -> TestResult<WtRepo> {
+        let r = WtRepo {
+            home: ctx.path("home"),
+            top: ctx.path(side),
+            work: ctx.path(&format!("{side}/r")),
+        };
+        fs::create_dir_all(&r.home)?;
+        fs::create_dir_all(&r.top)?;
+        run(
+            &r.home,
+            &r.top,
+            T0,
+            "git",
+            &["init", "-q", "-b", "main", "--ref-format=reftable", "r"],
+        )?;
+        fs::write(r.work.join("f0"), "base\n")?;
+        run(&r.home, &r.work, T0, "git", &["add", "f0"])?;
+        run(&r.home, &r.work, T0, "git", &["commit", "-q", "-m", "init"])?;
+        Ok(r)
+    }
+
+    /// The worktree commands of the comparison, by `prog` in the main work tree (and in
+    /// the worktree `wt-b` for its commit and per-worktree refs); each has its own date.
+    fn add_and_use(&self, prog: &str) -> TestResult {
+        let mut t = T0 + 100;
+        let mut git = |dir: &Path, args: &[&str]| -> TestResult {
+            t += 10;
+            run(&self.home, dir, t, prog, args).map(|_| ())
+        };
+        let w = &self.work;
+        git(w, &["worktree", "add", "-q", "-b", "wtb", "../wt-b"])?;
+        git(w, &["worktree", "add", "-q", "--detach", "../wt-d"])?;
+        git(
+            w,
+            &[
+                "worktree", "add", "-q", "--lock", "--reason", "why", "../wt-l", "main",
+            ],
+        )
+        .or_else(|_| {
+            // "main" is checked out in the main worktree: git refuses; `-f` is what the
+            // suite's tests use.
+            run(
+                &self.home,
+                w,
+                T0 + 135,
+                prog,
+                &[
+                    "worktree", "add", "-q", "-f", "--lock", "--reason", "why", "../wt-l", "main",
+                ],
+            )
+            .map(|_| ())
+        })?;
+        git(w, &["worktree", "lock", "--reason", "busy", "../wt-b"])?;
+        git(w, &["worktree", "unlock", "../wt-b"])?;
+        git(w, &["worktree", "lock", "../wt-d"])?;
+        git(w, &["worktree", "unlock", "../wt-d"])?;
+        git(w, &["worktree", "move", "../wt-d", "../wt-d2"])?;
+        let b = self.top.join("wt-b");
+        fs::write(b.join("b"), "b\n")?;
+        git(&b, &["add", "b"])?;
+        git(&b, &["commit", "-q", "-m", "in wt-b"])?;
+        git(&b, &["update-ref", "refs/worktree/mark", "HEAD~1"])?;
+        git(&b, &["bisect", "start"])?;
+        git(&b, &["bisect", "bad"])?;
+        git(&b, &["bisect", "good", "main"])?;
+        Ok(())
+    }
+
+    /// Removes what [`Self::add_and_use`] made: `remove --force` of the worktree under
+    /// bisect, `prune` of one whose directory is gone, `remove` of the locked one.
+    fn remove(&self, prog: &str) -> TestResult {
+        let w = &self.work;
+        run(
+            &self.home,
+            w,
+            T0 + 500,
+            prog,
+            &["worktree", "remove", "--force", "../wt-b"],
+        )?;
+        fs::remove_dir_all(self.top.join("wt-d2"))?;
+        run(&self.home, w, T0 + 510, prog, &["worktree", "prune"])?;
+        run(
+            &self.home,
+            w,
+            T0 + 520,
+            prog,
+            &["worktree", "unlock", "../wt-l"],
+        )?;
+        run(
+            &self.home,
+            w,
+            T0 + 530,
+            prog,
+            &["worktree", "remove", "../wt-l"],
+        )?;
+        Ok(())
+    }
+
+    /// What is on disk under `.git/worktrees` and what git 2.47 says about every worktree
+    /// (paths spelled `TOP`; table files named `TABLE`, their number left out: batching and
+    /// auto-compaction differ, the refs and reflogs in them are compared through git).
+    fn snapshot(&self) -> TestResult<BTreeMap<String, String>> {
+        let mut s = BTreeMap::new();
+        let top = self.top.to_string_lossy().into_owned();
+        let norm = |t: String| t.replace(&top, "TOP");
+        let wts = self.work.join(".git/worktrees");
+        let mut disk = Vec::new();
+        if wts.exists() {
+            let mut stack = vec![wts.clone()];
+            while let Some(d) = stack.pop() {
+                for e in fs::read_dir(&d)? {
+                    let e = e?;
+                    let p = e.path();
+                    let rel = p.strip_prefix(&wts)?.to_string_lossy().into_owned();
+                    let m = fs::symlink_metadata(&p)?;
+                    let mode = std::os::unix::fs::PermissionsExt::mode(&m.permissions()) & 0o7777;
+                    if m.is_dir() {
+                        disk.push(format!("{rel}/ {mode:o}"));
+                        stack.push(p);
+                    } else if rel.contains("/reftable/") && rel.ends_with(".ref") {
+                        let d = rel.rsplit_once('/').map_or("", |x| x.0);
+                        disk.push(format!("{d}/TABLE {mode:o}"));
+                    } else if rel.ends_with("/index") || rel.ends_with("tables.list") {
+                        disk.push(format!("{rel} {mode:o}"));
+                    } else {
+                        let text = norm(fs::read_to_string(&p)?);
+                        disk.push(format!("{rel} {mode:o}: {text:?}"));
+                    }
+                }
+            }
+        }
+        disk.sort();
+        disk.dedup();
+        s.insert("disk".into(), disk.join("\n"));
+        let git = |dir: &Path, args: &[&str]| -> TestResult<String> {
+            Ok(norm(outcome(&self.home, dir, "git", args)?))
+        };
+        s.insert(
+            "worktree list".into(),
+            git(&self.work, &["worktree", "list", "--porcelain"])?,
+        );
+        let mut dirs = vec![("main".to_string(), self.work.clone())];
+        for name in ["wt-b", "wt-d2", "wt-l"] {
+            let d = self.top.join(name);
+            if d.exists() {
+                dirs.push((name.to_string(), d));
+            }
+        }
+        for (label, dir) in dirs {
+            s.insert(
+                format!("{label}: refs"),
+                git(
+                    &dir,
+                    &[
+                        "for-each-ref",
+                        "--include-root-refs",
+                        "--format=%(refname) %(objectname) %(symref)",
+                    ],
+                )?,
+            );
+            s.insert(
+                format!("{label}: HEAD"),
+                git(&dir, &["rev-parse", "HEAD", "--symbolic-full-name", "HEAD"])?,
+            );
+            s.insert(
+                format!("{label}: status"),
+                git(&dir, &["status", "--porcelain=v2", "--branch"])?,
+            );
+            let list = git(&dir, &["reflog", "list"])?;
+            let mut names: Vec<&str> = list.lines().collect();
+            names.sort_unstable();
+            s.insert(format!("{label}: reflog list"), names.join("\n"));
+            for name in names {
+                s.insert(
+                    format!("{label}: reflog {name}"),
+                    git(
+                        &dir,
+                        &[
+                            "reflog",
+                            "show",
+                            "--format=%H %H%x09%gn <%ge>%x09%gs",
+                            name,
+                            "--",
+                        ],
+                    )?,
+                );
+            }
+        }
+        Ok(s)
+    }
+}
+
+/// The differences between two snapshots, or an empty string.
+fn differences(a: &BTreeMap<String, String>, b: &BTreeMap<String, String>) -> String {
+    let mut msg = String::new();
+    for key in a.keys().chain(b.keys()) {
+        let (x, y) = (a.get(key), b.get(key));
+        if x != y && !msg.contains(&format!("--- {key}\n")) {
+            msg.push_str(&format!(
+                "--- {key}\ngit 2.47 on the stack:\n{}\ngit 2.39 through the mount:\n{}\n",
+                x.map_or("(missing)", String::as_str),
+                y.map_or("(missing)", String::as_str)
+            ));
+        }
+    }
+    msg
+}
+
+/// Issue 25.4: `git worktree add -b`/`add --detach`/`add --lock --reason`/`lock`/
+/// `unlock`/`move`/`remove`/`prune` by git 2.39 through `mount --over`, and work in the
+/// new worktree (a commit, `refs/worktree/…`, a bisect), leave GITDIR as git 2.47 doing
+/// the same on a reftable copy: the same files under `worktrees/` (a stack of its own per
+/// worktree, the `HEAD` and `refs/heads` stubs, `gitdir`, `commondir`, `locked`, with the
+/// same modes) and the same refs, HEADs, reflogs, statuses and `worktree list` as git 2.47
+/// reads them; after `remove` and `prune` nothing is left of them, as with git 2.47. While
+/// mounted, the mount serves each new worktree as a linked-worktree view.
+pub fn worktree_commands_equal_git247(ctx: &Ctx) -> TestResult {
+    let direct = WtRepo::new(ctx, "d")?;
+    let mounted = WtRepo::new(ctx, "m")?;
+    direct
+        .add_and_use("git")
+        .map_err(|e| format!("git 2.47 on the stack: {e}"))?;
+    let m = Mount::start_over(&mounted.work)?;
+    let through = (|| -> TestResult {
+        mounted.add_and_use(GIT239)?;
+        // Served as a linked worktree's view: HEAD from its stack, not the stub.
+        let head = fs::read_to_string(m.path("worktrees/wt-b/HEAD"))?;
+        ensure!(
+            head == "ref: refs/heads/wtb\n",
+            "worktrees/wt-b/HEAD through the mount: {head:?}"
+        );
+        let names: Vec<String> = fs::read_dir(m.path("worktrees/wt-b"))?
+            .map(|e| e.map(|e| e.file_name().to_string_lossy().into_owned()))
+            .collect::<Result<_, _>>()?;
+        ensure!(
+            !names.iter().any(|n| n == "reftable" || n == "packed-refs"),
+            "worktrees/wt-b lists the stack or packed-refs: {names:?}"
+        );
+        // The directory of a live worktree is not empty: rmdir fails as on disk, and its
+        // stack stays (compared below).
+        expect_errno(
+            fs::remove_dir(m.path("worktrees/wt-b")),
+            &[libc::ENOTEMPTY],
+            "rmdir worktrees/wt-b",
+        )?;
+        Ok(())
+    })();
+    let unmounted = m.unmount();
+    through.map_err(|e| format!("git 2.39 through the mount: {e}"))?;
+    unmounted?;
+    let a = direct.snapshot()?;
+    let b = mounted.snapshot()?;
+    let msg = differences(&a, &b);
+    ensure!(
+        msg.is_empty(),
+        "after add, lock, unlock, move and a session in a worktree:\n{msg}"
+    );
+    // What the comparison covers is really there.
+    let disk = b.get("disk").cloned().unwrap_or_default();
+    for want in [
+        "wt-b/reftable/TABLE",
+        "wt-b/HEAD 644: \"ref: refs/heads/.invalid\\n\"",
+        "wt-l/locked 644: \"why\\n\"",
+        "wt-d/gitdir 644: \"TOP/wt-d2/.git\\n\"",
+    ] {
+        ensure!(disk.contains(want), "{want:?} not on disk:\n{disk}");
+    }
+    let refs = b.get("wt-b: refs").cloned().unwrap_or_default();
+    for want in ["refs/bisect/bad ", "refs/worktree/mark ", "HEAD "] {
+        ensure!(
+            refs.lines().any(|l| l.starts_with(want)),
+            "{want:?} missing from wt-b's refs:\n{refs}"
+        );
+    }
+
+    direct
+        .remove("git")
+        .map_err(|e| format!("git 2.47 on the stack: {e}"))?;
+    let m = Mount::start_over(&mounted.work)?;
+    let through = mounted.remove(GIT239);
+    let unmounted = m.unmount();
+    through.map_err(|e| format!("git 2.39 through the mount: {e}"))?;
+    unmounted?;
+    let a = direct.snapshot()?;
+    let b = mounted.snapshot()?;
+    let msg = differences(&a, &b);
+    ensure!(msg.is_empty(), "after remove and prune:\n{msg}");
+    ensure!(
+        !mounted.work.join(".git/worktrees").exists(),
+        "worktrees/ left behind: {}",
+        b.get("disk").cloned().unwrap_or_default()
+    );
+    run(
+        &mounted.home,
+        &mounted.work,
+        T0,
+        "git",
+        &["fsck", "--no-progress"],
+    )?;
+    Ok(())
+}
+mount_test!(worktree_commands_equal_git247, timeout = 300);

@@ -46,6 +46,8 @@ pub fn new_view(
 #[derive(Default)]
 pub struct Threads {
     threads: Vec<JoinHandle<()>>,
+    /// The batcher, the only thread that writes the stack.
+    batcher: Option<JoinHandle<()>>,
 }
 
 /// Starts the view's watcher of `reftable_dir` (when the session's notifier is known;
@@ -62,10 +64,11 @@ pub fn start(
     if let Some(n) = notifier {
         threads.push(watch::spawn_mapped(shared.clone(), reftable_dir, n, map)?);
     }
-    if let Some(w) = writer {
-        threads.push(batch::spawn(shared.clone(), w)?);
-    }
-    Ok(Threads { threads })
+    let batcher = match writer {
+        Some(w) => Some(batch::spawn(shared.clone(), w)?),
+        None => None,
+    };
+    Ok(Threads { threads, batcher })
 }
 
 impl Threads {
@@ -74,9 +77,19 @@ impl Threads {
     pub fn stop(self, shared: &Shared) -> Result<(), FsError> {
         let flushed = shared.flush_all();
         shared.shutdown();
-        for t in self.threads {
+        for t in self.threads.into_iter().chain(self.batcher) {
             let _ = t.join();
         }
         flushed
+    }
+
+    /// The view was shut down ([`Shared::shutdown`]): waits until its batcher has ended
+    /// (after its last compaction), so that nothing writes the stack any more. The other
+    /// threads end on their own (a watcher may be waiting for the kernel, which may be
+    /// waiting for the request that calls this).
+    pub fn join_writer(&mut self) {
+        if let Some(t) = self.batcher.take() {
+            let _ = t.join();
+        }
     }
 }

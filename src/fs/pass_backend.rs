@@ -69,7 +69,8 @@ impl PassView {
         };
         let entries = view.entries(dfh);
         view.releasedir(ino, dfh);
-        if let Some(e) = entries {
+        if let Some(mut e) = entries {
+            e.retain(|d| !crate::fs::worktree::is_common_only(&d.name));
             self.pass.extend_dir(fh, &e);
         }
     }
@@ -178,7 +179,14 @@ impl Backend for PassView {
         self.pass.mkdir(parent, name, mode, umask).map(entry)
     }
 
+    /// `worktrees/<id>`: the worktree's stack goes first when its view holds nothing
+    /// (`Worktrees::remove`), so that the directory is as empty as a files backend's.
     fn rmdir(&self, _req: Req, parent: u64, name: &[u8]) -> Result<(), FsError> {
+        if let Some(w) = self.wts.as_deref() {
+            if self.pass.is_worktrees_dir(parent) {
+                w.remove(name)?;
+            }
+        }
         self.pass.rmdir(parent, name)
     }
 

@@ -89,7 +89,7 @@ impl Router {
     }
 
     /// The tree of `parent/name`. `create`: the request writes the name (a linked
-    /// worktree whose stack does not exist yet is then refused, `Worktrees::serve`).
+    /// worktree whose stack does not exist yet then gets one, `Worktrees::serve`).
     pub fn child(&self, parent: u64, name: &[u8], create: bool) -> Result<Target, FsError> {
         if status::is_status_name(parent, name) {
             return Ok(Target::Status(StatusNode {
@@ -99,9 +99,11 @@ impl Router {
         let ref_name = passthrough::is_ref_name_at_root(name);
         if let Some(p) = &self.pass {
             if ino::is_pass(parent) {
-                // Ref names in a linked worktree's directory belong to its ref view.
-                if let (true, Some(w), Some(id)) =
-                    (ref_name, self.wts.as_deref(), p.worktree_of(parent))
+                // Ref names in a linked worktree's directory belong to its ref view
+                // (`packed-refs` is the common directory's only: a files backend has none
+                // in a worktree's directory).
+                let own = ref_name && !crate::fs::worktree::is_common_only(name);
+                if let (true, Some(w), Some(id)) = (own, self.wts.as_deref(), p.worktree_of(parent))
                 {
                     let wt = w.serve(&id, parent, create)?;
                     return Ok(Target::View(RefView::worktree(wt)));

@@ -12,10 +12,21 @@
 //! passed-through directory `worktrees/<id>` itself. [`Map`] translates both ways.
 //!
 //! A worktree is served once its stack exists (`tables.list`), so one that git 2.47 adds
-//! while mounted is served from its first request. Creating a worktree through the mount
-//! (a files-backend `git worktree add` writes `worktrees/<id>/HEAD` holding the null id as a
-//! placeholder) is refused with EPERM and a log line before anything is created: git's
-//! cleanup then leaves nothing that git 2.47 could not open.
+//! while mounted is served from its first request.
+//!
+//! Worktrees are also created and removed through the mount (issue 25.4), with the
+//! result git 2.47 gives on the reftable repository. A files-backend `git worktree add`
+//! makes `worktrees/<id>/` and writes `locked`, `gitdir` and `commondir` (passed through),
+//! then `HEAD` holding the null id as a placeholder: that first write of a ref name makes
+//! the worktree's stack as git 2.47 does (`Worktrees::make_stack`: `reftable/`, the
+//! `HEAD` and `refs/heads` stubs), the placeholder is kept in the view's memory only
+//! (`state/linked.rs`), and the `symbolic-ref`/`update-ref` of HEAD and the `reset` that
+//! git then runs in the new worktree write its stack. `git worktree remove` and `prune`
+//! (`rm -rf worktrees/<id>`) delete the view's refs and reflogs one by one, HEAD included;
+//! the final `rmdir` removes the stack and the stubs when the view holds nothing
+//! ([`Worktrees::remove`]). `lock`, `unlock`, `move` and `repair` only write `locked` and
+//! `gitdir`, which are passed through. A worktree's `gitdir` names a directory outside
+//! GITDIR: the mount never follows it.
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -107,6 +118,17 @@ pub fn is_per_worktree_ref(name: &[u8]) -> bool {
         .any(|p| name.starts_with(p))
 }
 
+/// Whether `name`, at the top of a linked worktree's directory, is the common directory's
+/// only (`packed-refs` and its `.lock` and `.new`): not one of the worktree's view, which
+/// a files backend's worktree directory does not have (git reads and writes
+/// `packed-refs` in the common directory only).
+pub fn is_common_only(name: &[u8]) -> bool {
+    matches!(
+        name,
+        b"packed-refs" | b"packed-refs.lock" | b"packed-refs.new"
+    )
+}
+
 /// Whether `path` (relative to a worktree's directory) may be created in its ref view:
 /// a top-level name, `refs`, a per-worktree ref or directory on the way to one, and the
 /// same below `logs/` (`logs/HEAD`, `logs/refs/bisect/…`).
@@ -150,6 +172,67 @@ impl StackDir {
 /// Whether `id` can name a worktree directory (one path component).
 fn valid_id(id: &[u8]) -> bool {
     crate::fs::view::is_component(id) && id != b"." && id != b".."
+}
+
+/// git 2.47's `HEAD` stub in a reftable git directory (`reftable_be_create_on_disk`).
+const HEAD_STUB: &[u8] = b"ref: refs/heads/.invalid\n";
+/// git 2.47's `refs/heads` stub file.
+const REFS_STUB: &[u8] = b"this repository uses the reftable format\n";
+
+/// `worktrees/<id>` (`rel` empty) or `worktrees/<id>/<rel>`, relative to the git directory.
+fn worktree_path(id: &[u8], rel: &[u8]) -> Vec<u8> {
+    let mut p = b"worktrees/".to_vec();
+    p.extend_from_slice(id);
+    if !rel.is_empty() {
+        p.push(b'/');
+        p.extend_from_slice(rel);
+    }
+    p
+}
+
+/// A directory beneath the git directory, reached with no symbolic link followed: its
+/// descriptor and the path that names it while the descriptor is open
+/// (`/proc/self/fd/N`); a name joined to that path is looked up in that very directory.
+struct Beneath {
+    _fd: std::os::fd::OwnedFd,
+    path: PathBuf,
+}
+
+impl Beneath {
+    fn open(pass: &crate::fs::passthrough::Passthrough, rel: &[u8]) -> Result<Beneath, FsError> {
+        use std::os::fd::AsRawFd;
+        let fd = pass.dir_beneath(rel)?;
+        let path = PathBuf::from(format!("/proc/self/fd/{}", fd.as_raw_fd()));
+        Ok(Beneath { _fd: fd, path })
+    }
+}
+
+/// Unlinks `path` (never following a link: unlink does not); gone already is fine.
+fn remove_if_present(path: &Path) -> Result<(), FsError> {
+    match std::fs::remove_file(path) {
+        Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(e.into()),
+        _ => Ok(()),
+    }
+}
+
+/// Whether the stack in `dir` (of a worktree the mount does not serve) holds no ref and
+/// no reflog.
+fn stack_is_empty(
+    repo: &crate::repo::Repo,
+    dir: &Path,
+    opts: &MountOptions,
+) -> Result<bool, FsError> {
+    let ro = MountOptions {
+        read_only: true,
+        ..opts.clone()
+    };
+    let mut o = stack_source::open_dir(repo, dir, &ro)?;
+    let mut rec = crate::format::RefRecord::default();
+    if o.reader.first_ref_at_or_after(b"", &mut rec)? {
+        return Ok(false);
+    }
+    let mut name = Vec::new();
+    Ok(!o.reader.first_log_at_or_after(b"", &mut name)?)
 }
 
 impl Worktrees {
@@ -223,26 +306,21 @@ impl Worktrees {
                 }
             }
         }
-        let Some(stack) = stack.filter(|s| s.path.join("tables.list").is_file()) else {
-            if create {
-                // A files-backend git creating a worktree (`git worktree add` writes
-                // `worktrees/<id>/HEAD` as a plain file holding the null id, which no
-                // stack can take): refused before anything is created, so git's own
-                // cleanup leaves nothing behind.
-                let mut path = b"worktrees/".to_vec();
-                path.extend_from_slice(id);
-                let why = "creating a linked worktree through the mount is not supported \
-                           (its HEAD would need a stack of its own): run `git worktree add` \
-                           with git >= 2.45 on the real git directory, then use the worktree \
-                           through the mount";
-                return Err(crate::fs::record::refuse_for(
-                    "create",
-                    &path,
-                    libc::EPERM,
-                    why,
-                ));
+        let (stack, real) = match stack.filter(|s| s.path.join("tables.list").is_file()) {
+            Some(s) => (s, real),
+            None if create => {
+                // A files-backend git creating the worktree (`git worktree add` writes
+                // `worktrees/<id>/HEAD` once `gitdir` and `locked` are there): its stack is
+                // made first, as git 2.47 makes it, under this lock (one maker per id).
+                if self.opts.read_only {
+                    return Err(FsError::EROFS);
+                }
+                self.make_stack(id)?;
+                let s = StackDir::open(&self.pass, id).ok_or(FsError::EIO)?;
+                let real = identity(&s.path);
+                (s, real)
             }
-            return Err(FsError::ENOENT);
+            None => return Err(FsError::ENOENT),
         };
         if g.slots.len() >= SLOTS_MAX {
             log_error(
@@ -257,6 +335,159 @@ impl Worktrees {
         g.by_id.insert(id.to_vec(), k);
         g.slots.push(w.clone());
         Ok(w)
+    }
+
+    /// Makes worktree `id`'s stack as git 2.47's `git worktree add` does before the first
+    /// update of its HEAD (`reftable_be_create_on_disk`): `reftable/` (empty: the first
+    /// commit writes `tables.list`), the `HEAD` stub and `refs/heads` stub that older gits
+    /// read, each only where it is missing. Modes follow `worktrees/<id>` itself, which the
+    /// creating git made with its umask and `core.sharedRepository`. Everything is reached
+    /// beneath the git directory with no symbolic link followed (`dir_beneath`, and
+    /// `O_EXCL` for new files).
+    fn make_stack(&self, id: &[u8]) -> Result<(), FsError> {
+        use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt, PermissionsExt};
+        let top = worktree_path(id, b"");
+        let base = Beneath::open(&self.pass, &top)?;
+        let dmode = std::fs::metadata(&base.path)?.permissions().mode() & 0o7777;
+        let fmode = dmode & 0o666;
+        let mkdir = |rel: &[u8], name: &str| -> Result<(), FsError> {
+            match std::fs::DirBuilder::new()
+                .mode(dmode)
+                .create(base.path.join(name))
+            {
+                Ok(()) => {
+                    // The exact mode (ours, not the daemon's umask), on the directory made.
+                    let d = Beneath::open(&self.pass, &worktree_path(id, rel))?;
+                    std::fs::set_permissions(&d.path, std::fs::Permissions::from_mode(dmode))?;
+                    Ok(())
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => Ok(()),
+                Err(e) => Err(e.into()),
+            }
+        };
+        let stub = |dir: &Path, name: &str, text: &[u8]| -> Result<(), FsError> {
+            let f = std::fs::OpenOptions::new()
+                .write(true)
+                .create_new(true)
+                .mode(fmode)
+                .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+                .open(dir.join(name));
+            match f {
+                Ok(mut f) => {
+                    use std::io::Write;
+                    f.set_permissions(std::fs::Permissions::from_mode(fmode))?;
+                    f.write_all(text)?;
+                    Ok(())
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => Ok(()),
+                Err(e) => Err(e.into()),
+            }
+        };
+        mkdir(b"reftable", "reftable")?;
+        stub(&base.path, "HEAD", HEAD_STUB)?;
+        mkdir(b"refs", "refs")?;
+        let refs = Beneath::open(&self.pass, &worktree_path(id, b"refs"))?;
+        stub(&refs.path, "heads", REFS_STUB)?;
+        eprintln!(
+            "reftablefs: worktree {} created through the mount: made its stack as git 2.47 does",
+            String::from_utf8_lossy(id)
+        );
+        Ok(())
+    }
+
+    /// Before `rmdir worktrees/<id>` (the end of git's `rm -rf` of a worktree in
+    /// `git worktree remove` and `prune`): when the directory holds only what git 2.47
+    /// keeps there for the worktree's stack — `reftable/`, the `HEAD` stub, `refs/` with
+    /// the `refs/heads` stub — and the worktree's view holds nothing (every ref, HEAD
+    /// included, and every reflog deleted through it, nothing pending: a directory of a
+    /// files backend is empty then), the view is retired and those are removed, so the
+    /// rmdir that follows succeeds as on an empty directory. Anything else in the
+    /// directory is left as it is (the rmdir then fails `ENOTEMPTY`, as on disk); a view
+    /// that still holds something gives `ENOTEMPTY` at once.
+    pub fn remove(&self, id: &[u8]) -> Result<(), FsError> {
+        if !valid_id(id) {
+            return Ok(());
+        }
+        let Ok(base) = Beneath::open(&self.pass, &worktree_path(id, b"")) else {
+            return Ok(());
+        };
+        let stub_ok = |dir: &Path, name: &str, text: &[u8]| -> bool {
+            use std::io::Read;
+            use std::os::unix::fs::OpenOptionsExt;
+            let mut content = Vec::new();
+            std::fs::OpenOptions::new()
+                .read(true)
+                .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+                .open(dir.join(name))
+                .and_then(|f| f.take(4096).read_to_end(&mut content))
+                .is_ok()
+                && content == text
+        };
+        let mut has_stack = false;
+        let mut has_refs = false;
+        for e in std::fs::read_dir(&base.path)? {
+            let e = e?;
+            let is_dir = e.file_type()?.is_dir();
+            match e.file_name().as_encoded_bytes() {
+                b"reftable" if is_dir => has_stack = true,
+                b"HEAD" if stub_ok(&base.path, "HEAD", HEAD_STUB) => {}
+                b"refs" if is_dir => has_refs = true,
+                _ => return Ok(()),
+            }
+        }
+        let refs = if has_refs {
+            let r = Beneath::open(&self.pass, &worktree_path(id, b"refs"))?;
+            for e in std::fs::read_dir(&r.path)? {
+                if e?.file_name() != "heads" || !stub_ok(&r.path, "heads", REFS_STUB) {
+                    return Ok(());
+                }
+            }
+            Some(r)
+        } else {
+            None
+        };
+        let mut g = self.lock();
+        let stack = if has_stack {
+            let s = Beneath::open(&self.pass, &worktree_path(id, b"reftable"))?;
+            let served = g.by_id.get(id).and_then(|&k| g.slots.get(k)).cloned();
+            let empty = match &served {
+                Some(w) => w.shared.holds_nothing()?,
+                None => stack_is_empty(&self.repo, &s.path, &self.opts)?,
+            };
+            if !empty {
+                return Err(FsError::ENOTEMPTY);
+            }
+            if let Some(w) = served {
+                // Retired: its threads see `stopping` and end (joined at unmount); its
+                // slot is never reused, so numbers the kernel still holds stay its own.
+                g.by_id.remove(id);
+                w.shared.shutdown();
+                w.threads
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .join_writer();
+                eprintln!(
+                    "reftablefs: worktree {} removed through the mount: its stack goes too",
+                    String::from_utf8_lossy(id)
+                );
+            }
+            Some(s)
+        } else {
+            None
+        };
+        if let Some(s) = stack {
+            for e in std::fs::read_dir(&s.path)? {
+                let name = e?.file_name();
+                std::fs::remove_file(s.path.join(&name))?;
+            }
+            std::fs::remove_dir(base.path.join("reftable"))?;
+        }
+        if let Some(r) = refs {
+            remove_if_present(&r.path.join("heads"))?;
+            std::fs::remove_dir(base.path.join("refs"))?;
+        }
+        remove_if_present(&base.path.join("HEAD"))?;
+        Ok(())
     }
 
     /// Opens the worktree's stack and starts its batcher and watcher.
@@ -284,6 +515,7 @@ impl Worktrees {
             &self.opts,
             Some(self.modes.clone()),
         );
+        shared.set_linked_worktree();
         let dir = Arc::new(AtomicU64::new(dir));
         let d = dir.clone();
         let map = move |ino: u64| Map::worktree(slot, d.load(Ordering::SeqCst)).out(ino);

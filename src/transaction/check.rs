@@ -71,35 +71,66 @@ impl Transaction<'_> {
     }
 }
 
+/// What [`check_available`] keeps between calls: the seek key it builds, and the longest
+/// directory it found to be no ref of the stack (the stack does not change while a
+/// transaction is planned, so every directory above it is no ref either, and the next
+/// name under the same directories needs no seek for them: `refs`, `refs/heads`, ...).
+#[derive(Default)]
+pub(super) struct DfScratch {
+    key: Vec<u8>,
+    free_dir: Vec<u8>,
+}
+
+impl DfScratch {
+    /// Whether `dir` is known to be no ref of the stack: `free_dir` or a directory above it.
+    fn known_free(&self, dir: &[u8]) -> bool {
+        self.free_dir.starts_with(dir)
+            && (self.free_dir.len() == dir.len() || self.free_dir.get(dir.len()) == Some(&b'/'))
+    }
+}
+
 /// D/F check of `name` (which does not exist) against the stack and the batch.
-/// `scratch` is reused for the `name/` seek key.
 pub(super) fn check_available(
     stack: &mut Stack,
     name: &[u8],
     affected: &BTreeSet<Vec<u8>>,
-    scratch: &mut Vec<u8>,
+    scratch: &mut DfScratch,
 ) -> Result<()> {
-    let lossy_name = lossy(name).into_owned();
+    let lossy_name = || lossy(name).into_owned();
     stack.with_cached_iter(|it| {
-        // Ancestors: every proper prefix directory, read through the reseeked iterator.
+        // Ancestors: every proper prefix directory, read through the reseeked iterator
+        // unless an earlier name's check showed it is no ref.
+        let mut free_to = 0;
         for (pos, _) in name.iter().enumerate().filter(|(_, &b)| b == b'/') {
             let dir = &name[..pos];
-            it.seek(dir)?;
-            if let Some(r) = it.next()? {
-                if r.name == dir && !r.is_deletion() {
-                    return Err(tx_err(format!(
-                        "'{}' exists; cannot create '{lossy_name}'",
-                        lossy(dir)
-                    )));
+            if scratch.known_free(dir) {
+                free_to = pos;
+            } else {
+                it.seek(dir)?;
+                if let Some(r) = it.next()? {
+                    if r.name == dir && !r.is_deletion() {
+                        return Err(tx_err(format!(
+                            "'{}' exists; cannot create '{}'",
+                            lossy(dir),
+                            lossy_name()
+                        )));
+                    }
                 }
+                free_to = pos;
             }
             if affected.contains(dir) {
                 return Err(tx_err(format!(
-                    "cannot process '{lossy_name}' and '{}' at the same time",
+                    "cannot process '{}' and '{}' at the same time",
+                    lossy_name(),
                     lossy(dir)
                 )));
             }
         }
+        if free_to > 0 && !scratch.known_free(&name[..free_to]) {
+            scratch.free_dir.clear();
+            scratch.free_dir.extend_from_slice(&name[..free_to]);
+        }
+        let scratch = &mut scratch.key;
         // Descendants: the same iterator reseeked to `name/`.
         scratch.clear();
         scratch.extend_from_slice(name);
@@ -113,8 +144,9 @@ pub(super) fn check_available(
                 continue;
             }
             return Err(tx_err(format!(
-                "'{}' exists; cannot create '{lossy_name}'",
-                lossy(&r.name)
+                "'{}' exists; cannot create '{}'",
+                lossy(&r.name),
+                lossy_name()
             )));
         }
         let from: &[u8] = scratch;
@@ -123,7 +155,8 @@ pub(super) fn check_available(
         if let Some(d) = later.next() {
             if d.starts_with(scratch) {
                 return Err(tx_err(format!(
-                    "cannot process '{lossy_name}' and '{}' at the same time",
+                    "cannot process '{}' and '{}' at the same time",
+                    lossy_name(),
                     lossy(d)
                 )));
             }

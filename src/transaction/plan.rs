@@ -7,7 +7,7 @@
 use std::collections::BTreeSet;
 
 use super::batch::Transaction;
-use super::check::{check_available, check_old_value};
+use super::check::{check_available, check_old_value, DfScratch};
 use super::commit::{Committed, PreparedTransaction};
 use super::edit::{Expected, NewValue, RefEdit};
 use super::reflog::sort_logs;
@@ -41,13 +41,17 @@ impl Transaction<'_> {
         let null = self.stack.options().hash.null_id();
 
         let updates = self.plan_updates(null)?;
-        let (mut logs, new_ids) = self.plan_logs(&updates, ui, null)?;
+        // The updates in name order (stable: equal names keep their order). The generated
+        // logs follow it, so sorting the logs finds them in one run.
+        let mut by_name: Vec<usize> = (0..updates.len()).collect();
+        by_name.sort_by(|&a, &b| updates[a].name.cmp(&updates[b].name));
+        let (mut logs, new_ids) = self.plan_logs(&updates, &by_name, ui, null)?;
 
         // Write: refs sorted by name, then logs by (name, update index desc).
-        let mut order: Vec<usize> = (0..updates.len())
+        let order: Vec<usize> = by_name
+            .into_iter()
             .filter(|&i| updates[i].queued && !updates[i].log_only)
             .collect();
-        order.sort_by(|&a, &b| updates[a].name.cmp(&updates[b].name));
         let (keep, max_ui) = sort_logs(&updates, ui, &mut logs);
 
         Ok(PreparedTransaction {
@@ -80,7 +84,7 @@ impl Transaction<'_> {
             Some(RefValue::Symref(t)) => Some(t),
             _ => None,
         };
-        let mut scratch = Vec::new();
+        let mut scratch = DfScratch::default();
         let mut i = 0;
         while i < updates.len() {
             let edit = &self.edits[updates[i].edit];
@@ -133,7 +137,7 @@ fn prepare_update(
     updates: &mut Vec<Upd>,
     i: usize,
     affected: &mut BTreeSet<Vec<u8>>,
-    scratch: &mut Vec<u8>,
+    scratch: &mut DfScratch,
     null: ObjectId,
 ) -> Result<()> {
     let name = updates[i].name.clone();

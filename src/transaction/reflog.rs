@@ -197,11 +197,12 @@ fn subsequence(old: &[LogRecord], new: &[LogRecord]) -> Option<Vec<usize>> {
 
 impl Transaction<'_> {
     /// The log records of the new table, unsorted: those of the log-only edits, then
-    /// the generated ones for `updates`; and the new id each update logs (null when it
-    /// logs none).
+    /// the generated ones for `updates`, taken in the order of `by_name` (the update
+    /// indices sorted by name); and the new id each update logs (null when it logs none).
     pub(super) fn plan_logs(
         &mut self,
         updates: &[Upd],
+        by_name: &[usize],
         ui: u64,
         null: ObjectId,
     ) -> Result<(Vec<LogSrc>, Vec<ObjectId>)> {
@@ -226,7 +227,8 @@ impl Transaction<'_> {
         // the ref logs, with the old id it resolved to and the new id (a symref's target
         // resolved before this transaction; no entry when the target does not resolve).
         let mut new_ids: Vec<ObjectId> = vec![null; updates.len()];
-        for (idx, u) in updates.iter().enumerate() {
+        for &idx in by_name {
+            let Some(u) = updates.get(idx) else { continue };
             if !u.queued {
                 continue;
             }

@@ -463,6 +463,16 @@ fn transaction_errors_match_git() {
         tx.commit().unwrap_err().to_string(),
         "'refs/heads/main' exists; cannot create 'refs/heads'"
     );
+    // The D/F check remembers directories found free of refs for the next name: one
+    // beside it in another directory is still checked against the stack.
+    let mut tx = st.transaction();
+    tx.edit(RefEdit::create("refs/heads/d/e/one", c[1]));
+    tx.edit(RefEdit::create("refs/heads/d/two", c[1]));
+    tx.edit(RefEdit::create("refs/heads/main/three", c[1]));
+    assert_eq!(
+        tx.commit().unwrap_err().to_string(),
+        "'refs/heads/main' exists; cannot create 'refs/heads/main/three'"
+    );
     let mut tx = st.transaction();
     tx.edit(RefEdit::update("refs/x/a", c[1]));
     tx.edit(RefEdit::update("refs/x/a/b", c[1]));

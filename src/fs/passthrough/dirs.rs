@@ -297,6 +297,14 @@ impl Passthrough {
         }
     }
 
+    /// Whether `ino` is `worktrees`, where the linked worktrees' directories are.
+    pub fn is_worktrees_dir(&self, ino: u64) -> bool {
+        self.lock()
+            .nodes
+            .get(&ino)
+            .is_some_and(|n| n.parent == ROOT && *n.name == *b"worktrees" && n.fmt == libc::S_IFDIR)
+    }
+
     /// The id of the linked worktree whose directory (`worktrees/<id>`) is `ino`.
     pub fn worktree_of(&self, ino: u64) -> Option<Vec<u8>> {
         self.lock().worktree_of(ino).map(<[u8]>::to_vec)

@@ -269,7 +269,6 @@ impl Shared {
             path,
             target,
             data: buf,
-            dirty,
             ..
         }) = g.handles.get_mut(&fh)
         else {
@@ -302,7 +301,7 @@ impl Shared {
                 });
                 r.ok_or(FsError::ENOENT)??;
             }
-            Target::Ref { .. } => {
+            Target::Ref { name, .. } => {
                 let before = buf.capacity();
                 let mut next = buf.clone();
                 splice(
@@ -314,16 +313,26 @@ impl Shared {
                     total - before,
                 )
                 .map_err(|e| too_big("write", path, e, REF_FILE_MAX))?;
-                check_ref_prefix(path, &next, g.w.hash).map_err(|why| {
-                    refuse(
-                        "write",
-                        path,
-                        Refusal {
-                            errno: libc::EINVAL,
-                            reason: why,
-                        },
-                    )
-                })?;
+                if let Err(why) = check_ref_prefix(path, &next, g.w.hash) {
+                    // A linked worktree's placeholder HEAD is no ref value (`linked.rs`).
+                    let (path, name) = (path.clone(), name.clone());
+                    if !g.is_placeholder_head(&name, &next) {
+                        return Err(refuse(
+                            "write",
+                            &path,
+                            Refusal {
+                                errno: libc::EINVAL,
+                                reason: why,
+                            },
+                        ));
+                    }
+                }
+                let Some(Handle::Write {
+                    data: buf, dirty, ..
+                }) = g.handles.get_mut(&fh)
+                else {
+                    return Err(FsError::EBADF);
+                };
                 *buf = next;
                 *dirty = true;
                 g.handle_bytes = g.handle_bytes - before + buf.capacity();
@@ -484,7 +493,7 @@ impl Shared {
         g.fresh()?;
         let path = g.child_path(parent, name)?;
         let kind = g.classify(&path)?.ok_or(FsError::ENOENT)?;
-        if path == b"HEAD" && kind == Kind::Ref {
+        if path == b"HEAD" && kind == Kind::Ref && !g.is_linked_worktree() {
             return Err(refuse(
                 "unlink",
                 &path,
@@ -714,8 +723,21 @@ impl Inner {
             }
             return Ok(());
         }
-        let (path, name, data, placeholder) =
-            (path.clone(), name.clone(), data.clone(), *placeholder);
+        let (path, name, data) = (path.clone(), name.clone(), data.clone());
+        if self.is_placeholder_head(&name, &data) {
+            // Kept as written, in memory only (`linked.rs`).
+            self.w.files.insert(path, data);
+            if let Some(Handle::Write {
+                target: Target::Ref { placeholder, .. },
+                dirty,
+                ..
+            }) = self.handles.get_mut(&fh)
+            {
+                *placeholder = false;
+                *dirty = false;
+            }
+            return Ok(());
+        }
         self.promise("write", &path, reserve::edit_bytes(name.len(), data.len()))?;
         if let Some(Handle::Write { dirty, .. }) = self.handles.get_mut(&fh) {
             *dirty = false;
@@ -724,12 +746,12 @@ impl Inner {
         let staged = w
             .parse_ref_content(&data)
             .and_then(|v| {
-                if placeholder {
-                    w.files.remove(&path);
-                }
+                // The file at the ref's path until now (the empty one of a ref created in
+                // place, a worktree's placeholder HEAD) is replaced by the ref.
+                let shadow = w.files.remove(&path);
                 let r = w.commit_ref(src.as_mut(), who, &name, v);
-                if r.is_err() && placeholder {
-                    w.files.insert(path.clone(), Vec::new());
+                if let (Err(_), Some(s)) = (&r, shadow) {
+                    w.files.insert(path.clone(), s);
                 }
                 r
             })
@@ -787,6 +809,9 @@ impl Inner {
                         w.check_lock_base(src, from)?;
                     }
                     w.commit_ref(src, who, n, v)?;
+                    // A file at the ref's path (a linked worktree's placeholder HEAD) is
+                    // replaced, as a rename replaces it on disk.
+                    w.files.remove(to);
                 } else if to_kind.is_none_or(is_scratch_kind) {
                     w.files.insert(to.to_vec(), content);
                 } else {

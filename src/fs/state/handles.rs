@@ -289,6 +289,12 @@ impl Inner {
     ) -> Result<u64, FsError> {
         let trunc = flags & libc::O_TRUNC != 0;
         let target = match kind {
+            // A file at a ref's own path (one being created in place, a linked worktree's
+            // placeholder HEAD): what is written becomes the ref.
+            Kind::Scratch if crate::fs::protocol::valid_ref_name(path) => Target::Ref {
+                name: path.to_vec(),
+                placeholder: false,
+            },
             Kind::Scratch => {
                 if trunc {
                     self.w.files.update(path, Vec::clear);

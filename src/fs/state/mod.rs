@@ -32,6 +32,7 @@ use crate::fs::view::{self, Kind, Listing, Scratch};
 mod calls;
 mod handles;
 mod invalidate;
+mod linked;
 #[cfg(test)]
 mod tests;
 
@@ -81,6 +82,10 @@ pub struct Inner {
     /// Ref file inodes whose cached attributes (mtime) went stale with their content
     /// unchanged: the watcher sends an attributes-only `inval_inode` for them.
     stale_attrs: Vec<u64>,
+    /// A linked worktree's view (`linked.rs`): its HEAD may hold git's null-id placeholder
+    /// while the worktree is being created, and may be deleted, as may its empty `refs`
+    /// and `logs`, while it is being removed.
+    linked_worktree: bool,
     /// `refs` and `logs` (in that order) were removed by `rmdir` when empty: they do not
     /// show until `mkdir` makes them again or something appears below them (they always
     /// exist otherwise).
@@ -190,6 +195,7 @@ impl Shared {
                 broken: None,
                 stale_names: Vec::new(),
                 stale_attrs: Vec::new(),
+                linked_worktree: false,
                 gone_tops: [false; 2],
                 last_render: None,
                 dir_epoch: 0,
