@@ -11,6 +11,8 @@
 //!    on copies of one files-backend repository whose refs are all in `packed-refs`,
 //!    without reflogs (git 2.47 refuses reflogs).
 //!
+//! `CLI_BENCH_ONLY=create` runs row 1 alone (the write path, issue 26.4).
+//!
 //! Each figure is the best of `BENCH_ROUNDS` (default 3; 1 for the migrate row) wall-clock
 //! runs of the whole process, output to /dev/null. Prints a markdown table.
 
@@ -169,6 +171,11 @@ fn main() {
         git: theirs,
     });
 
+    if std::env::var_os("CLI_BENCH_ONLY").is_some_and(|v| v == "create") {
+        print_rows(&rows);
+        return;
+    }
+
     // 2. resolve random branch names in one process (on git's repository b).
     // The same names on every run.
     let mut rng = rng::Rng::new(0x9E37_79B9_7F4A_7C15);
@@ -311,9 +318,14 @@ fn main() {
         git: theirs,
     });
 
+    print_rows(&rows);
+}
+
+/// The markdown table of the rows measured.
+fn print_rows(rows: &[Row]) {
     println!("\n| work | reftablefs ms | git ms | ours/git |");
     println!("|---|---:|---:|---:|");
-    for row in &rows {
+    for row in rows {
         println!(
             "| {} | {} | {} | {:.3} |",
             row.work,

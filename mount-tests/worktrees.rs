@@ -589,7 +589,7 @@ struct WtRepo {
 }
 
 impl WtRepo {
-    fn new(ctx: &Ctx, side: &str) -> TestResult<WtRepo> {
+    fn new(ctx: &Ctx, side: &str, shared: Option<&str>) -> TestResult<WtRepo> {
         let r = WtRepo {
             home: ctx.path("home"),
             top: ctx.path(side),
@@ -604,6 +604,15 @@ impl WtRepo {
             "git",
             &["init", "-q", "-b", "main", "--ref-format=reftable", "r"],
         )?;
+        if let Some(mode) = shared {
+            run(
+                &r.home,
+                &r.work,
+                T0,
+                "git",
+                &["config", "core.sharedRepository", mode],
+            )?;
+        }
         fs::write(r.work.join("f0"), "base\n")?;
         run(&r.home, &r.work, T0, "git", &["add", "f0"])?;
         run(&r.home, &r.work, T0, "git", &["commit", "-q", "-m", "init"])?;
@@ -806,8 +815,21 @@ fn differences(a: &BTreeMap<String, String>, b: &BTreeMap<String, String>) -> St
 /// reads them; after `remove` and `prune` nothing is left of them, as with git 2.47. While
 /// mounted, the mount serves each new worktree as a linked-worktree view.
 pub fn worktree_commands_equal_git247(ctx: &Ctx) -> TestResult {
-    let direct = WtRepo::new(ctx, "d")?;
-    let mounted = WtRepo::new(ctx, "m")?;
+    compare_worktree_commands(ctx, None)
+}
+mount_test!(worktree_commands_equal_git247, timeout = 300);
+
+/// [`worktree_commands_equal_git247`] with `core.sharedRepository = group`: the stack's
+/// directories, stubs and tables get git 2.47's shared modes (group-writable, setgid
+/// directories).
+pub fn worktree_commands_equal_git247_shared(ctx: &Ctx) -> TestResult {
+    compare_worktree_commands(ctx, Some("group"))
+}
+mount_test!(worktree_commands_equal_git247_shared, timeout = 300);
+
+fn compare_worktree_commands(ctx: &Ctx, shared: Option<&str>) -> TestResult {
+    let direct = WtRepo::new(ctx, "d", shared)?;
+    let mounted = WtRepo::new(ctx, "m", shared)?;
     direct
         .add_and_use("git")
         .map_err(|e| format!("git 2.47 on the stack: {e}"))?;
@@ -850,11 +872,20 @@ pub fn worktree_commands_equal_git247(ctx: &Ctx) -> TestResult {
     let disk = b.get("disk").cloned().unwrap_or_default();
     for want in [
         "wt-b/reftable/TABLE",
-        "wt-b/HEAD 644: \"ref: refs/heads/.invalid\\n\"",
-        "wt-l/locked 644: \"why\\n\"",
-        "wt-d/gitdir 644: \"TOP/wt-d2/.git\\n\"",
+        "wt-b/HEAD ",
+        "\"ref: refs/heads/.invalid\\n\"",
+        "wt-l/locked ",
+        "\"why\\n\"",
+        "wt-d/gitdir ",
+        "\"TOP/wt-d2/.git\\n\"",
     ] {
         ensure!(disk.contains(want), "{want:?} not on disk:\n{disk}");
+    }
+    if shared.is_some() {
+        ensure!(
+            disk.contains("wt-b/HEAD 66") && disk.contains("wt-b/reftable/ 27"),
+            "no shared modes on disk:\n{disk}"
+        );
     }
     let refs = b.get("wt-b: refs").cloned().unwrap_or_default();
     for want in ["refs/bisect/bad ", "refs/worktree/mark ", "HEAD "] {
@@ -890,4 +921,3 @@ pub fn worktree_commands_equal_git247(ctx: &Ctx) -> TestResult {
     )?;
     Ok(())
 }
-mount_test!(worktree_commands_equal_git247, timeout = 300);

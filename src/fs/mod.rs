@@ -19,10 +19,10 @@
 //! | [`queue`] | the batch queue (its own lock): sealed batches, written, failed, waiters |
 //! | [`protocol`] | the files-backend protocol, pure: the overlay, commit points staged as edits |
 //! | [`passthrough`] | everything else of the git directory, resolved beneath it |
-//! | `state` | one ref view: its caches behind one mutex (`mod.rs`), open files (`handles.rs`), what each call means (`calls.rs`), what went stale (`invalidate.rs`) |
+//! | `state` | one ref view: its caches behind one mutex (`mod.rs`), open files (`handles.rs`), what each call means (`calls.rs`), what went stale (`invalidate.rs`), what a linked worktree's view also allows (`linked.rs`) |
 //! | `batch`, `watch`, [`stack_source`] | the batcher thread; inotify → reload → invalidation; the real stack |
 //! | [`lifecycle`] | a ref view made, started and stopped the same way (main and worktrees) |
-//! | [`worktree`] | linked worktrees' ref views |
+//! | [`worktree`] | linked worktrees' ref views; their stacks made and removed for a files-backend `git worktree add/remove/prune` |
 //! | [`ref_backend`], [`pass_backend`], [`status`] | the trees as backends: a ref view, the passthrough, the status node |
 //! | [`router`] | each request to its tree, once; the root both share |
 //! | `fuse` | `impl Filesystem`: translation between the kernel's requests and the backends |
@@ -67,7 +67,14 @@
 //! * `crate::fs::attr::GitDirModes::seen` — GITDIR's mode and owner as last read (re-read at
 //!   most once a second): a leaf lock, taken under the state lock to make attributes.
 //!
-//! Order: worktrees → state; state → queue; state → own tables; never queue → state.
+//! * `passthrough::Passthrough`'s config lock (`passthrough/config.rs`: the open
+//!   `config` contents) and its `inner` (nodes and handles): the config lock is held
+//!   across a store of GITDIR's config (temporary file, fsync, rename, directory fsync),
+//!   which only requests on `config` wait for; `inner` is taken under it for moments,
+//!   never the reverse. Neither is taken with a ref view's locks.
+//!
+//! Order: worktrees → state; state → queue; state → own tables; never queue → state;
+//! config → passthrough inner.
 
 pub mod attr;
 pub mod backend;

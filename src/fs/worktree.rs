@@ -340,16 +340,27 @@ impl Worktrees {
     /// Makes worktree `id`'s stack as git 2.47's `git worktree add` does before the first
     /// update of its HEAD (`reftable_be_create_on_disk`): `reftable/` (empty: the first
     /// commit writes `tables.list`), the `HEAD` stub and `refs/heads` stub that older gits
-    /// read, each only where it is missing. Modes follow `worktrees/<id>` itself, which the
-    /// creating git made with its umask and `core.sharedRepository`. Everything is reached
+    /// read, each only where it is missing, with git 2.47's modes (the creating git's
+    /// umask, read off `worktrees/<id>` itself, and `core.sharedRepository`). Everything is reached
     /// beneath the git directory with no symbolic link followed (`dir_beneath`, and
     /// `O_EXCL` for new files).
     fn make_stack(&self, id: &[u8]) -> Result<(), FsError> {
         use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt, PermissionsExt};
         let top = worktree_path(id, b"");
         let base = Beneath::open(&self.pass, &top)?;
-        let dmode = std::fs::metadata(&base.path)?.permissions().mode() & 0o7777;
-        let fmode = dmode & 0o666;
+        // git 2.47: `0777`/`0666` less the creating git's umask — which the mode of
+        // `worktrees/<id>` shows, as git 2.39 made it with a plain mkdir — then
+        // `adjust_shared_perm` (`core.sharedRepository`; directories get setgid).
+        let umasked = std::fs::metadata(&base.path)?.permissions().mode() & 0o777;
+        let shared = self.repo.settings.shared;
+        let (dmode, fmode) = if shared == crate::lockfile::SharedRepository::Umask {
+            (umasked, umasked & 0o666)
+        } else {
+            (
+                shared.calc_perm(umasked) | libc::S_ISGID,
+                shared.calc_perm(umasked & 0o666),
+            )
+        };
         let mkdir = |rel: &[u8], name: &str| -> Result<(), FsError> {
             match std::fs::DirBuilder::new()
                 .mode(dmode)

@@ -12,9 +12,9 @@
 //!   never in the stack; the first commit of HEAD (a lock renamed onto it, an in-place
 //!   write) replaces it, as a rename replaces a file.
 //! * Removed (`git worktree remove`/`prune`: `rm -rf worktrees/<id>`): HEAD may be
-//!   unlinked (a deletion in the worktree's stack, as of any ref), and the empty `refs`
-//!   and `logs` directories removed (the view always has them, so they stay listed). The
-//!   worktree's directory and its stack are removed by `Worktrees::remove` once the view
+//!   unlinked (a deletion in the worktree's stack, as of any ref); the empty `refs` and
+//!   `logs` are removed as in every view (`calls.rs`, `rmdir`). The worktree's directory
+//!   and its stack are removed by `Worktrees::remove` once the view
 //!   [holds nothing](Shared::holds_nothing).
 
 use crate::format::{HashKind, RefRecord};
@@ -42,9 +42,9 @@ impl Inner {
         matches!(w.effective(src.as_mut(), name), Ok(None))
     }
 
-    /// Whether HEAD may be deleted, and `refs` and `logs` removed when empty: only while
-    /// a linked worktree is removed (`rm -rf worktrees/<id>`); the main view's HEAD is
-    /// never deleted (git would no longer see a repository).
+    /// Whether HEAD may be deleted: only in a linked worktree's view, which git removes
+    /// whole (`rm -rf worktrees/<id>`); the main view's HEAD is never deleted (git would
+    /// no longer see a repository).
     pub(super) fn is_linked_worktree(&self) -> bool {
         self.linked_worktree
     }

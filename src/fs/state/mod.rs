@@ -83,8 +83,7 @@ pub struct Inner {
     /// unchanged: the watcher sends an attributes-only `inval_inode` for them.
     stale_attrs: Vec<u64>,
     /// A linked worktree's view (`linked.rs`): its HEAD may hold git's null-id placeholder
-    /// while the worktree is being created, and may be deleted, as may its empty `refs`
-    /// and `logs`, while it is being removed.
+    /// while the worktree is being created, and may be deleted while it is being removed.
     linked_worktree: bool,
     /// `refs` and `logs` (in that order) were removed by `rmdir` when empty: they do not
     /// show until `mkdir` makes them again or something appears below them (they always
