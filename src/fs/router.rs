@@ -172,13 +172,25 @@ impl Backend for RootView {
         self.view.lookup(req, parent, name)
     }
 
+    /// The ref view's root, whose time moves when a ref name appears or goes there, and
+    /// no older than the real git directory's, whose time moves when a passed-through
+    /// name does (`index.lock`, `COMMIT_EDITMSG`): the root's entries are both trees'.
     fn getattr(
         &self,
         req: Req,
         ino: u64,
         fh: Option<u64>,
     ) -> Result<(FileAttr, Duration), FsError> {
-        self.view.getattr(req, ino, fh)
+        let (mut a, ttl) = self.view.getattr(req, ino, fh)?;
+        if let Some(real) = self
+            .pass
+            .as_deref()
+            .and_then(|p| p.getattr(ROOT, None).ok())
+        {
+            a.mtime = a.mtime.max(real.mtime);
+            a.ctime = a.ctime.max(real.ctime);
+        }
+        Ok((a, ttl))
     }
 
     fn setattr(

@@ -641,15 +641,19 @@ impl Inner {
         let now = ns(SystemTime::now()).max(self.dir_epoch + 1);
         self.dir_epoch = now;
         self.changed_at = self.changed_at.max(UNIX_EPOCH + Duration::from_nanos(now));
-        let known: Vec<u64> = self
+        // At most 4096 queued (the rest see their new time within the attribute TTL),
+        // without a search per directory.
+        let room = 4096usize.saturating_sub(self.stale_attrs.len());
+        let known = self
             .inodes
             .known()
             .filter(|(_, k)| *k == Kind::Dir)
-            .map(|(ino, _)| ino)
-            .collect();
-        for ino in std::iter::once(ROOT).chain(known) {
-            self.queue_attrs(ino);
-        }
+            .map(|(ino, _)| ino);
+        let dirs: Vec<u64> = std::iter::once(ROOT).chain(known).take(room).collect();
+        self.stale_attrs.extend(dirs);
+        self.stale_attrs.sort_unstable();
+        self.stale_attrs.dedup();
+        self.wake_watcher();
     }
 
     /// The kernel's cached attributes of directory `dir`, if it holds it, are dropped by
