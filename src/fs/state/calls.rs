@@ -161,7 +161,11 @@ impl Shared {
         // `refs/` only a valid ref name or its lock can ever be a file.
         if let view::Area::Refs(n) = view::area(&path) {
             let base = n.strip_suffix(b".lock").unwrap_or(n);
-            if n.starts_with(b"refs/") && !crate::fs::protocol::valid_ref_name(base) {
+            // Kept as a broken ref where the view keeps them (`broken.rs`).
+            if n.starts_with(b"refs/")
+                && !crate::fs::protocol::valid_ref_name(base)
+                && !g.broken_accepts(n, 0)
+            {
                 return Err(refuse(
                     "create",
                     &path,
@@ -285,6 +289,11 @@ impl Shared {
             Target::Scratch => {
                 let hash = g.w.hash;
                 let limit = scratch_limit(path);
+                // Content that can be no ref value is kept as a broken ref (`broken.rs`).
+                let name = path.strip_suffix(b".lock").unwrap_or(path);
+                let lenient = g.broken_refs.enabled()
+                    && crate::fs::broken::is_candidate(name)
+                    && g.broken_refs.has_room(name, offset as usize + data.len());
                 let r = g.w.files.update(path, |content| {
                     let old_len = content.len();
                     let others = total - content.capacity();
@@ -292,6 +301,7 @@ impl Shared {
                         .map_err(|e| too_big("write", path, e, limit))
                         .and_then(|()| {
                             check_ref_prefix(path, content, hash)
+                                .or_else(|why| if lenient { Ok(()) } else { Err(why) })
                                 .map_err(|why| refuse_for("write", path, libc::EINVAL, why))
                         });
                     if r.is_err() {
@@ -314,9 +324,11 @@ impl Shared {
                 )
                 .map_err(|e| too_big("write", path, e, REF_FILE_MAX))?;
                 if let Err(why) = check_ref_prefix(path, &next, g.w.hash) {
-                    // A linked worktree's placeholder HEAD is no ref value (`linked.rs`).
+                    // A linked worktree's placeholder HEAD is no ref value (`linked.rs`);
+                    // other content that is none is kept as a broken ref (`broken.rs`).
                     let (path, name) = (path.clone(), name.clone());
-                    if !g.is_placeholder_head(&name, &next) {
+                    if !g.is_placeholder_head(&name, &next) && !g.broken_accepts(&name, next.len())
+                    {
                         return Err(refuse(
                             "write",
                             &path,
@@ -353,7 +365,19 @@ impl Shared {
             return Err(FsError::EIO);
         }
         g.close_log(fh, actor)?;
-        g.commit_direct(fh, &Caller::new(actor, vec![fh]))
+        g.commit_direct(fh, &Caller::new(actor, vec![fh]))?;
+        // A broken ref written in place is kept at its close (`broken.rs`).
+        if let Some(Handle::Write {
+            path,
+            target: Target::Scratch,
+            ..
+        }) = g.handles.get(&fh)
+        {
+            let path = path.clone();
+            g.broken_sync(&path)
+                .map_err(|r| refuse("close", &path, r))?;
+        }
+        Ok(())
     }
 
     /// `fsync` of a file: commits a ref written in place, then waits until everything
@@ -531,6 +555,11 @@ impl Shared {
             }
         };
         r.map_err(|r| refuse("unlink", &path, r))?;
+        if kind == Kind::Scratch {
+            // A broken ref removed (`broken.rs`).
+            g.broken_sync(&path)
+                .map_err(|r| refuse("unlink", &path, r))?;
+        }
         g.name_went(&path);
         g.after_staging();
         Ok(())
@@ -546,7 +575,8 @@ impl Shared {
         if g.classify(&path)?.is_some() {
             return Err(FsError::EEXIST);
         }
-        if path.starts_with(b"refs/") {
+        // Where broken refs are kept (`broken.rs`), a directory of bad names may hold them.
+        if path.starts_with(b"refs/") && !g.broken_refs.enabled() {
             crate::refname::check_refname_format(
                 &path,
                 crate::refname::RefnameFlags {
@@ -679,6 +709,10 @@ impl Shared {
         if let Err(e) = r {
             return Err(refuse("rename", &from, e));
         }
+        // Broken refs follow the files moved (`broken.rs`).
+        for p in [&from, &to] {
+            g.broken_sync(p).map_err(|r| refuse("rename", p, r))?;
+        }
         // The kernel moved its dentry (and inode) to the new name: follow it.
         let new_kind = g.classify(&to).ok().flatten().unwrap_or(kind);
         g.inodes
@@ -698,6 +732,33 @@ impl Shared {
 impl Inner {
     /// Commits a ref written in place (on flush or fsync), if its handle is dirty.
     pub(super) fn commit_direct(&mut self, fh: u64, who: &Caller) -> Result<(), FsError> {
+        let Some(Handle::Write {
+            path,
+            target: Target::Ref { name, placeholder },
+            dirty,
+            ..
+        }) = self.handles.get_mut(&fh)
+        else {
+            return Ok(());
+        };
+        if !*dirty && *placeholder {
+            let (p, n) = (path.clone(), name.clone());
+            if self.broken_wants(&n, b"") {
+                // Kept as an empty broken ref (`broken.rs`).
+                let (path, name) = (p, n);
+                self.broken_keep(who, &name, Vec::new())
+                    .map_err(|r| refuse("close", &path, r))?;
+                if let Some(Handle::Write {
+                    target: Target::Ref { placeholder, .. },
+                    ..
+                }) = self.handles.get_mut(&fh)
+                {
+                    *placeholder = false;
+                }
+                self.after_staging();
+                return Ok(());
+            }
+        }
         let Some(Handle::Write {
             path,
             target: Target::Ref { name, placeholder },
@@ -742,6 +803,13 @@ impl Inner {
         if let Some(Handle::Write { dirty, .. }) = self.handles.get_mut(&fh) {
             *dirty = false;
         }
+        if self.broken_wants(&name, &data) {
+            // No ref value: kept as a broken ref (`broken.rs`).
+            self.broken_keep(who, &name, data)
+                .map_err(|r| refuse("write", &path, r))?;
+            self.after_staging();
+            return Ok(());
+        }
         let Inner { w, src, .. } = self;
         let staged = w
             .parse_ref_content(&data)
@@ -765,6 +833,9 @@ impl Inner {
                 *placeholder = false;
             }
             self.after_staging();
+            // A broken ref of this name is replaced by the ref (`broken.rs`).
+            self.broken_sync(&path)
+                .map_err(|r| refuse("write", &path, r))?;
         }
         staged
     }
@@ -777,6 +848,16 @@ impl Inner {
         to: &[u8],
         to_kind: Option<Kind>,
     ) -> Result<(), Refusal> {
+        // A name or content reftable cannot hold is kept as a broken ref (`broken.rs`).
+        if let (Kind::Scratch, Some(content)) = (kind, self.w.files.get(from)) {
+            if to_kind != Some(Kind::Dir) && self.broken_wants(to, content) {
+                let content = content.clone();
+                self.broken_keep(who, to, content)?;
+                self.w.files.remove(from);
+                self.w.locks.remove(from);
+                return Ok(());
+            }
+        }
         let Inner { w, src, .. } = self;
         let src = src.as_mut();
         let to_log = match view::area(to) {

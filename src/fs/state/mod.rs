@@ -98,6 +98,8 @@ pub struct Inner {
     dir_epoch: u64,
     /// The watcher's wake-up descriptor (`Shared::wake_fd`; `-1` if none).
     wake_fd: libc::c_int,
+    /// Broken refs kept beside the stack (`fs/broken.rs`; disabled in linked views).
+    pub(crate) broken_refs: crate::fs::broken::BrokenRefs,
     /// Listings made (each a pass over the overlay at least), for tests.
     #[cfg(test)]
     pub(crate) listings: u64,
@@ -198,6 +200,7 @@ impl Shared {
                 gone_tops: [false; 2],
                 last_render: None,
                 dir_epoch: 0,
+                broken_refs: Default::default(),
                 wake_fd,
                 #[cfg(test)]
                 listings: 0,
@@ -342,6 +345,11 @@ impl Shared {
         }
     }
 
+    /// Keeps broken refs in `store` from now on (`fs/broken.rs`); set once, before mounting.
+    pub fn keep_broken_refs(&self, store: crate::fs::broken::BrokenRefs) {
+        self.lock().broken_load(store);
+    }
+
     /// Sets the inode table's cap (`mount --inode-cap`).
     pub fn set_inode_cap(&self, cap: usize) {
         self.lock().inodes.set_cap(cap);
@@ -476,6 +484,8 @@ impl Inner {
                 let Inner { w, src, .. } = self;
                 w.revalidate_packed(src.as_mut());
             }
+            // A real ref written on the stack drops the broken one of its name.
+            self.broken_drop_shadowed();
             return Ok(Some(gen));
         }
         Ok(None)
