@@ -735,6 +735,7 @@ impl Inner {
     fn path_of(&self, ino: u64) -> Result<(Vec<u8>, Kind), FsError> {
         let mut path = Vec::new();
         let kind = self.inodes.path(ino, &mut path).ok_or(FsError::ENOENT)?;
+        let kind = self.kind_now(&path, kind);
         Ok((path, kind))
     }
 
@@ -775,6 +776,21 @@ impl Inner {
         match self.classify(path)? {
             Some(k) if k == kind => Ok(()),
             _ => Err(FsError::ENOENT),
+        }
+    }
+
+    /// The kind of file at `path` now, for an inode the kernel holds as `kind`: a ref
+    /// file replaced by a broken ref (`fs/broken.rs`) is that file, and back.
+    fn kind_now(&self, path: &[u8], kind: Kind) -> Kind {
+        match kind {
+            Kind::Ref if self.w.files.contains_key(path) => Kind::Scratch,
+            Kind::Scratch
+                if !self.w.files.contains_key(path)
+                    && crate::fs::protocol::valid_ref_name(path) =>
+            {
+                Kind::Ref
+            }
+            k => k,
         }
     }
 
