@@ -526,6 +526,80 @@ mod tests {
         assert_eq!(s2.get(b"refs/heads/a..").unwrap(), b"one");
     }
 
+    /// Through the view's calls: a bad name created, written and closed is kept and
+    /// listed; junk renamed from a valid ref's lock replaces that ref; unlink forgets it.
+    #[test]
+    fn the_view_keeps_lists_and_forgets_broken_refs() {
+        use crate::format::{ObjectId, RefValue};
+        use crate::fs::ino::ROOT;
+        use crate::fs::source::{LogSettings, MemSource};
+        use crate::fs::state::{BatchSettings, Shared};
+        use crate::fs::view::Kind;
+
+        let id = ObjectId::from_bytes(&[1; 20]).expect("id");
+        let mut mem = MemSource::new();
+        mem.set("refs/heads/main", RefValue::Val1(id));
+        mem.set("refs/heads/b", RefValue::Val1(id));
+        let shared = Shared::new(
+            Box::new(mem),
+            false,
+            LogSettings::default(),
+            BatchSettings {
+                window: std::time::Duration::from_secs(60),
+                max: 1000,
+            },
+        );
+        let d = tempfile::tempdir().unwrap();
+        shared.keep_broken_refs(BrokenRefs::open(d.path()).unwrap());
+        let me = std::process::id();
+        let refs = shared.lookup(ROOT, b"refs").unwrap().0.ino.0;
+        let heads = shared.lookup(refs, b"heads").unwrap().0.ino.0;
+        let flags = libc::O_CREAT | libc::O_WRONLY | libc::O_TRUNC;
+
+        let (_, fh) = shared.create(heads, b"broken...ref", flags, me).unwrap();
+        shared.write(fh, 0, b"junk\n", 0, me).unwrap();
+        shared.flush(fh, me).unwrap();
+        let (attr, kind, _) = shared.lookup(heads, b"broken...ref").unwrap();
+        assert_eq!((kind, attr.size), (Kind::Scratch, 5));
+        let store = BrokenRefs::open(d.path()).unwrap();
+        assert_eq!(store.get(b"refs/heads/broken...ref").unwrap(), b"junk\n");
+
+        // Junk through b's lock replaces the ref b.
+        let (_, lock) = shared
+            .create(heads, b"b.lock", flags | libc::O_EXCL, me)
+            .unwrap();
+        shared.write(lock, 0, b"not a ref\n", 0, me).unwrap();
+        shared.flush(lock, me).unwrap();
+        shared.rename(heads, b"b.lock", heads, b"b", me).unwrap();
+        let (attr, kind, _) = shared.lookup(heads, b"b").unwrap();
+        assert_eq!((kind, attr.size), (Kind::Scratch, 10));
+        {
+            let mut g = shared.lock();
+            let Inner { w, src, .. } = &mut *g;
+            assert_eq!(w.effective(src.as_mut(), b"refs/heads/b").unwrap(), None);
+        }
+        assert_eq!(BrokenRefs::open(d.path()).unwrap().len(), 2);
+
+        // A valid write replaces the broken b; unlink forgets the bad name.
+        let (_, fh) = shared.create(heads, b"b", flags, me).unwrap();
+        shared
+            .write(fh, 0, format!("{id}\n").as_bytes(), 0, me)
+            .unwrap();
+        shared.flush(fh, me).unwrap();
+        assert_eq!(shared.lookup(heads, b"b").unwrap().1, Kind::Ref);
+        shared.unlink(heads, b"broken...ref", me).unwrap();
+        assert!(shared.lookup(heads, b"broken...ref").is_err());
+        assert!(BrokenRefs::open(d.path()).unwrap().is_empty());
+        assert!(!d.path().join(FILE_NAME).exists());
+
+        // HEAD is never kept broken.
+        let (_, fh) = shared.create(ROOT, b"HEAD.lock", flags, me).unwrap();
+        assert_eq!(
+            shared.write(fh, 0, b"junk", 0, me).unwrap_err().errno(),
+            libc::EINVAL
+        );
+    }
+
     #[test]
     fn a_symlinked_file_is_not_followed() {
         let d = tempfile::tempdir().unwrap();

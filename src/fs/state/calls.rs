@@ -161,10 +161,23 @@ impl Shared {
         // `refs/` only a valid ref name or its lock can ever be a file.
         if let view::Area::Refs(n) = view::area(&path) {
             let base = n.strip_suffix(b".lock").unwrap_or(n);
-            // Kept as a broken ref where the view keeps them (`broken.rs`).
+            // Kept as a broken ref where the view keeps them (`broken.rs`), if there is
+            // room for one more.
             if n.starts_with(b"refs/")
                 && !crate::fs::protocol::valid_ref_name(base)
+                && g.broken_refs.enabled()
                 && !g.broken_accepts(n, 0)
+            {
+                return Err(refuse_for(
+                    "create",
+                    &path,
+                    libc::ENOSPC,
+                    "the broken refs kept beside the stack are at their bound",
+                ));
+            }
+            if n.starts_with(b"refs/")
+                && !crate::fs::protocol::valid_ref_name(base)
+                && !g.broken_refs.enabled()
             {
                 return Err(refuse(
                     "create",
@@ -366,18 +379,7 @@ impl Shared {
         }
         g.close_log(fh, actor)?;
         g.commit_direct(fh, &Caller::new(actor, vec![fh]))?;
-        // A broken ref written in place is kept at its close (`broken.rs`).
-        if let Some(Handle::Write {
-            path,
-            target: Target::Scratch,
-            ..
-        }) = g.handles.get(&fh)
-        {
-            let path = path.clone();
-            g.broken_sync(&path)
-                .map_err(|r| refuse("close", &path, r))?;
-        }
-        Ok(())
+        g.sync_broken_handle(fh, "close")
     }
 
     /// `fsync` of a file: commits a ref written in place, then waits until everything
@@ -388,6 +390,7 @@ impl Shared {
         let handle_failed = {
             let mut g = self.lock();
             g.commit_direct(fh, &Caller::new(actor, vec![fh]))?;
+            g.sync_broken_handle(fh, "fsync")?;
             matches!(g.handles.get(&fh), Some(Handle::Write { failed: true, .. }))
         };
         let own = self.sync_for(actor);
@@ -730,6 +733,21 @@ impl Shared {
 }
 
 impl Inner {
+    /// A broken ref written in place through `fh` is kept (`broken.rs`) at its `close`
+    /// or `fsync` (`op`).
+    fn sync_broken_handle(&mut self, fh: u64, op: &str) -> Result<(), FsError> {
+        if let Some(Handle::Write {
+            path,
+            target: Target::Scratch,
+            ..
+        }) = self.handles.get(&fh)
+        {
+            let path = path.clone();
+            self.broken_sync(&path).map_err(|r| refuse(op, &path, r))?;
+        }
+        Ok(())
+    }
+
     /// Commits a ref written in place (on flush or fsync), if its handle is dirty.
     pub(super) fn commit_direct(&mut self, fh: u64, who: &Caller) -> Result<(), FsError> {
         let Some(Handle::Write {
