@@ -14,15 +14,17 @@ use crate::harness::{check, git_env, stage, Ctx, Mount, Repo, TestResult};
 
 /// The steps, run by bash in a work tree whose `.git` is a files git directory or the
 /// mount. Every outcome is printed: the command, its exit code, its stdout, its stderr
-/// (`! ` lines); `main`'s id is shown as MAIN and the work tree as WORK.
+/// (`! ` lines); `main`'s id is shown as MAIN (abbreviated: SHORT) and the work tree as
+/// WORK.
 const STEPS: &str = r#"
 G=/usr/bin/git
 main=$($G rev-parse refs/heads/main)
+short=$($G rev-parse --short refs/heads/main)
 err=$(mktemp)
 run() {
     out=$("$@" 2>"$err"); rc=$?
     echo "\$ $* -> $rc" | sed "s/$main/MAIN/g"
-    [ -n "$out" ] && echo "$out" | sed "s/$main/MAIN/g"
+    [ -n "$out" ] && echo "$out" | sed -e "s/$main/MAIN/g" -e "s/$short/SHORT/g"
     sed -e "s#$PWD#WORK#g" -e "s/$main/MAIN/g" -e 's/^/! /' "$err"
 }
 heads() { ls .git/refs/heads | grep -v '^main$'; }
@@ -76,6 +78,14 @@ run $G branch -D b
 run test -e .git/refs/heads/b
 run rm .git/refs/heads/b
 run $G branch -D b
+$G branch c
+mv .git/refs/heads/c .git/refs/heads/c..d; echo "mv ref rc=$?"
+run heads
+run cat .git/refs/heads/c..d
+run $G rev-parse --verify -q c
+mv .git/refs/heads/c..d .git/refs/heads/c; echo "mv back rc=$?"
+run $G rev-parse --verify c
+run $G branch -D c
 run heads
 run heads
 run $G for-each-ref

@@ -357,6 +357,38 @@ impl Inner {
         Ok(())
     }
 
+    /// `rename()` of a ref file of the stack onto a bad name (`mv refs/heads/a
+    /// refs/heads/a..b`): the file, with the ref's content, is kept as a broken ref there
+    /// and the ref is deleted, as on disk. `None` when this is not such a rename.
+    pub(crate) fn broken_rename_ref(
+        &mut self,
+        who: &Caller,
+        from: &[u8],
+        to: &[u8],
+    ) -> Option<Result<(), Refusal>> {
+        if !self.broken_refs.enabled() || !is_bad_name(to) {
+            return None;
+        }
+        let Inner { w, src, .. } = self;
+        let value = match w.effective(src.as_mut(), from) {
+            Ok(Some(v)) => v,
+            Ok(None) => return Some(Err(Refusal::new(libc::ENOENT, "no such ref"))),
+            Err(e) => return Some(Err(e)),
+        };
+        let mut content = Vec::new();
+        crate::fs::view::render_ref(&value, &mut content);
+        if let Err(e) = self.broken_refs.put(to, &content) {
+            return Some(Err(e));
+        }
+        let Inner { w, src, .. } = self;
+        if let Err(e) = w.commit_ref(src.as_mut(), who, from, RefValue::Deletion) {
+            let _ = self.broken_refs.remove(to);
+            return Some(Err(e));
+        }
+        self.w.files.insert(to.to_vec(), content);
+        Some(Ok(()))
+    }
+
     /// Makes the store agree with the overlay's file at `path` after a call changed it
     /// (a close, a rename, an unlink): a broken ref's new content is kept, a broken ref
     /// gone (or become a real ref) is forgotten. On failure the overlay goes back to what

@@ -876,6 +876,11 @@ impl Inner {
                 return Ok(());
             }
         }
+        if kind == Kind::Ref && to_kind != Some(Kind::Dir) {
+            if let Some(r) = self.broken_rename_ref(who, from, to) {
+                return r;
+            }
+        }
         let Inner { w, src, .. } = self;
         let src = src.as_mut();
         let to_log = match view::area(to) {
