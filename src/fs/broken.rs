@@ -596,6 +596,14 @@ mod tests {
         let store = BrokenRefs::open(d.path()).unwrap();
         assert_eq!(store.get(b"refs/heads/broken...ref").unwrap(), b"junk\n");
 
+        // A new file at a valid name holding the null id stays after its release.
+        let (_, fh) = shared.create(heads, b"zero", flags, me).unwrap();
+        shared.write(fh, 0, &[b'0'; 40], 0, me).unwrap();
+        shared.flush(fh, me).unwrap();
+        shared.release(fh);
+        assert_eq!(shared.lookup(heads, b"zero").unwrap().0.size, 40);
+        shared.unlink(heads, b"zero", me).unwrap();
+
         // Junk through b's lock replaces the ref b.
         let (_, lock) = shared
             .create(heads, b"b.lock", flags | libc::O_EXCL, me)

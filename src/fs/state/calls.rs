@@ -822,9 +822,16 @@ impl Inner {
             *dirty = false;
         }
         if self.broken_wants(&name, &data) {
-            // No ref value: kept as a broken ref (`broken.rs`).
+            // No ref value: kept as a broken ref (`broken.rs`), also after the release.
             self.broken_keep(who, &name, data)
                 .map_err(|r| refuse("write", &path, r))?;
+            if let Some(Handle::Write {
+                target: Target::Ref { placeholder, .. },
+                ..
+            }) = self.handles.get_mut(&fh)
+            {
+                *placeholder = false;
+            }
             self.after_staging();
             return Ok(());
         }
