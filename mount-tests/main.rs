@@ -17,6 +17,7 @@ mod exec;
 mod expected;
 mod files_bugs;
 mod foreign;
+mod gogit;
 mod lifecycle;
 mod packaging;
 mod read_path;

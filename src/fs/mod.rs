@@ -68,7 +68,14 @@
 //! * `crate::fs::attr::GitDirModes::seen` — GITDIR's mode and owner as last read (re-read at
 //!   most once a second): a leaf lock, taken under the state lock to make attributes.
 //!
-//! Order: worktrees → state; state → queue; state → own tables; never queue → state.
+//! * `passthrough::Passthrough`'s config lock (`passthrough/config.rs`: the open
+//!   `config` contents) and its `inner` (nodes and handles): the config lock is held
+//!   across a store of GITDIR's config (temporary file, fsync, rename, directory fsync),
+//!   which only requests on `config` wait for; `inner` is taken under it for moments,
+//!   never the reverse. Neither is taken with a ref view's locks.
+//!
+//! Order: worktrees → state; state → queue; state → own tables; never queue → state;
+//! config → passthrough inner.
 
 pub mod attr;
 pub mod backend;
@@ -370,9 +377,9 @@ pub fn mount(
             // SAFETY: waiting on the signal set blocked above.
             let r = unsafe { libc::sigwait(&sigset, &mut sig) };
             if r == 0 {
-                eprintln!("reftablefs: signal {sig}: unmounting {}", mp.display());
+                log::info!("reftablefs: signal {sig}: unmounting {}", mp.display());
                 if let Err(e) = unmounter.unmount() {
-                    eprintln!(
+                    log::warn!(
                         "reftablefs: unmount {}: {e}; trying a lazy unmount",
                         mp.display()
                     );

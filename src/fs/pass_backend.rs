@@ -16,7 +16,8 @@ use crate::fs::worktree::Worktrees;
 /// Open flags of every passed-through file: no `FLUSH` at close. A passed-through file
 /// has nothing to do at close (its writes went to the real file at each `write`, by the
 /// kernel's passthrough or by our `pwrite`), and a `FLUSH` is a round trip the closing
-/// process waits for (a third of a `cat`'s requests).
+/// process waits for (a third of a `cat`'s requests). The one exception, `config` opened
+/// for writing, is stored at each close (`passthrough/config.rs`).
 const PASS_OPEN_FLAGS: FopenFlags = FopenFlags::FOPEN_NOFLUSH;
 
 /// The passthrough, with the worktrees whose ref views join its directories' listings.
@@ -40,15 +41,21 @@ fn opened(o: passthrough::Opened) -> Opened {
             flags: PASS_OPEN_FLAGS,
             backing: Some(backing),
         },
-        passthrough::Opened::Plain { fh, direct } => Opened {
-            fh,
-            flags: if direct {
-                PASS_OPEN_FLAGS | FopenFlags::FOPEN_DIRECT_IO
+        passthrough::Opened::Plain { fh, direct, flush } => {
+            let mut flags = if flush {
+                FopenFlags::empty()
             } else {
                 PASS_OPEN_FLAGS
-            },
-            backing: None,
-        },
+            };
+            if direct {
+                flags |= FopenFlags::FOPEN_DIRECT_IO;
+            }
+            Opened {
+                fh,
+                flags,
+                backing: None,
+            }
+        }
     }
 }
 
@@ -149,8 +156,12 @@ impl Backend for PassView {
         self.pass.write(fh, offset, data)
     }
 
-    // Written through at every write: nothing to do at close (and opened with
-    // FOPEN_NOFLUSH, so only a kernel without it sends FLUSH): the default `flush`.
+    /// Written through at every write: nothing to do at close (and opened with
+    /// FOPEN_NOFLUSH, so only a kernel without it sends FLUSH), except for `config` opened
+    /// for writing, stored at each close.
+    fn flush(&self, _req: Req, _ino: u64, fh: u64) -> Result<(), FsError> {
+        self.pass.flush(fh)
+    }
 
     fn fsync(&self, _req: Req, _ino: u64, fh: u64, datasync: bool) -> Result<(), FsError> {
         self.pass.fsync(fh, datasync)

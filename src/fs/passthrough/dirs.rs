@@ -1,16 +1,12 @@
-//! Passed-through directories and names: mkdir, symlinks, unlink, rmdir, rename (a
-//! `config` written back with its extension), listings, fsyncdir, statfs.
+//! Passed-through directories and names: mkdir, symlinks, unlink, rmdir, rename (of
+//! `config` in `config.rs`), listings, fsyncdir, statfs.
 
-use std::fs::File;
 use std::os::fd::AsRawFd;
-use std::os::unix::fs::FileExt;
-use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use fuser::{FileAttr, FileType};
 
 use crate::fs::backend::DirEntry;
-use crate::fs::config_view;
 use crate::fs::error::FsError;
 use crate::fs::ino::{pass_ino, ROOT};
 
@@ -64,12 +60,10 @@ impl Passthrough {
 
     pub(super) fn remove(&self, parent: u64, name: &[u8], dir: bool) -> Result<(), FsError> {
         if parent == ROOT && name == CONFIG {
-            return Err(crate::fs::record::refuse_for(
-                "unlink",
-                name,
-                libc::EPERM,
-                "the repository's config cannot be removed through the mount",
-            ));
+            if dir {
+                return Err(FsError::ENOTDIR);
+            }
+            return self.unlink_config();
         }
         let at = self.at(&self.child_path(parent, name)?)?;
         let st = at.lstat().ok();
@@ -103,23 +97,20 @@ impl Passthrough {
         flags: u32,
     ) -> Result<(), FsError> {
         self.check_creatable(newparent, newname)?;
-        if parent == ROOT && name == CONFIG {
-            return Err(crate::fs::record::refuse_for(
-                "rename",
-                name,
-                libc::EPERM,
-                "the repository's config cannot be moved away through the mount",
-            ));
+        let from_config = parent == ROOT && name == CONFIG;
+        let to_config = newparent == ROOT && newname == CONFIG;
+        if from_config && to_config {
+            return Ok(());
         }
         let from = self.child_path(parent, name)?;
         let to = self.child_path(newparent, newname)?;
+        if from_config {
+            return self.move_config_away(newparent, &self.at(&to)?, flags);
+        }
         let src_at = self.at(&from)?;
         let src = src_at.lstat()?;
-        if newparent == ROOT && newname == CONFIG {
-            if flags != 0 {
-                return Err(FsError::EINVAL);
-            }
-            return self.install_config(&src_at, &src);
+        if to_config {
+            return self.install_config(&src_at, &src, flags);
         }
         let to_at = self.at(&to)?;
         let old_target = to_at.lstat().ok();
@@ -154,76 +145,6 @@ impl Passthrough {
         Ok(())
     }
 
-    /// `rename(X → config)`: X's content with the real config's `extensions.refStorage`
-    /// and `core.repositoryformatversion` put back, written to a temporary file in the
-    /// git directory, fsynced and renamed over `config`; then X is removed.
-    pub(super) fn install_config(&self, from: &At<'_>, src: &libc::stat) -> Result<(), FsError> {
-        if src.st_mode & libc::S_IFMT != libc::S_IFREG {
-            return Err(FsError::EINVAL);
-        }
-        let written = read_bounded(File::from(openat(
-            from.dirfd(),
-            &from.name,
-            libc::O_RDONLY | libc::O_NONBLOCK | libc::O_NOFOLLOW | libc::O_CLOEXEC,
-            0,
-        )?))?;
-        let original = self.read_real(CONFIG)?;
-        let content = config_view::restored(&written, &original);
-        if content != written {
-            let served = config_view::served(&content);
-            if served != config_view::served(&written) {
-                eprintln!(
-                    "reftablefs: config written through the mount changed extensions.refStorage or core.repositoryformatversion; the repository's values are kept"
-                );
-            }
-        }
-        let tmp = format!(
-            "config.reftablefs-{}-{}.tmp",
-            std::process::id(),
-            self.tmp_seq.fetch_add(1, Ordering::Relaxed)
-        );
-        let tmp = tmp.as_bytes();
-        let write = || -> Result<(), FsError> {
-            let f = self.open_beneath(
-                tmp,
-                libc::O_WRONLY | libc::O_CREAT | libc::O_EXCL,
-                src.st_mode & 0o7777,
-            )?;
-            f.write_all_at(&content, 0).map_err(FsError::Io)?;
-            f.sync_all().map_err(FsError::Io)?;
-            let (a, b) = (cstr(tmp)?, cstr(CONFIG)?);
-            let fd = self.root.as_raw_fd();
-            // SAFETY: valid descriptors and paths.
-            if unsafe { libc::renameat(fd, a.as_ptr(), fd, b.as_ptr()) } != 0 {
-                return Err(FsError::last_os_error());
-            }
-            Ok(())
-        };
-        if let Err(e) = write() {
-            if let Ok(c) = cstr(tmp) {
-                // SAFETY: valid descriptor and path.
-                unsafe { libc::unlinkat(self.root.as_raw_fd(), c.as_ptr(), 0) };
-            }
-            return Err(e);
-        }
-        // SAFETY: an open directory descriptor.
-        unsafe { libc::fsync(self.root.as_raw_fd()) };
-        // SAFETY: valid descriptor and name.
-        if unsafe { libc::unlinkat(from.dirfd(), from.name(), 0) } != 0 {
-            return Err(FsError::last_os_error());
-        }
-        // The kernel now knows the renamed node as `config`: it resolves to the real one.
-        let mut g = self.lock();
-        if let Some(&ino) = g.by_real.get(&(src.st_dev, src.st_ino)) {
-            if let Some(n) = g.nodes.get_mut(&ino) {
-                n.parent = ROOT;
-                n.name = CONFIG.into();
-            }
-        }
-        g.gone((src.st_dev, src.st_ino));
-        Ok(())
-    }
-
     /// Lists a directory of the real tree (`.` and `..` excluded; at the root, the ref
     /// view's names and the reserved ones excluded).
     pub(super) fn list(&self, path: &[u8], at_root: bool) -> Result<Vec<DirEntry>, FsError> {
@@ -242,6 +163,8 @@ impl Passthrough {
             return Err(FsError::last_os_error());
         }
         let mut out = Vec::new();
+        // Removed through the mount: GITDIR keeps a config with the extension only.
+        let hide_config = at_root && self.config_hidden();
         loop {
             // SAFETY: a valid stream; the entry is valid until the next readdir.
             let ent = unsafe { libc::readdir64(stream) };
@@ -254,6 +177,9 @@ impl Passthrough {
                 continue;
             }
             if at_root && (is_ref_name_at_root(name) || is_reserved_at_root(name)) {
+                continue;
+            }
+            if hide_config && name == CONFIG {
                 continue;
             }
             // SAFETY: as above.

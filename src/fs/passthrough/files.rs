@@ -1,6 +1,6 @@
 //! Passed-through regular files: open (with the kernel's FUSE passthrough when it is
-//! offered), create, read, write, fsync, release; `config` served without the
-//! `refStorage` extension.
+//! offered), create, read, write, flush, fsync, release; `config`'s handles go to
+//! `config.rs`.
 
 use std::fs::File;
 use std::io;
@@ -9,24 +9,12 @@ use std::sync::Arc;
 
 use fuser::{BackingId, FileAttr};
 
-use crate::fs::config_view;
 use crate::fs::error::FsError;
 use crate::fs::ino::ROOT;
 
 use super::*;
 
 impl Passthrough {
-    /// The real config as served (without the extension).
-    pub(super) fn served_config(&self) -> Result<Vec<u8>, FsError> {
-        let raw = self.read_real(CONFIG)?;
-        Ok(config_view::served(&raw))
-    }
-
-    pub(super) fn read_real(&self, path: &[u8]) -> Result<Vec<u8>, FsError> {
-        // O_NONBLOCK: a name swapped for a FIFO does not hang the request.
-        read_bounded(self.open_beneath(path, libc::O_RDONLY | libc::O_NONBLOCK, 0)?)
-    }
-
     /// Registers `file` for kernel passthrough on `ino` (one backing file per inode,
     /// shared by its open handles), or says why not.
     pub(super) fn backing_for(
@@ -51,7 +39,7 @@ impl Passthrough {
             }
             Err(e) => {
                 drop(g);
-                eprintln!(
+                log::warn!(
                     "reftablefs: kernel FUSE passthrough refused ({e}); passed-through files are forwarded from now on"
                 );
                 self.set_kernel_passthrough(false);
@@ -80,7 +68,11 @@ impl Passthrough {
         });
         Ok(match backing {
             Some(backing) => Opened::Backed { fh, backing },
-            None => Opened::Plain { fh, direct: false },
+            None => Opened::Plain {
+                fh,
+                direct: false,
+                flush: false,
+            },
         })
     }
 
@@ -95,17 +87,7 @@ impl Passthrough {
             (g.path_of(ino)?, g.is_config(ino))
         };
         if is_config {
-            if flags & libc::O_ACCMODE != libc::O_RDONLY {
-                return Err(crate::fs::record::refuse_for(
-                    "open for writing",
-                    &path,
-                    libc::EPERM,
-                    "config is written through config.lock and rename only",
-                ));
-            }
-            let data = Arc::new(self.served_config()?);
-            let fh = self.lock().add_handle(PHandle::Config { data });
-            return Ok(Opened::Plain { fh, direct: true });
+            return self.open_config(flags);
         }
         let flags = flags & CLIENT_OPEN_FLAGS & !(libc::O_CREAT | libc::O_EXCL);
         let file = self.open_beneath(&path, flags, 0)?;
@@ -124,17 +106,7 @@ impl Passthrough {
     ) -> Result<(FileAttr, Opened), FsError> {
         self.check_creatable(parent, name)?;
         if parent == ROOT && name == CONFIG {
-            let errno = if flags & libc::O_EXCL != 0 {
-                libc::EEXIST
-            } else {
-                libc::EPERM
-            };
-            return Err(crate::fs::record::refuse_for(
-                "create",
-                name,
-                errno,
-                "config is written through config.lock and rename only",
-            ));
+            return self.create_config(mode & !umask & 0o7777, flags);
         }
         let path = self.child_path(parent, name)?;
         let file = self.open_beneath(
@@ -153,7 +125,7 @@ impl Passthrough {
             let g = self.lock();
             match g.handles.get(&fh) {
                 Some(PHandle::File { file, .. }) => Ok(file.clone()),
-                Some(PHandle::Config { data }) => Err(Some(data.clone())),
+                Some(PHandle::Config { id, .. }) => Err(Some(*id)),
                 _ => Err(None),
             }
         };
@@ -172,32 +144,54 @@ impl Passthrough {
                 buf.truncate(done);
                 Ok(buf)
             }
-            Err(Some(data)) => {
-                let start = usize::try_from(offset)
-                    .unwrap_or(usize::MAX)
-                    .min(data.len());
-                let end = start.saturating_add(size as usize).min(data.len());
-                Ok(data.get(start..end).unwrap_or_default().to_vec())
-            }
+            Err(Some(id)) => self.read_config(id, offset, size),
             Err(None) => Err(FsError::EBADF),
         }
     }
 
     pub fn write(&self, fh: u64, offset: u64, data: &[u8]) -> Result<u32, FsError> {
-        let file = match self.lock().handles.get(&fh) {
-            Some(PHandle::File { file, .. }) => file.clone(),
-            _ => return Err(FsError::EBADF),
+        // The handle first, the passthrough's lock dropped: a config's write takes the
+        // config lock, which is never taken under it.
+        let handle = match self.lock().handles.get(&fh) {
+            Some(PHandle::File { file, .. }) => Ok(file.clone()),
+            Some(&PHandle::Config {
+                id,
+                append,
+                writable: true,
+            }) => Err(Some((id, append))),
+            _ => Err(None),
+        };
+        let file = match handle {
+            Ok(file) => file,
+            Err(Some((id, append))) => return self.write_config(id, append, offset, data),
+            Err(None) => return Err(FsError::EBADF),
         };
         // With O_APPEND, pwrite appends whatever the offset (as a write through the kernel).
         file.write_all_at(data, offset).map_err(FsError::Io)?;
         u32::try_from(data.len()).map_err(|_| FsError::EINVAL)
     }
 
+    /// Each `close` of a handle opened with `flush` (a writable config): stores it.
+    pub fn flush(&self, fh: u64) -> Result<(), FsError> {
+        let config = self.lock().config_of(fh);
+        match config {
+            Some((id, true)) => self.flush_config(id, "close"),
+            _ => Ok(()),
+        }
+    }
+
     pub fn fsync(&self, fh: u64, datasync: bool) -> Result<(), FsError> {
-        let file = match self.lock().handles.get(&fh) {
-            Some(PHandle::File { file, .. }) => file.clone(),
-            Some(_) => return Ok(()),
+        // As in `write`: the lock dropped before a config is stored.
+        let handle = match self.lock().handles.get(&fh) {
+            Some(PHandle::File { file, .. }) => Ok(Some(file.clone())),
+            Some(&PHandle::Config { id, .. }) => Err(id),
+            Some(_) => Ok(None),
             None => return Err(FsError::EBADF),
+        };
+        let file = match handle {
+            Ok(Some(file)) => file,
+            Ok(None) => return Ok(()),
+            Err(id) => return self.flush_config(id, "fsync"),
         };
         let r = if datasync {
             file.sync_data()
@@ -209,16 +203,22 @@ impl Passthrough {
 
     pub fn release(&self, fh: u64) {
         let mut g = self.lock();
-        if let Some(PHandle::File {
-            ino, backed: true, ..
-        }) = g.handles.remove(&fh)
-        {
-            if let Some((_, n)) = g.backing.get_mut(&ino) {
-                *n -= 1;
-                if *n == 0 {
-                    g.backing.remove(&ino);
+        match g.handles.remove(&fh) {
+            Some(PHandle::File {
+                ino, backed: true, ..
+            }) => {
+                if let Some((_, n)) = g.backing.get_mut(&ino) {
+                    *n -= 1;
+                    if *n == 0 {
+                        g.backing.remove(&ino);
+                    }
                 }
             }
+            Some(PHandle::Config { id, writable, .. }) => {
+                drop(g);
+                self.release_config(id, writable);
+            }
+            _ => {}
         }
     }
 }

@@ -14,8 +14,8 @@
 //! entry (`objects/sub` → `/home/me/.ssh`) gives `ELOOP`, not the files it points to; a
 //! symbolic link that is itself in GITDIR is still a link through the mount (listed,
 //! `readlink`, resolved by the client's kernel). The stack's own files (`reftable/`) are not
-//! visible and cannot be created; `config` is served without `extensions.refStorage` and
-//! written back with it (`config_view.rs`).
+//! visible and cannot be created; `config` is a file served without
+//! `extensions.refStorage` and stored with it (`config.rs`, `config_view.rs`).
 //!
 //! Inode numbers have the top bit set (`ino::PASS_BIT`), disjoint from the ref views'
 //! (`ino.rs`). A node is remembered as (parent, name) while the
@@ -40,6 +40,7 @@ use crate::fs::backend::DirEntry;
 use crate::fs::error::FsError;
 use crate::fs::ino::{pass_ino, ROOT};
 
+mod config;
 mod dirs;
 mod files;
 mod resolve;
@@ -97,8 +98,11 @@ enum PHandle {
         ino: u64,
         backed: bool,
     },
+    /// An open `config`: the content it shares with every open of it (`config.rs`).
     Config {
-        data: Arc<Vec<u8>>,
+        id: u64,
+        append: bool,
+        writable: bool,
     },
     Dir {
         entries: Arc<Vec<DirEntry>>,
@@ -107,8 +111,9 @@ enum PHandle {
 
 /// What an `open` or `create` hands back to the kernel.
 pub enum Opened {
-    /// Forwarded: reads and writes come to us.
-    Plain { fh: u64, direct: bool },
+    /// Forwarded: reads and writes come to us; `flush`: the handle wants each `close`
+    /// (FUSE `FLUSH`; `config` written in place is stored then).
+    Plain { fh: u64, direct: bool, flush: bool },
     /// Kernel passthrough on this backing file.
     Backed { fh: u64, backing: Arc<BackingId> },
 }
@@ -135,6 +140,8 @@ pub struct Passthrough {
     /// kernel before 5.6, or a sandbox that refuses the call).
     openat2: bool,
     inner: Mutex<Inner>,
+    /// The open configs (`config.rs`): taken before `inner`, never under it.
+    configs: Mutex<config::Configs>,
     kernel: AtomicBool,
     tmp_seq: AtomicU64,
     uid: u32,
@@ -175,17 +182,6 @@ fn join(dir: &[u8], name: &[u8]) -> Vec<u8> {
     p.push(b'/');
     p.extend_from_slice(name);
     p
-}
-
-/// Reads `f` to its end, at most 64 MiB (config files and locks are small: bounded).
-fn read_bounded(mut f: File) -> Result<Vec<u8>, FsError> {
-    use std::io::Read;
-    let mut out = Vec::new();
-    (&mut f)
-        .take(64 << 20)
-        .read_to_end(&mut out)
-        .map_err(FsError::Io)?;
-    Ok(out)
 }
 
 impl Inner {
@@ -275,6 +271,15 @@ impl Inner {
             .get(&ino)
             .is_some_and(|n| n.parent == ROOT && *n.name == *CONFIG)
     }
+
+    /// The open config of handle `fh` (its content's id, whether it may write), if it is
+    /// one.
+    fn config_of(&self, fh: u64) -> Option<(u64, bool)> {
+        match self.handles.get(&fh) {
+            Some(PHandle::Config { id, writable, .. }) => Some((*id, *writable)),
+            _ => None,
+        }
+    }
 }
 
 impl Passthrough {
@@ -308,6 +313,7 @@ impl Passthrough {
             root,
             openat2,
             inner: Mutex::new(Inner::default()),
+            configs: Mutex::new(config::Configs::default()),
             kernel: AtomicBool::new(false),
             tmp_seq: AtomicU64::new(0),
             uid,
@@ -359,10 +365,12 @@ impl Passthrough {
         }
     }
 
-    /// Attributes of a node whose real file has `st`; `config` gets its served size.
+    /// Attributes of a node whose real file has `st`; `config` gets its size
+    /// (`config_size`: the open content's while open; not there when the mount shows
+    /// none).
     fn attr_for(&self, ino: u64, is_config: bool, st: &libc::stat) -> Result<FileAttr, FsError> {
         let size = if is_config && st.st_mode & libc::S_IFMT == libc::S_IFREG {
-            Some(self.served_config()?.len() as u64)
+            Some(self.config_size()?.ok_or(FsError::ENOENT)?)
         } else {
             None
         };
@@ -386,8 +394,14 @@ impl Passthrough {
     pub fn lookup(&self, parent: u64, name: &[u8]) -> Result<FileAttr, FsError> {
         let path = self.child_path(parent, name)?;
         let st = self.lstat(&path)?;
+        if parent == ROOT && name == CONFIG && st.st_mode & libc::S_IFMT == libc::S_IFREG {
+            // Not there when removed through the mount (GITDIR keeps the extension).
+            let size = self.config_size()?.ok_or(FsError::ENOENT)?;
+            let ino = self.lock().remember(parent, name, &st);
+            return Ok(self.attr(ino, &st, Some(size)));
+        }
         let ino = self.lock().remember(parent, name, &st);
-        self.attr_for(ino, parent == ROOT && name == CONFIG, &st)
+        Ok(self.attr(ino, &st, None))
     }
 
     pub fn forget(&self, ino: u64, n: u64) {
@@ -410,14 +424,23 @@ impl Passthrough {
     }
 
     pub fn getattr(&self, ino: u64, fh: Option<u64>) -> Result<FileAttr, FsError> {
-        let (path, is_config, file) = {
+        let (path, is_config, file, config) = {
             let g = self.lock();
             let file = fh.and_then(|fh| match g.handles.get(&fh) {
                 Some(PHandle::File { file, .. }) => Some(file.clone()),
                 _ => None,
             });
-            (g.path_of(ino), g.is_config(ino), file)
+            (
+                g.path_of(ino),
+                g.is_config(ino),
+                file,
+                fh.and_then(|fh| g.config_of(fh)),
+            )
         };
+        if let Some((id, _)) = config {
+            // An open config: its content's size, even when its name is gone.
+            return self.config_attr(ino, id);
+        }
         if let Some(f) = file {
             // An open file: its own attributes, even when its name is gone.
             let st = Self::fstat(&f)?;
@@ -439,28 +462,30 @@ impl Passthrough {
         mtime: Option<fuser::TimeOrNow>,
         fh: Option<u64>,
     ) -> Result<FileAttr, FsError> {
-        let (path, is_config, file) = {
+        let (path, is_config, file, config) = {
             let g = self.lock();
             let file = fh.and_then(|fh| match g.handles.get(&fh) {
                 Some(PHandle::File { file, .. }) => Some(file.clone()),
                 _ => None,
             });
-            (g.path_of(ino)?, g.is_config(ino), file)
+            let config = fh.and_then(|fh| g.config_of(fh));
+            (g.path_of(ino)?, g.is_config(ino), file, config)
         };
         if let Some(size) = size {
-            if is_config {
-                return Err(crate::fs::record::refuse_for(
-                    "truncate",
-                    &path,
-                    libc::EPERM,
-                    "config is written through config.lock and rename only",
-                ));
+            match config {
+                // ftruncate of an open config, or O_TRUNC without atomic truncation.
+                Some((id, true)) => self.truncate_config(Some(id), size)?,
+                Some((_, false)) => return Err(FsError::EBADF),
+                // truncate(2) by name.
+                None if is_config => self.truncate_config(None, size)?,
+                None => {
+                    let f = match file {
+                        Some(f) => f,
+                        None => Arc::new(self.open_beneath(&path, libc::O_WRONLY, 0)?),
+                    };
+                    f.set_len(size).map_err(FsError::Io)?;
+                }
             }
-            let f = match file {
-                Some(f) => f,
-                None => Arc::new(self.open_beneath(&path, libc::O_WRONLY, 0)?),
-            };
-            f.set_len(size).map_err(FsError::Io)?;
         }
         if mode.is_none() && uid.is_none() && gid.is_none() && atime.is_none() && mtime.is_none() {
             return self.getattr(ino, fh);

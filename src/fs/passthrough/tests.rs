@@ -301,12 +301,6 @@ fn passes_through_relative_to_the_directory() {
     };
     assert_eq!(p.read(fh, 0, 4096).unwrap(), served.to_vec());
     p.release(fh);
-    assert_eq!(
-        p.open(a.ino.0, libc::O_WRONLY, none)
-            .err()
-            .map(|e| e.errno()),
-        Some(libc::EPERM)
-    );
     // A config.lock renamed over config keeps the extension in the real file.
     let (_, o) = p
         .create(
@@ -329,9 +323,10 @@ fn passes_through_relative_to_the_directory() {
     .unwrap();
     p.release(fh);
     p.rename(ROOT, b"config.lock", ROOT, b"config", 0).unwrap();
+    let mark = crate::fs::config_view::MARK;
     assert_eq!(
-        std::fs::read(dir.join("config")).unwrap(),
-        b"[core]\n\trepositoryformatversion = 1\n[user]\n\tname = x\n[extensions]\n\trefStorage = reftable\n".to_vec()
+        String::from_utf8(std::fs::read(dir.join("config")).unwrap()).unwrap(),
+        format!("[core]\n\trepositoryformatversion = 0\n[user]\n\tname = x\n[core] {mark}\n\trepositoryformatversion = 1\n[extensions] {mark}\n\trefStorage = reftable\n")
     );
     assert!(!dir.join("config.lock").exists());
     // Objects: a temporary file renamed into a new directory.
@@ -356,4 +351,178 @@ fn passes_through_relative_to_the_directory() {
     assert_eq!(std::fs::read(dir.join("objects/ab/cdef")).unwrap(), b"blob");
     assert_eq!(p.getattr(t.ino.0, None).unwrap().size, 4);
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// The fh of an open that is forwarded (never backed here).
+fn plain(o: Opened) -> u64 {
+    match o {
+        Opened::Plain { fh, .. } => fh,
+        Opened::Backed { .. } => panic!("no kernel passthrough here"),
+    }
+}
+
+/// `config` written in place is stored (with the extension) at close, fsync or release;
+/// every open shares its content; `rm` keeps the extension in GITDIR and shows no
+/// config; a create, truncate, rename away and a replacement while open work as on a
+/// file.
+#[test]
+fn config_is_a_file() {
+    let t = tempfile::tempdir().unwrap();
+    let dir = t.path();
+    std::fs::create_dir_all(dir.join("reftable")).unwrap();
+    let init = b"[core]\n\trepositoryformatversion = 1\n[extensions]\n\trefStorage = reftable\n";
+    std::fs::write(dir.join("config"), init).unwrap();
+    let real = || String::from_utf8(std::fs::read(dir.join("config")).unwrap()).unwrap();
+    let has_ext = |s: &str| s.contains("\trefStorage = reftable\n");
+    let p = Passthrough::new(dir).unwrap();
+    let none = |_: &File| -> io::Result<BackingId> { Err(io::Error::other("no")) };
+    let ino = p.lookup(ROOT, b"config").unwrap().ino.0;
+    let served = |p: &Passthrough| {
+        let fh = plain(p.open(ino, libc::O_RDONLY, none).unwrap());
+        let d = p.read(fh, 0, 1 << 20).unwrap();
+        p.release(fh);
+        String::from_utf8(d).unwrap()
+    };
+
+    // O_TRUNC, two writes, stored at close only; a reader meanwhile sees the writes.
+    let fh = plain(p.open(ino, libc::O_WRONLY | libc::O_TRUNC, none).unwrap());
+    p.write(fh, 0, b"[a]\n").unwrap();
+    p.write(fh, 4, b"\tb = c\n").unwrap();
+    assert_eq!(real(), String::from_utf8_lossy(init));
+    assert_eq!(served(&p), "[a]\n\tb = c\n");
+    assert_eq!(p.getattr(ino, Some(fh)).unwrap().size, 11);
+    // By name too (stat of a file being written), before anything is stored.
+    assert_eq!(p.getattr(ino, None).unwrap().size, 11);
+    assert_eq!(p.lookup(ROOT, b"config").unwrap().size, 11);
+    assert_eq!(real(), String::from_utf8_lossy(init));
+    p.flush(fh).unwrap();
+    assert!(
+        real().starts_with("[a]\n\tb = c\n") && has_ext(&real()),
+        "{}",
+        real()
+    );
+    assert_eq!(p.getattr(ino, None).unwrap().size, 11);
+    p.release(fh);
+    // The inode number stays (an in-place write).
+    assert_eq!(p.lookup(ROOT, b"config").unwrap().ino.0, ino);
+
+    // O_APPEND writes at the end whatever the offset; O_RDWR reads and rewrites.
+    let fh = plain(p.open(ino, libc::O_WRONLY | libc::O_APPEND, none).unwrap());
+    p.write(fh, 0, b"[d]\n").unwrap();
+    p.release(fh);
+    assert_eq!(served(&p), "[a]\n\tb = c\n[d]\n");
+    let fh = plain(p.open(ino, libc::O_RDWR, none).unwrap());
+    assert_eq!(p.read(fh, 0, 3).unwrap(), b"[a]");
+    p.write(fh, 1, b"A").unwrap();
+    p.fsync(fh, false).unwrap();
+    assert!(real().starts_with("[A]\n") && has_ext(&real()));
+    // ftruncate through the handle, then close.
+    p.setattr(ino, None, None, None, Some(3), None, None, Some(fh))
+        .unwrap();
+    p.flush(fh).unwrap();
+    p.release(fh);
+    assert_eq!(served(&p), "[A]");
+    // truncate(2) by name: at once.
+    p.setattr(ino, None, None, None, Some(0), None, None, None)
+        .unwrap();
+    assert_eq!(served(&p), "");
+    assert!(has_ext(&real()));
+
+    // rm: gone through the mount, the extension kept in GITDIR.
+    p.unlink(ROOT, b"config").unwrap();
+    assert_eq!(p.lookup(ROOT, b"config").unwrap_err().errno(), libc::ENOENT);
+    assert!(!p
+        .list(b".", true)
+        .unwrap()
+        .iter()
+        .any(|e| &*e.name == b"config"));
+    assert!(has_ext(&real()));
+    assert_eq!(p.unlink(ROOT, b"config").unwrap_err().errno(), libc::ENOENT);
+    // Created again: there at once, empty; written, stored at close.
+    let (a, o) = p
+        .create(
+            ROOT,
+            b"config",
+            0o644,
+            0o022,
+            libc::O_WRONLY | libc::O_EXCL,
+            none,
+        )
+        .unwrap();
+    let fh = plain(o);
+    assert_eq!(a.size, 0);
+    assert_eq!(p.lookup(ROOT, b"config").unwrap().size, 0);
+    p.write(fh, 0, b"[x]\n").unwrap();
+    p.flush(fh).unwrap();
+    p.release(fh);
+    let ino = p.lookup(ROOT, b"config").unwrap().ino.0;
+    assert_eq!(served(&p), "[x]\n");
+    assert!(has_ext(&real()));
+
+    // Replaced (rename over it) while open: the open content is orphaned, never stored.
+    let fh = plain(p.open(ino, libc::O_RDWR, none).unwrap());
+    let (_, o) = p
+        .create(
+            ROOT,
+            b"config.lock",
+            0o644,
+            0,
+            libc::O_WRONLY | libc::O_EXCL,
+            none,
+        )
+        .unwrap();
+    let lock = plain(o);
+    p.write(lock, 0, b"[lock]\n").unwrap();
+    p.release(lock);
+    p.rename(ROOT, b"config.lock", ROOT, b"config", 0).unwrap();
+    p.write(fh, 0, b"[orphan]\n").unwrap();
+    p.flush(fh).unwrap();
+    p.release(fh);
+    assert_eq!(served(&p), "[lock]\n");
+
+    // Moved away: a plain file with the served content; config gone, extension kept.
+    p.rename(ROOT, b"config", ROOT, b"config.bak", 0).unwrap();
+    assert_eq!(std::fs::read(dir.join("config.bak")).unwrap(), b"[lock]\n");
+    assert_eq!(p.lookup(ROOT, b"config").unwrap_err().errno(), libc::ENOENT);
+    assert!(has_ext(&real()));
+    // And back.
+    p.rename(ROOT, b"config.bak", ROOT, b"config", 0).unwrap();
+    assert_eq!(served(&p), "[lock]\n");
+    assert!(has_ext(&real()) && !dir.join("config.bak").exists());
+    // No temporary file left in GITDIR.
+    let left: Vec<_> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| n.contains("tmp"))
+        .collect();
+    assert!(left.is_empty(), "{left:?}");
+
+    // A store keeps the owner of the config it replaces (where we may give it: root).
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } == 0 {
+        use std::os::unix::fs::MetadataExt;
+        std::os::unix::fs::lchown(dir.join("config"), Some(4321), Some(4322)).unwrap();
+        let fh = plain(p.open(ino, libc::O_WRONLY | libc::O_APPEND, none).unwrap());
+        p.write(fh, 0, b"[owned]\n").unwrap();
+        p.flush(fh).unwrap();
+        p.release(fh);
+        let m = std::fs::metadata(dir.join("config")).unwrap();
+        assert_eq!((m.uid(), m.gid()), (4321, 4322));
+        assert_eq!(served(&p), "[lock]\n[owned]\n");
+    }
+}
+
+/// A write beyond the bound is refused (EFBIG) and nothing of it is stored.
+#[test]
+fn config_writes_are_bounded() {
+    let t = tempfile::tempdir().unwrap();
+    std::fs::write(t.path().join("config"), b"[core]\n").unwrap();
+    let p = Passthrough::new(t.path()).unwrap();
+    let none = |_: &File| -> io::Result<BackingId> { Err(io::Error::other("no")) };
+    let ino = p.lookup(ROOT, b"config").unwrap().ino.0;
+    let fh = plain(p.open(ino, libc::O_WRONLY, none).unwrap());
+    let past = config::CONFIG_MAX as u64;
+    assert_eq!(p.write(fh, past, b"x").unwrap_err().errno(), libc::EFBIG);
+    p.release(fh);
+    assert_eq!(std::fs::read(t.path().join("config")).unwrap(), b"[core]\n");
 }
