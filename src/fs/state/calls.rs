@@ -161,13 +161,10 @@ impl Shared {
         // `refs/` only a valid ref name or its lock can ever be a file.
         if let view::Area::Refs(n) = view::area(&path) {
             let base = n.strip_suffix(b".lock").unwrap_or(n);
+            let bad_name = n.starts_with(b"refs/") && !crate::fs::protocol::valid_ref_name(base);
             // Kept as a broken ref where the view keeps them (`broken.rs`), if there is
             // room for one more.
-            if n.starts_with(b"refs/")
-                && !crate::fs::protocol::valid_ref_name(base)
-                && g.broken_refs.enabled()
-                && !g.broken_accepts(n, 0)
-            {
+            if bad_name && g.broken_refs.enabled() && !g.broken_accepts(n, 0) {
                 return Err(refuse_for(
                     "create",
                     &path,
@@ -175,10 +172,7 @@ impl Shared {
                     "the broken refs kept beside the stack are at their bound",
                 ));
             }
-            if n.starts_with(b"refs/")
-                && !crate::fs::protocol::valid_ref_name(base)
-                && !g.broken_refs.enabled()
-            {
+            if bad_name && !g.broken_refs.enabled() {
                 return Err(refuse(
                     "create",
                     &path,
