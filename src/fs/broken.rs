@@ -49,6 +49,10 @@ pub const BROKEN_MAX: usize = 1024;
 /// At most this many bytes of names and contents together.
 pub const BROKEN_BYTES_MAX: usize = 256 << 10;
 
+/// Why a broken ref is refused at the store's bounds.
+pub const AT_BOUND: &str = "the broken refs kept beside the stack are at their bound \
+     (1,024 refs, 256 KiB of names and contents)";
+
 /// Whether a file at `path` may be kept as a broken ref: below `refs/`, not a lock.
 pub fn is_candidate(path: &[u8]) -> bool {
     path.starts_with(b"refs/") && !path.ends_with(b".lock")
@@ -212,6 +216,14 @@ impl BrokenRefs {
         self.map.iter()
     }
 
+    /// For content that is no ref value written into `path` (a ref file or a ref's lock):
+    /// `None` when this store does not keep it (the write is refused as before),
+    /// `Some(true)` when it will be kept, `Some(false)` when the store is at its bounds.
+    pub fn write_room(&self, path: &[u8], len: usize) -> Option<bool> {
+        let name = path.strip_suffix(b".lock").unwrap_or(path);
+        (self.enabled() && is_candidate(name)).then(|| self.has_room(name, len))
+    }
+
     /// Whether `name` with `len` bytes of content fits the bounds.
     pub fn has_room(&self, name: &[u8], len: usize) -> bool {
         let (count, bytes) = match self.map.get(name) {
@@ -231,13 +243,7 @@ impl BrokenRefs {
             return Ok(());
         }
         if !self.has_room(name, content.len()) {
-            return Err(Refusal::new(
-                libc::ENOSPC,
-                format!(
-                    "at most {BROKEN_MAX} broken refs of {BROKEN_BYTES_MAX} bytes together \
-                     are kept"
-                ),
-            ));
+            return Err(Refusal::new(libc::ENOSPC, AT_BOUND));
         }
         let old = self.map.insert(name.to_vec(), content.to_vec());
         self.bytes += name.len() + content.len();
@@ -324,8 +330,7 @@ impl Inner {
     /// file or a ref's lock below `refs/`): it will be kept as a broken ref, if there is
     /// room for it.
     pub(crate) fn broken_accepts(&self, path: &[u8], len: usize) -> bool {
-        let name = path.strip_suffix(b".lock").unwrap_or(path);
-        self.broken_refs.enabled() && is_candidate(name) && self.broken_refs.has_room(name, len)
+        self.broken_refs.write_room(path, len) == Some(true)
     }
 
     /// Keeps `content` at `path` as a broken ref: stored, shown as the file; the stack's
@@ -631,6 +636,33 @@ mod tests {
         assert!(shared.lookup(heads, b"broken...ref").is_err());
         assert!(BrokenRefs::open(d.path()).unwrap().is_empty());
         assert!(!d.path().join(FILE_NAME).exists());
+
+        // Past the store's bounds: ENOSPC at the write, nothing kept.
+        let chunk = vec![b'x'; 60_000];
+        let mut kept = 0;
+        let errno = loop {
+            let name = format!("big{kept}");
+            let (_, fh) = shared.create(heads, name.as_bytes(), flags, me).unwrap();
+            match shared.write(fh, 0, &chunk, 0, me) {
+                Ok(_) => {
+                    shared.flush(fh, me).unwrap();
+                    shared.release(fh);
+                    kept += 1;
+                }
+                Err(e) => {
+                    shared.release(fh);
+                    break e.errno();
+                }
+            }
+        };
+        assert_eq!((errno, kept), (libc::ENOSPC, 4));
+        assert!(shared.lookup(heads, b"big4").is_err());
+        assert_eq!(BrokenRefs::open(d.path()).unwrap().len(), 4);
+        for i in 0..kept {
+            shared
+                .unlink(heads, format!("big{i}").as_bytes(), me)
+                .unwrap();
+        }
 
         // HEAD is never kept broken.
         let (_, fh) = shared.create(ROOT, b"HEAD.lock", flags, me).unwrap();

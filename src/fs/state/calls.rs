@@ -169,7 +169,7 @@ impl Shared {
                     "create",
                     &path,
                     libc::ENOSPC,
-                    "the broken refs kept beside the stack are at their bound",
+                    crate::fs::broken::AT_BOUND,
                 ));
             }
             if bad_name && !g.broken_refs.enabled() {
@@ -297,19 +297,21 @@ impl Shared {
                 let hash = g.w.hash;
                 let limit = scratch_limit(path);
                 // Content that can be no ref value is kept as a broken ref (`broken.rs`).
-                let name = path.strip_suffix(b".lock").unwrap_or(path);
-                let lenient = g.broken_refs.enabled()
-                    && crate::fs::broken::is_candidate(name)
-                    && g.broken_refs.has_room(name, offset as usize + data.len());
+                let room = g.broken_refs.write_room(path, offset as usize + data.len());
                 let r = g.w.files.update(path, |content| {
                     let old_len = content.len();
                     let others = total - content.capacity();
                     let r = splice(content, offset, data, append, limit, others)
                         .map_err(|e| too_big("write", path, e, limit))
-                        .and_then(|()| {
-                            check_ref_prefix(path, content, hash)
-                                .or_else(|why| if lenient { Ok(()) } else { Err(why) })
-                                .map_err(|why| refuse_for("write", path, libc::EINVAL, why))
+                        .and_then(|()| match (check_ref_prefix(path, content, hash), room) {
+                            (Ok(()), _) | (Err(_), Some(true)) => Ok(()),
+                            (Err(_), Some(false)) => Err(refuse_for(
+                                "write",
+                                path,
+                                libc::ENOSPC,
+                                crate::fs::broken::AT_BOUND,
+                            )),
+                            (Err(why), None) => Err(refuse_for("write", path, libc::EINVAL, why)),
                         });
                     if r.is_err() {
                         content.truncate(old_len);
@@ -334,16 +336,13 @@ impl Shared {
                     // A linked worktree's placeholder HEAD is no ref value (`linked.rs`);
                     // other content that is none is kept as a broken ref (`broken.rs`).
                     let (path, name) = (path.clone(), name.clone());
-                    if !g.is_placeholder_head(&name, &next) && !g.broken_accepts(&name, next.len())
-                    {
-                        return Err(refuse(
-                            "write",
-                            &path,
-                            Refusal {
-                                errno: libc::EINVAL,
-                                reason: why,
-                            },
-                        ));
+                    let room = g.broken_refs.write_room(&name, next.len());
+                    if !g.is_placeholder_head(&name, &next) && room != Some(true) {
+                        let (errno, reason) = match room {
+                            Some(_) => (libc::ENOSPC, crate::fs::broken::AT_BOUND.to_string()),
+                            None => (libc::EINVAL, why),
+                        };
+                        return Err(refuse("write", &path, Refusal { errno, reason }));
                     }
                 }
                 let Some(Handle::Write {
