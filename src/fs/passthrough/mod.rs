@@ -70,10 +70,13 @@ pub fn is_ref_name_at_root(name: &[u8]) -> bool {
 }
 
 /// Names at the top of the real git directory that the mount never shows nor lets anyone
-/// create: the stack's directory. (git's stubs `HEAD` and `refs/` are shadowed by the ref
-/// view, see [`is_ref_name_at_root`].)
+/// create: the stack's directory, the broken refs' file and its temporary name
+/// (`broken.rs`). (git's stubs `HEAD` and `refs/` are shadowed by the ref view, see
+/// [`is_ref_name_at_root`].)
 fn is_reserved_at_root(name: &[u8]) -> bool {
     name == b"reftable"
+        || name == crate::fs::broken::FILE_NAME.as_bytes()
+        || name == crate::fs::broken::TEMP_NAME.as_bytes()
 }
 
 const CONFIG: &[u8] = b"config";

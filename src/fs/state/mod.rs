@@ -98,6 +98,8 @@ pub struct Inner {
     dir_epoch: u64,
     /// The watcher's wake-up descriptor (`Shared::wake_fd`; `-1` if none).
     wake_fd: libc::c_int,
+    /// Broken refs kept beside the stack (`fs/broken.rs`; disabled in linked views).
+    pub(crate) broken_refs: crate::fs::broken::BrokenRefs,
     /// Listings made (each a pass over the overlay at least), for tests.
     #[cfg(test)]
     pub(crate) listings: u64,
@@ -198,6 +200,7 @@ impl Shared {
                 gone_tops: [false; 2],
                 last_render: None,
                 dir_epoch: 0,
+                broken_refs: Default::default(),
                 wake_fd,
                 #[cfg(test)]
                 listings: 0,
@@ -342,6 +345,11 @@ impl Shared {
         }
     }
 
+    /// Keeps broken refs in `store` from now on (`fs/broken.rs`); set once, before mounting.
+    pub fn keep_broken_refs(&self, store: crate::fs::broken::BrokenRefs) {
+        self.lock().broken_load(store);
+    }
+
     /// Sets the inode table's cap (`mount --inode-cap`).
     pub fn set_inode_cap(&self, cap: usize) {
         self.lock().inodes.set_cap(cap);
@@ -476,6 +484,8 @@ impl Inner {
                 let Inner { w, src, .. } = self;
                 w.revalidate_packed(src.as_mut());
             }
+            // A real ref written on the stack drops the broken one of its name.
+            self.broken_drop_shadowed();
             return Ok(Some(gen));
         }
         Ok(None)
@@ -729,6 +739,7 @@ impl Inner {
     fn path_of(&self, ino: u64) -> Result<(Vec<u8>, Kind), FsError> {
         let mut path = Vec::new();
         let kind = self.inodes.path(ino, &mut path).ok_or(FsError::ENOENT)?;
+        let kind = self.kind_now(&path, kind);
         Ok((path, kind))
     }
 
@@ -769,6 +780,21 @@ impl Inner {
         match self.classify(path)? {
             Some(k) if k == kind => Ok(()),
             _ => Err(FsError::ENOENT),
+        }
+    }
+
+    /// The kind of file at `path` now, for an inode the kernel holds as `kind`: a ref
+    /// file replaced by a broken ref (`fs/broken.rs`) is that file, and back.
+    fn kind_now(&self, path: &[u8], kind: Kind) -> Kind {
+        match kind {
+            Kind::Ref if self.w.files.contains_key(path) => Kind::Scratch,
+            Kind::Scratch
+                if !self.w.files.contains_key(path)
+                    && crate::fs::protocol::valid_ref_name(path) =>
+            {
+                Kind::Ref
+            }
+            k => k,
         }
     }
 
