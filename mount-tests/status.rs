@@ -4,7 +4,7 @@
 
 use crate::harness::{expect_errno, Ctx, Mount, Repo, TestResult, BIN};
 use crate::shells;
-use reftablefs::json::{self, Value};
+use serde_json::Value;
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::Path;
 use std::process::{Command, Output, Stdio};
@@ -23,14 +23,20 @@ fn text(b: &[u8]) -> String {
     String::from_utf8_lossy(b).into_owned()
 }
 
+/// An array's items (none for anything else).
+fn items(v: &Value) -> &[Value] {
+    v.as_array().map_or(&[], Vec::as_slice)
+}
+
 /// The `--json` entry of `mnt` in the list of every mount.
 fn listed(mnt: &Path) -> TestResult<Value> {
     let out = status(&["--json"])?;
     ensure!(out.status.success(), "status --json: {}", text(&out.stderr));
-    let doc = json::parse(&text(&out.stdout)).map_err(|e| format!("status --json: {e}"))?;
+    let doc = serde_json::from_str::<Value>(&text(&out.stdout))
+        .map_err(|e| format!("status --json: {e}"))?;
     let want = mnt.to_string_lossy();
     doc.get("mounts")
-        .map(Value::items)
+        .map(items)
         .unwrap_or_default()
         .iter()
         .find(|m| m.get("mountpoint").and_then(Value::as_str) == Some(&want))
@@ -55,38 +61,30 @@ pub fn lists_live_mounts(ctx: &Ctx) -> TestResult {
 
     let e = listed(&rw_mnt)?;
     let s = |v: &Value, k: &str| v.get(k).and_then(Value::as_str).map(str::to_owned);
-    ensure!(
-        s(&e, "mode").as_deref() == Some("rw"),
-        "rw mount: {}",
-        e.to_json()
-    );
+    ensure!(s(&e, "mode").as_deref() == Some("rw"), "rw mount: {}", e);
     ensure!(
         e.get("pid").and_then(Value::as_u64) == rw.pid().map(u64::from),
         "rw mount pid: {} vs {:?}",
-        e.to_json(),
+        e,
         rw.pid()
     );
     ensure!(
         s(&e, "repository").as_deref() == Some(&*repo.gitdir.to_string_lossy()),
         "rw mount repository: {}",
-        e.to_json()
+        e
     );
     ensure!(
-        e.get("options").map(Value::items).unwrap_or_default()
-            == [Value::Str("--batch-window=50".into())],
+        e.get("options").map(items).unwrap_or_default()
+            == [Value::String("--batch-window=50".into())],
         "rw mount options: {}",
-        e.to_json()
+        e
     );
     let e = listed(&ro_mnt)?;
-    ensure!(
-        s(&e, "mode").as_deref() == Some("ro"),
-        "ro mount: {}",
-        e.to_json()
-    );
+    ensure!(s(&e, "mode").as_deref() == Some("ro"), "ro mount: {}", e);
     ensure!(
         e.get("pid").and_then(Value::as_u64) == ro.pid().map(u64::from),
         "ro mount pid: {}",
-        e.to_json()
+        e
     );
 
     let out = status(&[])?;
@@ -127,7 +125,8 @@ pub fn lists_live_mounts(ctx: &Ctx) -> TestResult {
         "status MNT shows no inode table or no UTC mount time:\n{one}"
     );
     let out = status(&["--json", &rw_mnt.to_string_lossy()])?;
-    let doc = json::parse(&text(&out.stdout)).map_err(|e| format!("status --json MNT: {e}"))?;
+    let doc = serde_json::from_str::<Value>(&text(&out.stdout))
+        .map_err(|e| format!("status --json MNT: {e}"))?;
     let d = doc.get("details").cloned().unwrap_or(Value::Null);
     ensure!(
         d.get("inode_cap").and_then(Value::as_u64)
@@ -148,10 +147,11 @@ pub fn lists_live_mounts(ctx: &Ctx) -> TestResult {
             && s(&d, "repository").as_deref()
                 == Some(&*repo.gitdir.canonicalize()?.to_string_lossy()),
         "status --json MNT: {}",
-        doc.to_json()
+        doc
     );
     let out = status(&["--json", &ro_mnt.to_string_lossy()])?;
-    let doc = json::parse(&text(&out.stdout)).map_err(|e| format!("status --json MNT: {e}"))?;
+    let doc = serde_json::from_str::<Value>(&text(&out.stdout))
+        .map_err(|e| format!("status --json MNT: {e}"))?;
     ensure!(
         doc.get("details").and_then(|d| s(d, "mode")).as_deref() == Some("ro")
             && doc
@@ -160,7 +160,7 @@ pub fn lists_live_mounts(ctx: &Ctx) -> TestResult {
                 .and_then(Value::as_bool)
                 == Some(false),
         "status --json of the read-only --no-follow-cpu mount: {}",
-        doc.to_json()
+        doc
     );
 
     let out = status(&[&ctx.path("repo").to_string_lossy()])?;
@@ -195,11 +195,12 @@ fn details(mnt: &Path) -> TestResult<Value> {
         "status --json MNT: {}",
         text(&out.stderr)
     );
-    let doc = json::parse(&text(&out.stdout)).map_err(|e| format!("status --json MNT: {e}"))?;
+    let doc = serde_json::from_str::<Value>(&text(&out.stdout))
+        .map_err(|e| format!("status --json MNT: {e}"))?;
     doc.get("details")
         .filter(|d| **d != Value::Null)
         .cloned()
-        .ok_or_else(|| format!("no details: {}", doc.to_json()).into())
+        .ok_or_else(|| format!("no details: {}", doc).into())
 }
 
 /// A live mount with a pending edit (long batch window) and refused writes: `status`
@@ -294,9 +295,9 @@ pub fn shows_pending_and_refused_writes(ctx: &Ctx) -> TestResult {
     ensure!(
         u(&d, "pending_edits") == Some(1) && u(&d, "open_batch_age_ms").is_some(),
         "pending edit not shown: {}",
-        d.to_json()
+        d
     );
-    let refused = d.get("refused").map(Value::items).unwrap_or_default();
+    let refused = d.get("refused").map(items).unwrap_or_default();
     let has = |path: &str, op: &str, errno: &str| {
         refused.iter().any(|e| {
             e.get("path").and_then(Value::as_str) == Some(path)
@@ -321,18 +322,18 @@ pub fn shows_pending_and_refused_writes(ctx: &Ctx) -> TestResult {
         ensure!(
             has(path, op, errno),
             "refused {path} [{op}] {errno} not shown: {}",
-            d.to_json()
+            d
         );
     }
     ensure!(
         u(&d, "refused_total") == Some(refused.len() as u64) && refused.len() >= 6,
         "refused_total: {}",
-        d.to_json()
+        d
     );
     ensure!(
         d.get("last_commit") == Some(&Value::Null) && u(&d, "commits") == Some(0),
         "nothing committed yet: {}",
-        d.to_json()
+        d
     );
     let out = status(&[&mnt.to_string_lossy()])?;
     let shown = text(&out.stdout);
@@ -357,7 +358,7 @@ pub fn shows_pending_and_refused_writes(ctx: &Ctx) -> TestResult {
             && d.get("open_batch_age_ms") == Some(&Value::Null)
             && u(&d, "commits") == Some(1),
         "after fsync: {}",
-        d.to_json()
+        d
     );
     let last = d.get("last_commit").cloned().unwrap_or(Value::Null);
     let table = last
@@ -372,7 +373,7 @@ pub fn shows_pending_and_refused_writes(ctx: &Ctx) -> TestResult {
             && u(&last, "update_index").is_some()
             && u(&last, "time").is_some(),
         "last commit {} not in tables.list:\n{list}",
-        last.to_json()
+        last
     );
     m.unmount()?;
     ensure!(
@@ -589,7 +590,7 @@ pub fn a_rename_across_trees_is_recorded(ctx: &Ctx) -> TestResult {
         "rename refs/heads/x.lock to description2",
     )?;
     let d = details(&mnt)?;
-    let refused = d.get("refused").map(Value::items).unwrap_or_default();
+    let refused = d.get("refused").map(items).unwrap_or_default();
     ensure!(
         refused.iter().any(|e| {
             e.get("path").and_then(Value::as_str) == Some("x.lock")
@@ -597,7 +598,7 @@ pub fn a_rename_across_trees_is_recorded(ctx: &Ctx) -> TestResult {
                 && e.get("errno").and_then(Value::as_str) == Some("EXDEV")
         }),
         "the refused rename is not recorded: {}",
-        d.to_json()
+        d
     );
     let _ = std::fs::remove_file(mnt.join("refs/heads/x.lock"));
     m.unmount()

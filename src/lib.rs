@@ -15,7 +15,7 @@
 //!   reading names through symrefs.
 //!
 //! The `reftablefs` binary (`src/main.rs`, `src/cli/`) is built on this public API, plus
-//! the two hidden modules it shares with the mount (`json`, `mountinfo`).
+//! the two hidden modules it shares with the mount (`status_file`, `mountinfo`).
 
 // `unsafe` only where it is allowed below, per module, for FFI calls into libc; each
 // block carries a `// SAFETY:` comment (enforced by clippy, see Cargo.toml).
@@ -43,19 +43,20 @@ pub mod format;
 #[allow(clippy::indexing_slicing)]
 pub mod fs;
 mod fsio;
-// Not library API (hidden from the docs, no stability promise): the status file's JSON
-// (written by `fs`, read by `reftablefs status` and `unmount`) and mountinfo's escaping
-// (used by `fs` and `reftablefs status`), shared with the binary, which is another crate.
-#[doc(hidden)]
-pub mod json;
 pub mod lockfile;
 pub mod merged;
+// Not library API (hidden from the docs, no stability promise): mountinfo's escaping
+// (used by `fs` and `reftablefs status`) and the status file's document (written by `fs`,
+// read by `reftablefs status`, `unmount` and `exec`), shared with the binary, which is
+// another crate.
 #[doc(hidden)]
 pub mod mountinfo;
 pub mod refname;
 pub mod repo;
 pub mod resolve;
 pub mod stack;
+#[doc(hidden)]
+pub mod status_file;
 pub mod table;
 // Indexes only into the updates and edits of one transaction, by positions it made.
 #[allow(clippy::indexing_slicing)]

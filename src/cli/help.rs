@@ -9,16 +9,22 @@ use super::table::{find, Command, Opt, COMMANDS, COMMON_EXIT_CODES, GLOBAL_OPTIO
 
 /// Usage lines and options, as git prints them for `-h` and on misuse.
 pub fn usage(cmd: &Command) -> String {
+    let mut s = usage_lines(cmd);
+    if !cmd.options.is_empty() {
+        s.push('\n');
+        options_block(&mut s, cmd.options);
+    }
+    s
+}
+
+/// The command's usage lines: `usage: reftablefs NAME ...`, then `   or: ...`.
+fn usage_lines(cmd: &Command) -> String {
     let mut s = String::new();
     for (i, u) in cmd.usage.iter().enumerate() {
         let lead = if i == 0 { "usage:" } else { "   or:" };
         let line = format!("{lead} reftablefs {} {u}", cmd.name);
         s.push_str(line.trim_end());
         s.push('\n');
-    }
-    if !cmd.options.is_empty() {
-        s.push('\n');
-        options_block(&mut s, cmd.options);
     }
     s
 }
@@ -38,13 +44,7 @@ pub fn options_block(s: &mut String, opts: &[Opt]) {
 
 /// The whole help of one command: usage, description, options, examples, exit codes.
 pub fn help(cmd: &Command) -> String {
-    let mut s = String::new();
-    for (i, u) in cmd.usage.iter().enumerate() {
-        let lead = if i == 0 { "usage:" } else { "   or:" };
-        let line = format!("{lead} reftablefs {} {u}", cmd.name);
-        s.push_str(line.trim_end());
-        s.push('\n');
-    }
+    let mut s = usage_lines(cmd);
     s.push('\n');
     s.push_str(&wrap(cmd.description, 80, ""));
     if !cmd.options.is_empty() {

@@ -16,6 +16,7 @@ pub mod exec;
 pub mod for_each_ref;
 pub mod gen;
 pub mod help;
+pub mod logger;
 pub mod migrate;
 #[cfg(feature = "fuse")]
 pub mod mount;

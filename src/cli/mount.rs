@@ -1,9 +1,10 @@
-//! `reftablefs mount [--read-only] [--refs-only] [--no-kernel-passthrough] [--no-follow-cpu] [--daemon] [--batch-window MS] [--batch-max N] [--inode-cap N] [--no-fsync]
+//! `reftablefs mount [--read-only] [--refs-only] [--no-kernel-passthrough] [--no-follow-cpu] [--daemon] [--debug] [--batch-window MS] [--batch-max N] [--inode-cap N] [--no-fsync]
 //! [-o OPTIONS] (GITDIR MOUNTPOINT | --over WORKTREE [WORKTREE/.git])` (`reftablefs unmount`
 //! is in `unmount.rs`). `-o ro,batch_window=5,over` gives the same options as mount(8) and
 //! fstab give them (the parser expands the list: `table::MOUNT_SUB_OPTIONS`).
 //!
-//! Foreground by default, one log line per error on stderr; exits 0 after a clean unmount.
+//! Foreground by default, one log line per error on stderr, timestamped (`logger.rs`;
+//! `--debug` for more); exits 0 after a clean unmount.
 //! `--daemon` starts the same command in the background and returns once the mount is
 //! ready (listed in `/proc/self/mountinfo`), or fails with the child's reason. The daemon
 //! runs in its own process group with no terminal streams: its log lines go to
@@ -30,14 +31,29 @@ fn usage(msg: &str) -> Result<ExitCode> {
 struct Given {
     opts: MountOptions,
     daemon: bool,
+    debug: bool,
     over: bool,
     log: Option<PathBuf>,
 }
 
 fn given(args: &Args) -> std::result::Result<Given, String> {
+    Ok(Given {
+        opts: MountOptions {
+            refs_only: args.flag(Id::RefsOnly),
+            ..options(args)?
+        },
+        daemon: args.flag(Id::Daemon),
+        debug: args.flag(Id::Debug),
+        over: args.flag(Id::Over),
+        log: args.value(Id::Log).map(PathBuf::from),
+    })
+}
+
+/// The mount options `mount` and `exec` share, as the command line gives them, or the
+/// usage message for a bad value.
+pub fn options(args: &Args) -> std::result::Result<MountOptions, String> {
     let mut opts = MountOptions {
         read_only: args.flag(Id::ReadOnly),
-        refs_only: args.flag(Id::RefsOnly),
         ..MountOptions::default()
     };
     if args.flag(Id::NoKernelPassthrough) {
@@ -67,12 +83,7 @@ fn given(args: &Args) -> std::result::Result<Given, String> {
             )
         })?;
     }
-    Ok(Given {
-        opts,
-        daemon: args.flag(Id::Daemon),
-        over: args.flag(Id::Over),
-        log: args.value(Id::Log).map(PathBuf::from),
-    })
+    Ok(opts)
 }
 
 const BATCH_WINDOW: &str = "--batch-window takes a number of milliseconds";
@@ -83,12 +94,17 @@ pub fn run(args: Args) -> Result<ExitCode> {
     let Given {
         opts,
         daemon,
+        debug,
         over,
         log,
     } = match given(&args) {
         Ok(g) => g,
         Err(msg) => return usage(&msg),
     };
+    if !daemon {
+        // This process serves the mount: its log lines (and fuser's) are timestamped.
+        super::logger::install(debug);
+    }
     let positional: Vec<PathBuf> = args.operands().iter().map(PathBuf::from).collect();
     if over {
         let worktree = match positional.as_slice() {

@@ -6,10 +6,30 @@
 
 use std::io::{BufRead, BufReader, Write};
 use std::path::Path;
-use std::process::{Command, Stdio};
+use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
 
 use reftablefs::format::{HashKind, ObjectId};
 use reftablefs::{Error, Result};
+
+/// Starts `git --git-dir GIT_DIR cat-file MODE --buffer`, its questions on the returned
+/// stdin and its answers on the returned stdout (its stderr is ours).
+fn cat_file(git_dir: &Path, mode: &str) -> Result<(Child, ChildStdin, ChildStdout)> {
+    let mut child = Command::new("git")
+        .arg("--git-dir")
+        .arg(git_dir)
+        .arg("cat-file")
+        .arg(mode)
+        .arg("--buffer")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .map_err(|e| Error::io("git cat-file", e))?;
+    let (Some(stdin), Some(stdout)) = (child.stdin.take(), child.stdout.take()) else {
+        return Err(Error::Api("git cat-file: no pipes".into()));
+    };
+    Ok((child, stdin, stdout))
+}
 
 /// Runs `git cat-file --batch-check=<format>` on `inputs` (one object name per line)
 /// and returns one output line per input, in order.
@@ -17,25 +37,7 @@ pub fn batch_check(git_dir: &Path, format: &str, inputs: Vec<Vec<u8>>) -> Result
     if inputs.is_empty() {
         return Ok(Vec::new());
     }
-    let mut child = Command::new("git")
-        .arg("--git-dir")
-        .arg(git_dir)
-        .arg("cat-file")
-        .arg(format!("--batch-check={format}"))
-        .arg("--buffer")
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
-        .spawn()
-        .map_err(|e| Error::io("git cat-file", e))?;
-    let mut stdin = child
-        .stdin
-        .take()
-        .ok_or_else(|| Error::Api("git cat-file: no stdin".into()))?;
-    let stdout = child
-        .stdout
-        .take()
-        .ok_or_else(|| Error::Api("git cat-file: no stdout".into()))?;
+    let (mut child, mut stdin, stdout) = cat_file(git_dir, &format!("--batch-check={format}"))?;
     let n = inputs.len();
     let writer = std::thread::spawn(move || -> std::io::Result<()> {
         let mut w = std::io::BufWriter::new(&mut stdin);
@@ -119,20 +121,7 @@ struct CatFile {
 
 impl CatFile {
     fn spawn(git_dir: &Path) -> Result<CatFile> {
-        let mut child = Command::new("git")
-            .arg("--git-dir")
-            .arg(git_dir)
-            .arg("cat-file")
-            .arg("--batch-command=%(objecttype)")
-            .arg("--buffer")
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .map_err(|e| Error::io("git cat-file", e))?;
-        let (Some(stdin), Some(stdout)) = (child.stdin.take(), child.stdout.take()) else {
-            return Err(Error::Api("git cat-file: no pipes".into()));
-        };
+        let (child, stdin, stdout) = cat_file(git_dir, "--batch-command=%(objecttype)")?;
         Ok(CatFile {
             child,
             stdin: Some(stdin),

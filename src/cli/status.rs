@@ -17,8 +17,10 @@ use std::time::Duration;
 use super::parse::{self, Grammar};
 use super::table::{self, Id};
 use super::{common, Args};
-use reftablefs::json::{self, Value};
+use reftablefs::status_file::Report;
 use reftablefs::{Error, Result};
+use serde::Serialize;
+use serde_json::value::RawValue;
 
 /// The status file a mount serves, relative to its mount point.
 pub const STATUS_FILE: &str = ".reftablefs/status";
@@ -196,136 +198,6 @@ pub fn list_mounts() -> Result<Vec<Mount>> {
     Ok(mounts)
 }
 
-/// One recorded event (a conflict or a refused write).
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Event {
-    pub time: Option<u64>,
-    /// The ref (conflicts) or the path under the mount (refused writes).
-    pub what: String,
-    /// The operation refused (`rename`, `write`, `unlink`, ...), if given.
-    pub op: Option<String>,
-    /// The errno name returned to the client (`EEXIST`), if given.
-    pub errno: Option<String>,
-    pub reason: String,
-}
-
-/// The last table the mount committed.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct LastCommit {
-    pub update_index: u64,
-    pub table: String,
-    pub time: Option<u64>,
-}
-
-/// A lock file that looks abandoned.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct StaleLock {
-    pub path: String,
-    pub age_s: Option<u64>,
-}
-
-/// What a mount reports about itself (version 1 of the status file).
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Report {
-    pub repository: Option<String>,
-    pub pid: Option<u64>,
-    pub mode: Option<String>,
-    pub mounted_at: Option<u64>,
-    pub now: Option<u64>,
-    pub pending_edits: u64,
-    pub open_batch_age_ms: Option<u64>,
-    /// Names the kernel holds (the mount's inode table), of them being dropped, its cap.
-    pub known_names: Option<u64>,
-    pub known_names_dropping: Option<u64>,
-    pub inode_cap: Option<u64>,
-    /// Whether the request threads follow their clients' CPU (`mount --no-follow-cpu`).
-    pub follow_cpu: Option<bool>,
-    pub commits: Option<u64>,
-    pub last_commit: Option<LastCommit>,
-    pub conflicts_total: u64,
-    pub conflicts: Vec<Event>,
-    pub refused_total: u64,
-    pub refused: Vec<Event>,
-    pub stale_locks: Vec<StaleLock>,
-}
-
-fn events(v: Option<&Value>, key: &str) -> Vec<Event> {
-    v.map(Value::items)
-        .unwrap_or_default()
-        .iter()
-        .map(|e| Event {
-            time: e.get("time").and_then(Value::as_u64),
-            what: e
-                .get(key)
-                .and_then(Value::as_str)
-                .unwrap_or_default()
-                .to_owned(),
-            op: e.get("op").and_then(Value::as_str).map(str::to_owned),
-            errno: e.get("errno").and_then(Value::as_str).map(str::to_owned),
-            reason: e
-                .get("reason")
-                .and_then(Value::as_str)
-                .unwrap_or_default()
-                .to_owned(),
-        })
-        .collect()
-}
-
-impl Report {
-    /// Reads a status document (see docs/cli.md). Unknown members are ignored; a
-    /// `version` other than 1 or a missing `pending_edits` is an error.
-    pub fn from_json(v: &Value) -> std::result::Result<Report, String> {
-        match v.get("version").and_then(Value::as_u64) {
-            Some(1) => {}
-            Some(n) => return Err(format!("unsupported status version {n}")),
-            None => return Err("no \"version\"".into()),
-        }
-        let u = |k: &str| v.get(k).and_then(Value::as_u64);
-        let conflicts = events(v.get("conflicts"), "ref");
-        let refused = events(v.get("refused"), "path");
-        Ok(Report {
-            repository: v
-                .get("repository")
-                .and_then(Value::as_str)
-                .map(str::to_owned),
-            pid: u("pid"),
-            mode: v.get("mode").and_then(Value::as_str).map(str::to_owned),
-            mounted_at: u("mounted_at"),
-            now: u("now"),
-            pending_edits: u("pending_edits").ok_or("no \"pending_edits\"")?,
-            open_batch_age_ms: u("open_batch_age_ms"),
-            known_names: u("known_names"),
-            known_names_dropping: u("known_names_dropping"),
-            inode_cap: u("inode_cap"),
-            follow_cpu: v.get("follow_cpu").and_then(Value::as_bool),
-            commits: u("commits"),
-            last_commit: v.get("last_commit").and_then(|c| {
-                Some(LastCommit {
-                    update_index: c.get("update_index")?.as_u64()?,
-                    table: c.get("table")?.as_str()?.to_owned(),
-                    time: c.get("time").and_then(Value::as_u64),
-                })
-            }),
-            conflicts_total: u("conflicts_total").unwrap_or(conflicts.len() as u64),
-            conflicts,
-            refused_total: u("refused_total").unwrap_or(refused.len() as u64),
-            refused,
-            stale_locks: v
-                .get("stale_locks")
-                .map(Value::items)
-                .unwrap_or_default()
-                .iter()
-                .filter_map(|l| {
-                    Some(StaleLock {
-                        path: l.get("path")?.as_str()?.to_owned(),
-                        age_s: l.get("age_s").and_then(Value::as_u64),
-                    })
-                })
-                .collect(),
-        })
-    }
-}
-
 /// Reads `mountpoint/.reftablefs/status` in a helper thread, at most
 /// [`MAX_STATUS_BYTES`], waiting at most `timeout`. `Ok(None)`: the mount serves no
 /// status file (this version of the mount has none).
@@ -364,7 +236,7 @@ pub fn read_status(
 }
 
 /// What `status` learned about one mount's details.
-#[derive(Clone, Debug, PartialEq)]
+#[derive(Clone, Debug)]
 pub enum Details {
     /// Not asked (listing every mount).
     NotAsked,
@@ -372,22 +244,28 @@ pub enum Details {
     Unavailable,
     /// The file could not be read or parsed.
     Error(String),
-    /// The report, and the document as read.
-    Report(Box<Report>, Value),
+    /// The report, and the document as the mount wrote it.
+    Report(Box<Report>, Box<RawValue>),
 }
 
 fn details_of(mountpoint: &Path) -> Details {
     match read_status(mountpoint, READ_TIMEOUT) {
         Ok(None) => Details::Unavailable,
         Err(e) => Details::Error(e),
-        Ok(Some(text)) => match json::parse(&text) {
+        Ok(Some(text)) => match serde_json::from_str::<Box<RawValue>>(&text) {
             Err(e) => Details::Error(format!("{STATUS_FILE}: not JSON: {e}")),
-            Ok(v) => match Report::from_json(&v) {
+            Ok(v) => match Report::from_json(v.get()) {
                 Ok(r) => Details::Report(Box::new(r), v),
                 Err(e) => Details::Error(format!("{STATUS_FILE}: {e}")),
             },
         },
     }
+}
+
+/// What the mount at `mountpoint` says about itself in its status file, if it serves one.
+pub fn report_of(mountpoint: &Path) -> Option<Report> {
+    let text = read_status(mountpoint, READ_TIMEOUT).ok()??;
+    Report::from_json(&text).ok()
 }
 
 fn ago(now: Option<u64>, t: Option<u64>) -> String {
@@ -463,9 +341,20 @@ pub fn render_text(m: &Mount, d: &Details) -> String {
                 )),
                 None => s.push_str("    last commit:     none since mount\n"),
             }
+            // Each event as `WHAT [OP] ERRNO: REASON`, after its time.
+            let conflicts = r
+                .conflicts
+                .iter()
+                .map(|e| (e.time, &e.name, None, None, &e.reason));
+            let refused = (r.refused.iter())
+                .map(|e| (e.time, &e.path, e.op.as_ref(), e.errno.as_ref(), &e.reason));
             for (title, total, list) in [
-                ("conflicts:", r.conflicts_total, &r.conflicts),
-                ("refused writes:", r.refused_total, &r.refused),
+                (
+                    "conflicts:",
+                    r.conflicts_total,
+                    conflicts.collect::<Vec<_>>(),
+                ),
+                ("refused writes:", r.refused_total, refused.collect()),
             ] {
                 let shown = if (list.len() as u64) < total {
                     format!(" (last {} shown)", list.len())
@@ -473,15 +362,15 @@ pub fn render_text(m: &Mount, d: &Details) -> String {
                     String::new()
                 };
                 s.push_str(&format!("    {title:<17}{total}{shown}\n"));
-                for e in list {
-                    let mut line = format!("        {} {}", ago(now, e.time), e.what);
-                    if let Some(op) = &e.op {
+                for (time, what, op, errno, reason) in list {
+                    let mut line = format!("        {} {what}", ago(now, time));
+                    if let Some(op) = op {
                         line.push_str(&format!(" [{op}]"));
                     }
-                    if let Some(errno) = &e.errno {
+                    if let Some(errno) = errno {
                         line.push_str(&format!(" {errno}"));
                     }
-                    s.push_str(&format!("{line}: {}\n", e.reason));
+                    s.push_str(&format!("{line}: {reason}\n"));
                 }
             }
             for l in &r.stale_locks {
@@ -496,45 +385,49 @@ pub fn render_text(m: &Mount, d: &Details) -> String {
     s
 }
 
-/// The `--json` object for one mount.
-pub fn render_json(m: &Mount, d: &Details) -> Value {
-    let path = |p: &Option<PathBuf>| {
-        p.as_ref().map_or(Value::Null, |p| {
-            Value::Str(p.to_string_lossy().into_owned())
-        })
-    };
-    let mut o = vec![
-        (
-            "mountpoint".to_owned(),
-            Value::Str(m.mountpoint.to_string_lossy().into_owned()),
-        ),
-        ("repository".into(), path(&m.repository)),
-        (
-            "pid".into(),
-            m.pid.map_or(Value::Null, |p| Value::Num(f64::from(p))),
-        ),
-        ("mode".into(), Value::Str(m.mode.clone())),
-        (
-            "options".into(),
-            Value::Arr(m.options.iter().cloned().map(Value::Str).collect()),
-        ),
-    ];
-    match d {
-        Details::NotAsked => {}
-        Details::Unavailable => {
-            o.push(("details".into(), Value::Null));
-            o.push((
-                "details_error".into(),
-                Value::Str("details not available from this mount".into()),
-            ));
+/// The `--json` object for one mount (`details` and `details_error` only when asked).
+#[derive(Serialize)]
+struct MountJson<'a> {
+    mountpoint: String,
+    repository: Option<String>,
+    pid: Option<u32>,
+    mode: &'a str,
+    options: &'a [String],
+    #[serde(skip_serializing_if = "Option::is_none")]
+    details: Option<Option<&'a RawValue>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    details_error: Option<&'a str>,
+}
+
+impl<'a> MountJson<'a> {
+    fn new(m: &'a Mount, d: &'a Details) -> MountJson<'a> {
+        let (details, details_error) = match d {
+            Details::NotAsked => (None, None),
+            Details::Unavailable => (Some(None), Some("details not available from this mount")),
+            Details::Error(e) => (Some(None), Some(e.as_str())),
+            Details::Report(_, v) => (Some(Some(&**v)), None),
+        };
+        MountJson {
+            mountpoint: m.mountpoint.to_string_lossy().into_owned(),
+            repository: (m.repository.as_ref()).map(|p| p.to_string_lossy().into_owned()),
+            pid: m.pid,
+            mode: &m.mode,
+            options: &m.options,
+            details,
+            details_error,
         }
-        Details::Error(e) => {
-            o.push(("details".into(), Value::Null));
-            o.push(("details_error".into(), Value::Str(e.clone())));
-        }
-        Details::Report(_, v) => o.push(("details".into(), v.clone())),
     }
-    Value::Obj(o)
+}
+
+/// The `--json` object for one mount, compact.
+pub fn render_json(m: &Mount, d: &Details) -> String {
+    to_json(&MountJson::new(m, d))
+}
+
+/// Compact JSON text of a value made of strings, numbers and lists, which cannot fail
+/// to serialize.
+fn to_json(v: &impl Serialize) -> String {
+    serde_json::to_string(v).unwrap_or_default()
 }
 
 /// Runs the subcommand.
@@ -566,7 +459,7 @@ pub fn run(args: Args) -> Result<ExitCode> {
         };
         let d = details_of(&m.mountpoint);
         if as_json {
-            out.write(render_json(m, &d).to_json().as_bytes())?;
+            out.write(render_json(m, &d).as_bytes())?;
             out.write(b"\n")?;
         } else {
             out.write(render_text(m, &d).as_bytes())?;
@@ -576,14 +469,14 @@ pub fn run(args: Args) -> Result<ExitCode> {
     }
     mounts.sort_by(|a, b| a.mountpoint.cmp(&b.mountpoint));
     if as_json {
-        let list = Value::Arr(
-            mounts
-                .iter()
-                .map(|m| render_json(m, &Details::NotAsked))
-                .collect(),
-        );
-        let doc = Value::Obj(vec![("mounts".into(), list)]);
-        out.write(doc.to_json().as_bytes())?;
+        #[derive(Serialize)]
+        struct List<'a> {
+            mounts: Vec<MountJson<'a>>,
+        }
+        let mounts = (mounts.iter())
+            .map(|m| MountJson::new(m, &Details::NotAsked))
+            .collect();
+        out.write(to_json(&List { mounts }).as_bytes())?;
         out.write(b"\n")?;
     } else if mounts.is_empty() {
         out.write(b"no reftablefs mounts\n")?;
@@ -702,8 +595,9 @@ mod tests {
 
     #[test]
     fn status_document_is_read_and_shown() {
-        let v = json::parse(SAMPLE).unwrap();
-        let r = Report::from_json(&v).unwrap();
+        use reftablefs::status_file::LastCommit;
+        let v = RawValue::from_string(SAMPLE.to_owned()).unwrap();
+        let r = Report::from_json(SAMPLE).unwrap();
         assert_eq!(r.pending_edits, 3);
         assert_eq!(r.open_batch_age_ms, Some(12));
         assert_eq!(
@@ -714,7 +608,7 @@ mod tests {
                 time: Some(1764500090)
             })
         );
-        assert_eq!(r.conflicts[0].what, "refs/heads/topic");
+        assert_eq!(r.conflicts[0].name, "refs/heads/topic");
         assert_eq!((r.refused_total, r.refused.len()), (5, 1));
         assert_eq!(r.refused[0].errno.as_deref(), Some("EINVAL"));
         assert_eq!(r.stale_locks[0].age_s, Some(3600));
@@ -744,11 +638,15 @@ mod tests {
         }
         let j = render_json(
             &m,
-            &Details::Report(Box::new(Report::from_json(&v).unwrap()), v.clone()),
+            &Details::Report(Box::new(Report::from_json(SAMPLE).unwrap()), v.clone()),
         );
-        let back = json::parse(&j.to_json()).unwrap();
-        assert_eq!(back.get("details"), Some(&v));
-        assert_eq!(back.get("pid").and_then(Value::as_u64), Some(4242));
+        let back: serde_json::Value = serde_json::from_str(&j).unwrap();
+        let sample: serde_json::Value = serde_json::from_str(SAMPLE).unwrap();
+        assert_eq!(back.get("details"), Some(&sample));
+        assert_eq!(
+            back.get("pid").and_then(serde_json::Value::as_u64),
+            Some(4242)
+        );
     }
 
     #[test]
@@ -767,7 +665,7 @@ mod tests {
             "{text}"
         );
         assert!(text.contains("pid:             (not found)"), "{text}");
-        let j = render_json(&m, &Details::Unavailable).to_json();
+        let j = render_json(&m, &Details::Unavailable);
         assert!(
             j.contains(r#""details":null,"details_error":"details not available from this mount""#),
             "{j}"
@@ -777,16 +675,13 @@ mod tests {
                 r#"{"version": 2, "pending_edits": 0}"#,
                 "unsupported status version 2",
             ),
-            (r#"{"pending_edits": 0}"#, "no \"version\""),
-            (r#"{"version": 1}"#, "no \"pending_edits\""),
+            (r#"{"pending_edits": 0}"#, "missing field `version`"),
+            (r#"{"version": 1}"#, "missing field `pending_edits`"),
         ] {
-            assert_eq!(
-                Report::from_json(&json::parse(doc).unwrap()).unwrap_err(),
-                err
-            );
+            let e = Report::from_json(doc).unwrap_err();
+            assert!(e.starts_with(err), "{e:?} for {doc}");
         }
-        let r = Report::from_json(&json::parse(r#"{"version": 1, "pending_edits": 0}"#).unwrap())
-            .unwrap();
+        let r = Report::from_json(r#"{"version": 1, "pending_edits": 0}"#).unwrap();
         assert!(r.last_commit.is_none() && r.conflicts.is_empty());
         let tmp = tempfile::tempdir().unwrap();
         assert_eq!(read_status(tmp.path(), READ_TIMEOUT), Ok(None));

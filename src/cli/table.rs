@@ -65,6 +65,7 @@ pub enum Id {
     NoFollowCpu,
     Daemon,
     Log,
+    Debug,
     BatchWindow,
     BatchMax,
     InodeCap,
@@ -413,7 +414,7 @@ pub const COMMANDS: &[Command] = &[
     Command {
         name: "mount",
         summary: "mount a reftable repository as git's files layout (FUSE)",
-        usage: &["[--read-only] [--refs-only] [--no-kernel-passthrough] [--no-follow-cpu] [--daemon [--log=<file>]] [--batch-window=<ms>] [--batch-max=<n>] [--inode-cap=<n>] [--no-fsync] [-o <option>[,<option>...]] (<gitdir> <mountpoint> | --over <worktree> [<worktree>/.git])"],
+        usage: &["[--read-only] [--refs-only] [--no-kernel-passthrough] [--no-follow-cpu] [--daemon [--log=<file>]] [--debug] [--batch-window=<ms>] [--batch-max=<n>] [--inode-cap=<n>] [--no-fsync] [-o <option>[,<option>...]] (<gitdir> <mountpoint> | --over <worktree> [<worktree>/.git])"],
         description: "Serves <gitdir> on <mountpoint> as a complete files-backend git \
             directory: refs as loose refs, packed-refs and logs/ from the reftable stack, \
             everything else (objects, config, index, ...) passed through to <gitdir>, so \
@@ -427,6 +428,7 @@ pub const COMMANDS: &[Command] = &[
             opt(Id::NoFollowCpu, "--no-follow-cpu", "leave the request threads where the scheduler puts them (by default each moves to its client's CPU, no cross-CPU wake-up per request, unless that client moves away from it)"),
             opt(Id::Daemon, "--daemon", "run in the background; return once the mount is ready"),
             opt(Id::Log, "--log=<file>", "with --daemon, where log lines go (default $TMPDIR/reftablefs-mount.<pid>.log)"),
+            opt(Id::Debug, "--debug", "log debug lines too, the mount's and fuser's (else the level RUST_LOG names, default info)"),
             opt(Id::BatchWindow, "--batch-window=<ms>", "how long writes are gathered into one table (default 5)"),
             opt(Id::BatchMax, "--batch-max=<n>", "commit a batch once it holds <n> edits (default 10000)"),
             opt(Id::InodeCap, "--inode-cap=<n>", "names the mount keeps known to the kernel before it has the oldest dropped (default 131072, about 175 bytes each; at least 1024)"),

@@ -224,14 +224,6 @@ fn wait_pidfd(p: &Process, deadline: Instant) -> Option<bool> {
     }
 }
 
-/// What the mount says about itself in its status file, if it serves one.
-fn report_of(mountpoint: &Path) -> Option<super::status::Report> {
-    use super::status;
-    let text = status::read_status(mountpoint, status::READ_TIMEOUT).ok()??;
-    let v = reftablefs::json::parse(&text).ok()?;
-    status::Report::from_json(&v).ok()
-}
-
 /// The process serving `mountpoint`, its repository and its status report: the pid from
 /// the mount's own status file, else from the `reftablefs mount` command lines under
 /// `/proc`.
@@ -240,9 +232,9 @@ fn serving_process(
 ) -> (
     Option<Process>,
     Option<String>,
-    Option<super::status::Report>,
+    Option<reftablefs::status_file::Report>,
 ) {
-    let report = report_of(mountpoint);
+    let report = super::status::report_of(mountpoint);
     if let Some(r) = &report {
         let p = r
             .pid
@@ -312,7 +304,7 @@ pub fn run_unmount(args: Args) -> Result<ExitCode> {
     }
     // The flush reports a failed edit to the process that made it, not to us: the
     // mount's record of edits not written says whether the flush lost any.
-    if let (Some(b), Some(a)) = (before, report_of(&mountpoint)) {
+    if let (Some(b), Some(a)) = (before, super::status::report_of(&mountpoint)) {
         let lost = a.conflicts_total.saturating_sub(b.conflicts_total);
         if lost > 0 {
             let shown = usize::try_from(lost).unwrap_or(usize::MAX);
@@ -320,7 +312,7 @@ pub fn run_unmount(args: Args) -> Result<ExitCode> {
                 "reftablefs unmount: {lost} pending ref update(s) not written while flushing {mp}:"
             );
             for e in a.conflicts.iter().rev().take(shown).rev() {
-                eprintln!("  {}: {}", e.what, e.reason);
+                eprintln!("  {}: {}", e.name, e.reason);
             }
             failed = true;
         }

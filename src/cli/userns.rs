@@ -1,4 +1,4 @@
-//! The private mount namespace of `reftablefs exec` (`exec.rs`): made by the calling
+//! The private mount namespace of `reftablefs exec` (`exec/`): made by the calling
 //! process itself, so that everything it starts afterwards (the view's process and
 //! COMMAND) is inside it and nothing outside sees what is mounted there.
 //!

@@ -347,15 +347,7 @@ pub fn encode_obj_value(out: &mut Vec<u8>, positions: &[u64]) -> u8 {
 /// Decodes an obj record value into `positions` (cleared first). Returns bytes consumed.
 pub fn decode_obj_value(input: &[u8], extra: u8, positions: &mut Vec<u64>) -> DResult<usize> {
     let mut r = Reader::new(input);
-    let count = if extra == 0 {
-        r.varint("bad obj position count")?
-    } else {
-        u64::from(extra)
-    };
-    // Every position takes at least one byte: bound the count by what is there.
-    if count > r.remaining() as u64 {
-        return err(r.pos(), "obj position count larger than the block");
-    }
+    let count = obj_position_count(&mut r, extra)?;
     positions.clear();
     let mut last = 0u64;
     for i in 0..count {
@@ -377,6 +369,20 @@ pub fn decode_obj_value(input: &[u8], extra: u8, positions: &mut Vec<u64>) -> DR
         positions.push(last);
     }
     Ok(r.pos())
+}
+
+/// An obj record's position count: `extra` (`cnt_3`), or the varint that follows when it
+/// is 0. Every position takes at least one byte: the count is bounded by what is there.
+fn obj_position_count(r: &mut Reader<'_>, extra: u8) -> DResult<u64> {
+    let count = if extra == 0 {
+        r.varint("bad obj position count")?
+    } else {
+        u64::from(extra)
+    };
+    if count > r.remaining() as u64 {
+        return err(r.pos(), "obj position count larger than the block");
+    }
+    Ok(count)
 }
 
 /// Bytes taken by a value of block type `typ`, without decoding it into a record.
@@ -413,15 +419,7 @@ pub fn skip_value(input: &[u8], typ: u8, extra: u8, hash: HashKind) -> DResult<u
             _ => return err(0, "invalid log value type"),
         },
         BLOCK_OBJ => {
-            let count = if extra == 0 {
-                r.varint("bad obj position count")?
-            } else {
-                u64::from(extra)
-            };
-            if count > r.remaining() as u64 {
-                return err(r.pos(), "obj position count larger than the block");
-            }
-            for _ in 0..count {
+            for _ in 0..obj_position_count(&mut r, extra)? {
                 r.varint("bad obj position")?;
             }
         }

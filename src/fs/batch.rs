@@ -222,7 +222,7 @@ fn run(shared: &Shared, writer: &mut Writer) {
             }
             Err(e) => {
                 let why = why_failed.unwrap_or_else(|| e.to_string());
-                eprintln!(
+                log::error!(
                     "reftablefs: commit: batch of {} edits not written: {why}",
                     batch.len()
                 );

@@ -184,7 +184,7 @@ impl Filesystem for RefFs {
                     .is_ok()
                 && config.set_max_stack_depth(2).is_ok();
             p.set_kernel_passthrough(on);
-            eprintln!(
+            log::info!(
                 "reftablefs: passed-through files: {}",
                 if on {
                     "kernel FUSE passthrough"

@@ -370,9 +370,9 @@ pub fn mount(
             // SAFETY: waiting on the signal set blocked above.
             let r = unsafe { libc::sigwait(&sigset, &mut sig) };
             if r == 0 {
-                eprintln!("reftablefs: signal {sig}: unmounting {}", mp.display());
+                log::info!("reftablefs: signal {sig}: unmounting {}", mp.display());
                 if let Err(e) = unmounter.unmount() {
-                    eprintln!(
+                    log::warn!(
                         "reftablefs: unmount {}: {e}; trying a lazy unmount",
                         mp.display()
                     );

@@ -218,7 +218,7 @@ impl Queue {
         {
             if let Some(&old) = self.proc_failures.keys().next() {
                 self.proc_failures.remove(&old);
-                eprintln!(
+                log::warn!(
                     "reftablefs: too many processes with unreported failures: \
                      process {old} will not be told by fsync"
                 );

@@ -151,14 +151,19 @@ impl Recorder {
 
 /// Logs one error line: what failed, on which path, and why.
 pub fn log_error(op: &str, path: &[u8], err: &dyn std::fmt::Display) {
-    eprintln!("reftablefs: {op} {}: {err}", String::from_utf8_lossy(path));
+    log::error!("reftablefs: {op} {}: {err}", String::from_utf8_lossy(path));
 }
 
 /// A refused request: logged, recorded for `reftablefs status`, and returned as
 /// [`FsError::Refused`] (so it is recorded once, here). Every refusal with a reason goes
 /// through here.
 pub(crate) fn refuse(op: &str, path: &[u8], r: Refusal) -> FsError {
-    log_error(op, path, &r.reason);
+    // A refusal is the client's doing, not the mount's failure: a warning.
+    log::warn!(
+        "reftablefs: {op} {}: {}",
+        String::from_utf8_lossy(path),
+        r.reason
+    );
     recorder().refused(op, path, r.errno, &r.reason);
     FsError::Refused {
         errno: r.errno,

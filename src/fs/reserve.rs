@@ -121,7 +121,7 @@ impl Reserve {
             staged: Arc::default(),
         };
         if let Err(errno) = r.ensure(0) {
-            eprintln!(
+            log::warn!(
                 "reftablefs: reserving space in {}: {} (ref updates fail until there is room)",
                 dir.display(),
                 std::io::Error::from_raw_os_error(errno)

@@ -575,13 +575,13 @@ pub fn open_dir(repo: &Repo, dir: &Path, opts: &MountOptions) -> Result<Opened> 
         match stack.clean_orphans(None) {
             Ok(report) => {
                 for (path, why) in &report.removed {
-                    eprintln!("reftablefs: removed {}: {why}", path.display());
+                    log::info!("reftablefs: removed {}: {why}", path.display());
                 }
                 for (path, why) in &report.kept {
-                    eprintln!("reftablefs: kept {}: {why}", path.display());
+                    log::info!("reftablefs: kept {}: {why}", path.display());
                 }
             }
-            Err(e) => eprintln!("reftablefs: leftovers of killed writers not checked: {e}"),
+            Err(e) => log::warn!("reftablefs: leftovers of killed writers not checked: {e}"),
         }
         let mut w = StackSource::new(stack, log.clone(), own);
         w.commit_delay = commit_delay_from_env();

@@ -1,5 +1,5 @@
 //! `MOUNTPOINT/.reftablefs/status`: what the mount is doing, as one JSON document
-//! (version 1, format in docs/cli.md; read by `reftablefs status`).
+//! (version 1, format in docs/cli.md and `status_file.rs`; read by `reftablefs status`).
 //!
 //! `.reftablefs` is a directory of the mount itself, never of the git directory: it is
 //! found by `lookup` at the root but not listed by `readdir` (tools walking the git
@@ -16,9 +16,9 @@ use std::sync::{Mutex, OnceLock};
 use std::time::Duration;
 
 use crate::fs::ino::{STATUS_DIR as DIR_INO, STATUS_FILE as FILE_INO};
-use crate::fs::record::{errno_name, recorder, unix_now, Events};
+use crate::fs::record::{errno_name, recorder, unix_now};
 use crate::fs::state::Shared;
-use crate::json::Value;
+use crate::status_file::{Conflict, LastCommit, Refusal, Report, StaleLock};
 
 /// The name of the directory at the root of the mount.
 pub const DIR_NAME: &[u8] = b".reftablefs";
@@ -81,80 +81,53 @@ pub fn release(fh: u64) {
 pub(crate) fn document(shared: &Shared) -> Vec<u8> {
     let (pending, batch_age) = shared.pending_status();
     let (known, dropping, cap) = shared.inode_status();
-    let num = |n: u64| Value::Num(n as f64);
-    let events = |ev: &Events, key: &str| {
-        Value::Arr(
-            ev.last
-                .iter()
-                .map(|e| {
-                    let mut o = vec![
-                        ("time".to_owned(), num(e.time)),
-                        (key.to_owned(), Value::Str(e.what.clone())),
-                    ];
-                    if let Some(op) = &e.op {
-                        o.push(("op".into(), Value::Str(op.clone())));
-                    }
-                    if let Some(errno) = e.errno {
-                        o.push(("errno".into(), Value::Str(errno_name(errno))));
-                    }
-                    o.push(("reason".into(), Value::Str(e.reason.clone())));
-                    Value::Obj(o)
-                })
-                .collect(),
-        )
-    };
     // Diagnosed without the recorder's lock, which request threads take.
     let dir = recorder().rec().reftable_dir.clone();
     let stale = dir
         .map(|d| stale_locks(&d.join("tables.list.lock")))
         .unwrap_or_default();
     let r = recorder().rec();
-    let doc = Value::Obj(vec![
-        ("version".into(), num(1)),
-        (
-            "repository".into(),
-            r.repository.clone().map_or(Value::Null, Value::Str),
-        ),
-        ("pid".into(), num(u64::from(std::process::id()))),
-        (
-            "mode".into(),
-            Value::Str(if r.read_only { "ro" } else { "rw" }.into()),
-        ),
-        ("mounted_at".into(), num(r.mounted_at)),
-        ("now".into(), num(unix_now())),
-        ("pending_edits".into(), num(pending)),
-        ("known_names".into(), num(known as u64)),
-        ("known_names_dropping".into(), num(dropping as u64)),
-        ("inode_cap".into(), num(cap as u64)),
-        ("follow_cpu".into(), Value::Bool(crate::fs::cpu::enabled())),
-        (
-            "open_batch_age_ms".into(),
-            batch_age.map_or(Value::Null, |d| {
-                num(u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
-            }),
-        ),
-        ("commits".into(), num(r.commits)),
-        (
-            "last_commit".into(),
-            r.last_commit
-                .as_ref()
-                .map_or(Value::Null, |(ui, table, time)| {
-                    Value::Obj(vec![
-                        ("update_index".into(), num(*ui)),
-                        ("table".into(), Value::Str(table.clone())),
-                        ("time".into(), num(*time)),
-                    ])
-                }),
-        ),
-        ("conflicts_total".into(), num(r.conflicts.total)),
-        ("conflicts".into(), events(&r.conflicts, "ref")),
-        ("refused_total".into(), num(r.refused.total)),
-        ("refused".into(), events(&r.refused, "path")),
-        ("stale_locks".into(), Value::Arr(stale)),
-    ]);
+    let doc = Report {
+        version: crate::status_file::VERSION,
+        repository: r.repository.clone(),
+        pid: Some(u64::from(std::process::id())),
+        mode: Some(if r.read_only { "ro" } else { "rw" }.into()),
+        mounted_at: Some(r.mounted_at),
+        now: Some(unix_now()),
+        pending_edits: pending,
+        known_names: Some(known as u64),
+        known_names_dropping: Some(dropping as u64),
+        inode_cap: Some(cap as u64),
+        follow_cpu: Some(crate::fs::cpu::enabled()),
+        open_batch_age_ms: batch_age.map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX)),
+        commits: Some(r.commits),
+        last_commit: r.last_commit.as_ref().map(|(ui, table, time)| LastCommit {
+            update_index: *ui,
+            table: table.clone(),
+            time: Some(*time),
+        }),
+        conflicts_total: r.conflicts.total,
+        conflicts: (r.conflicts.last.iter())
+            .map(|e| Conflict {
+                time: Some(e.time),
+                name: e.what.clone(),
+                reason: e.reason.clone(),
+            })
+            .collect(),
+        refused_total: r.refused.total,
+        refused: (r.refused.last.iter())
+            .map(|e| Refusal {
+                time: Some(e.time),
+                path: e.what.clone(),
+                op: e.op.clone(),
+                errno: e.errno.map(errno_name),
+                reason: e.reason.clone(),
+            })
+            .collect(),
+        stale_locks: stale,
+    };
     drop(r);
-    let mut out = doc.to_json().into_bytes();
-    out.push(b'\n');
+    let mut out = doc.to_json();
     if out.len() > MAX_BYTES {
         // Cannot happen with the bounded lists; stay within the promised size.
         out = format!(
@@ -166,15 +139,12 @@ pub(crate) fn document(shared: &Shared) -> Vec<u8> {
 }
 
 /// The stale-lock entries for `lock` (path relative to the git directory).
-fn stale_locks(lock: &std::path::Path) -> Vec<Value> {
+fn stale_locks(lock: &std::path::Path) -> Vec<StaleLock> {
     match crate::lockfile::diagnose(lock) {
-        Ok(Some(d)) if d.is_stale(STALE_LOCK_AGE) => vec![Value::Obj(vec![
-            (
-                "path".into(),
-                Value::Str("reftable/tables.list.lock".into()),
-            ),
-            ("age_s".into(), Value::Num(d.age.as_secs() as f64)),
-        ])],
+        Ok(Some(d)) if d.is_stale(STALE_LOCK_AGE) => vec![StaleLock {
+            path: "reftable/tables.list.lock".into(),
+            age_s: Some(d.age.as_secs()),
+        }],
         _ => Vec::new(),
     }
 }

@@ -294,7 +294,7 @@ impl Worktrees {
                     // The old view is flushed without this lock, which every worktree
                     // request takes (no request waits for its commit); its pending edits
                     // were for the removed stack and cannot meet the new one's.
-                    eprintln!(
+                    log::info!(
                         "reftablefs: worktree {} was re-created: serving its new stack",
                         String::from_utf8_lossy(id)
                     );
@@ -399,7 +399,7 @@ impl Worktrees {
         mkdir(b"refs", "refs")?;
         let refs = Beneath::open(&self.pass, &worktree_path(id, b"refs"))?;
         stub(&refs.path, "heads", REFS_STUB)?;
-        eprintln!(
+        log::info!(
             "reftablefs: worktree {} created through the mount: made its stack as git 2.47 does",
             String::from_utf8_lossy(id)
         );
@@ -477,7 +477,7 @@ impl Worktrees {
                     .lock()
                     .unwrap_or_else(|p| p.into_inner())
                     .join_writer();
-                eprintln!(
+                log::info!(
                     "reftablefs: worktree {} removed through the mount: its stack goes too",
                     String::from_utf8_lossy(id)
                 );
@@ -538,7 +538,7 @@ impl Worktrees {
             Box::new(map),
         )
         .map_err(|e| fail("start worktree threads", &e))?;
-        eprintln!(
+        log::info!(
             "reftablefs: serving worktree {} from {}",
             String::from_utf8_lossy(id),
             stack.display()

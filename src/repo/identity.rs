@@ -161,14 +161,25 @@ fn civil_from_days(z: i64) -> (i64, u32, u32) {
 
 /// `seconds` since the epoch as `YYYY-MM-DD HH:MM:SS UTC` (for people reading a status).
 pub fn utc_timestamp(seconds: u64) -> String {
+    let (date, time) = utc_date_time(seconds);
+    format!("{date} {time} UTC")
+}
+
+/// `millis` since the epoch as ISO 8601 / RFC 3339 in UTC, `YYYY-MM-DDTHH:MM:SS.mmmZ`
+/// (for log lines).
+pub fn utc_timestamp_millis(millis: u64) -> String {
+    let (date, time) = utc_date_time(millis / 1000);
+    format!("{date}T{time}.{:03}Z", millis % 1000)
+}
+
+/// `seconds` since the epoch as `YYYY-MM-DD` and `HH:MM:SS`, in UTC.
+fn utc_date_time(seconds: u64) -> (String, String) {
     let secs = i64::try_from(seconds).unwrap_or(i64::MAX);
     let (y, m, d) = civil_from_days(secs.div_euclid(86_400));
     let t = secs.rem_euclid(86_400);
-    format!(
-        "{y:04}-{m:02}-{d:02} {:02}:{:02}:{:02} UTC",
-        t / 3600,
-        t / 60 % 60,
-        t % 60
+    (
+        format!("{y:04}-{m:02}-{d:02}"),
+        format!("{:02}:{:02}:{:02}", t / 3600, t / 60 % 60, t % 60),
     )
 }
 

@@ -32,7 +32,9 @@ mod tests;
 
 pub use config::{config_set, config_text_set, parse_bool, parse_int, Config};
 pub use discover::{is_git_directory, Discover, Repo};
-pub use identity::{local_tz_at, now_with_local_tz, parse_git_date, utc_timestamp, Identity};
+pub use identity::{
+    local_tz_at, now_with_local_tz, parse_git_date, utc_timestamp, utc_timestamp_millis, Identity,
+};
 pub use settings::{RefStorage, RepoSettings, SharedRepository};
 
 use std::collections::BTreeMap;

@@ -407,6 +407,10 @@ fn utc_timestamps_round_trip_git_dates() {
     assert_eq!(utc_timestamp(0), "1970-01-01 00:00:00 UTC");
     assert_eq!(utc_timestamp(951_782_400), "2000-02-29 00:00:00 UTC");
     assert_eq!(utc_timestamp(1_796_175_331), "2026-12-02 01:35:31 UTC");
+    assert_eq!(
+        utc_timestamp_millis(1_796_175_331_007),
+        "2026-12-02T01:35:31.007Z"
+    );
     // Every day of four centuries reads back through git's date parser.
     for day in (0..146_097u64).step_by(97) {
         let t = day * 86_400 + 3_723;

@@ -70,30 +70,16 @@ impl PreparedTransaction {
                 stack.dir().display()
             )));
         }
-        let PreparedTransaction {
-            lock,
-            edits,
-            identity,
-            updates,
-            logs,
-            keep,
-            order,
-            new_ids,
-            ui,
-            max_ui,
-            null,
-            ..
-        } = self;
         let block_size = stack.options().write.block_size;
         let max_msg = (if block_size == 0 { 4096 } else { block_size } / 2) as usize;
-        let table = stack.add_table_locked(lock, ui, max_ui, |w| {
+        let table = stack.add_table_locked(self.lock, self.ui, self.max_ui, |w| {
             let mut rec = RefRecord::default();
-            for &i in &order {
-                let u = &updates[i];
+            for &i in &self.order {
+                let u = &self.updates[i];
                 rec.name.clear();
                 rec.name.extend_from_slice(&u.name);
-                rec.update_index = ui;
-                rec.value = match &edits[u.edit].new {
+                rec.update_index = self.ui;
+                rec.value = match &self.edits[u.edit].new {
                     Some(NewValue::Oid(id)) => RefValue::Val1(*id),
                     Some(NewValue::Peeled { value, peeled }) => RefValue::Val2 {
                         value: *value,
@@ -106,8 +92,8 @@ impl PreparedTransaction {
             }
             let mut log = LogRecord::default();
             let mut norm = Vec::new();
-            for (j, src) in logs.iter().enumerate() {
-                if !keep[j] {
+            for (j, src) in self.logs.iter().enumerate() {
+                if !self.keep[j] {
                     continue;
                 }
                 match src {
@@ -117,8 +103,8 @@ impl PreparedTransaction {
                         log.refname.extend_from_slice(name);
                         log.update_index = *u;
                         log.deleted = false;
-                        log.old_id = null;
-                        log.new_id = null;
+                        log.old_id = self.null;
+                        log.new_id = self.null;
                         log.name.clear();
                         log.email.clear();
                         log.time = 0;
@@ -128,33 +114,25 @@ impl PreparedTransaction {
                     }
                     LogSrc::Tombstone(i, t) => {
                         log.refname.clear();
-                        log.refname.extend_from_slice(&updates[*i].name);
+                        log.refname.extend_from_slice(&self.updates[*i].name);
                         log.update_index = *t;
                         log.deleted = true;
                         w.add_log(&log)?;
                     }
                     LogSrc::Update(i) => {
-                        let u = &updates[*i];
-                        let edit = &edits[u.edit];
-                        log.refname.clear();
-                        log.refname.extend_from_slice(&u.name);
-                        log.update_index = ui;
-                        log.deleted = false;
+                        let u = &self.updates[*i];
+                        let edit = &self.edits[u.edit];
                         if let Some(given) = &edit.log {
                             copy_log(&mut log, given);
-                            log.refname.clear();
-                            log.refname.extend_from_slice(&u.name);
-                            log.update_index = ui;
-                            log.deleted = false;
                         } else {
                             log.old_id = u.cur_oid;
-                            log.new_id = new_ids.get(*i).copied().unwrap_or(null);
+                            log.new_id = self.new_ids.get(*i).copied().unwrap_or(self.null);
                             log.name.clear();
-                            log.name.extend_from_slice(&identity.name);
+                            log.name.extend_from_slice(&self.identity.name);
                             log.email.clear();
-                            log.email.extend_from_slice(&identity.email);
-                            log.time = identity.time;
-                            log.tz_offset = identity.tz_offset;
+                            log.email.extend_from_slice(&self.identity.email);
+                            log.time = self.identity.time;
+                            log.tz_offset = self.identity.tz_offset;
                             normalize_reflog_message(
                                 edit.message.as_deref().unwrap_or(b""),
                                 &mut norm,
@@ -164,6 +142,11 @@ impl PreparedTransaction {
                             log.message.extend_from_slice(&norm);
                             log.message.push(b'\n');
                         }
+                        // The record's key is always the update's, whatever was given.
+                        log.refname.clear();
+                        log.refname.extend_from_slice(&u.name);
+                        log.update_index = self.ui;
+                        log.deleted = false;
                         w.add_log(&log)?;
                     }
                 }
@@ -171,7 +154,7 @@ impl PreparedTransaction {
             Ok(())
         })?;
         Ok(Committed {
-            update_index: ui,
+            update_index: self.ui,
             table,
         })
     }

@@ -317,7 +317,7 @@ impl Passthrough {
     ) -> Result<libc::stat, FsError> {
         let content = config_view::restored(written, original);
         if config_view::sets_extension(written) {
-            eprintln!(
+            log::warn!(
                 "reftablefs: config written through the mount set extensions.refStorage; the repository's value is kept"
             );
         }

@@ -40,7 +40,7 @@ impl Passthrough {
             }
             Err(e) => {
                 drop(g);
-                eprintln!(
+                log::warn!(
                     "reftablefs: kernel FUSE passthrough refused ({e}); passed-through files are forwarded from now on"
                 );
                 self.set_kernel_passthrough(false);

@@ -361,7 +361,7 @@ impl Shared {
         match self.queue.take_failures(actor) {
             Some(f) if f.start == procfs::start_time(actor) => {
                 let names: Vec<_> = f.names.iter().map(|n| String::from_utf8_lossy(n)).collect();
-                eprintln!(
+                log::error!(
                     "reftablefs: fsync by process {actor}: EIO, its updates of {} were not \
                      written (logged above)",
                     names.join(", ")
@@ -454,7 +454,7 @@ impl Inner {
             return Err(FsError::EIO);
         }
         if self.broken.take().is_some() {
-            eprintln!("reftablefs: reload tables.list: the stack is readable again");
+            log::info!("reftablefs: reload tables.list: the stack is readable again");
             self.dirs.clear();
             self.dirs_entries = 0;
             self.needs_invalidation = true;

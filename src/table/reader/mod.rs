@@ -573,8 +573,9 @@ impl Table {
             RefValue::Val2 { value, peeled } => value == oid || peeled == oid,
             _ => false,
         };
-        let id_len = usize::from(self.footer.obj_id_len);
-        if self.footer.obj_position == 0 || id_len == 0 {
+        // Without the obj section's help: every ref.
+        let scan_all = || -> Result<Vec<RefRecord>> {
+            let mut found = Vec::new();
             let mut it = self.ref_iter();
             it.seek(b"")?;
             while let Some(r) = RefIter::next(&mut it)? {
@@ -582,7 +583,11 @@ impl Table {
                     found.push(r.clone());
                 }
             }
-            return Ok(found);
+            Ok(found)
+        };
+        let id_len = usize::from(self.footer.obj_id_len);
+        if self.footer.obj_position == 0 || id_len == 0 {
+            return scan_all();
         }
         let prefix = oid.as_bytes().get(..id_len).unwrap_or_default();
         let mut cur = Cursor::new(self.clone());
@@ -597,14 +602,7 @@ impl Table {
         let n = cur.decode_with(at, |b| decode_obj_value(b, extra, &mut positions))?;
         cur.pos = at + n;
         if positions.is_empty() {
-            let mut it = self.ref_iter();
-            it.seek(b"")?;
-            while let Some(r) = RefIter::next(&mut it)? {
-                if matches(r) {
-                    found.push(r.clone());
-                }
-            }
-            return Ok(found);
+            return scan_all();
         }
         let mut it = self.ref_iter();
         for &p in &positions {
