@@ -36,7 +36,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use fuser::{BackingId, FileAttr, FileType, INodeNo};
 
-use crate::fs::backend::DirEntry;
+use crate::fs::backend::{DirEntry, SetAttr};
 use crate::fs::error::FsError;
 use crate::fs::ino::{pass_ino, ROOT};
 
@@ -451,18 +451,9 @@ impl Passthrough {
         self.attr_for(ino, is_config, &st)
     }
 
-    #[allow(clippy::too_many_arguments)]
-    pub fn setattr(
-        &self,
-        ino: u64,
-        mode: Option<u32>,
-        uid: Option<u32>,
-        gid: Option<u32>,
-        size: Option<u64>,
-        atime: Option<fuser::TimeOrNow>,
-        mtime: Option<fuser::TimeOrNow>,
-        fh: Option<u64>,
-    ) -> Result<FileAttr, FsError> {
+    pub fn setattr(&self, ino: u64, a: &SetAttr) -> Result<FileAttr, FsError> {
+        let (mode, uid, gid, fh) = (a.mode, a.uid, a.gid, a.fh);
+        let (size, atime, mtime) = (a.size, a.atime, a.mtime);
         let (path, is_config, file, config) = {
             let g = self.lock();
             let file = fh.and_then(|fh| match g.handles.get(&fh) {
