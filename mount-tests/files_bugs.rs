@@ -412,7 +412,8 @@ mount_test!(deletions_and_their_rmdirs_stay_cheap, timeout = 300);
 /// a name appears in it or goes from it, at the call that does it, and a file's time only
 /// with its content. Before, every directory took the time the batch was written (a few
 /// milliseconds after `update-ref` returned, while tar read the tree), and tar said
-/// "file changed as we read it" (exit 1).
+/// "file changed as we read it" (exit 1). The root's time also moves when a passed-through
+/// name appears there (it showed the ref view's alone).
 pub fn tar_right_after_a_ref_update_sees_nothing_change(ctx: &Ctx) -> TestResult {
     let repo = Repo::init(&ctx.path("repo"), "reftable")?;
     let id = repo.commit("one")?;
@@ -461,6 +462,15 @@ pub fn tar_right_after_a_ref_update_sees_nothing_change(ctx: &Ctx) -> TestResult
             tar(gitdir, what, &args.join(" "))?;
         }
     }
+    // A new passed-through name at the root moves the root's time, as on disk.
+    let before = times_ns(&m.mnt)?;
+    std::thread::sleep(Duration::from_millis(20));
+    fs::write(m.path("gc.log"), "x\n")?;
+    let after = times_ns(&m.mnt)?;
+    ensure!(
+        after.0 > before.0 && after.1 > before.1,
+        "the root's times after gc.log was made: {after:?}, before {before:?}"
+    );
     m.unmount()
 }
 mount_test!(

@@ -9,6 +9,7 @@
 #[macro_use]
 mod harness;
 mod bounds;
+mod broken;
 mod clients;
 mod crash;
 mod differential;

@@ -259,10 +259,14 @@ pub fn shows_pending_and_refused_writes(ctx: &Ctx) -> TestResult {
     );
 
     // A refused ref write and a pending one.
-    let bad = std::fs::write(mnt.join("refs/heads/a..b"), format!("{id}\n"));
+    // (A bad name below refs/ is kept as a broken ref; junk in HEAD is refused.)
+    let bad = std::fs::OpenOptions::new()
+        .write(true)
+        .open(mnt.join("HEAD"))
+        .and_then(|mut f| std::io::Write::write_all(&mut f, b"garbage\n"));
     ensure!(
         bad.as_ref().err().and_then(|e| e.raw_os_error()) == Some(libc::EINVAL),
-        "create refs/heads/a..b: {bad:?}"
+        "write garbage into HEAD: {bad:?}"
     );
     std::fs::write(mnt.join("refs/heads/pending"), format!("{id}\n"))?;
     // Refusals that are not about a ref's name or content are recorded too: the
@@ -310,7 +314,7 @@ pub fn shows_pending_and_refused_writes(ctx: &Ctx) -> TestResult {
         })
     };
     for (path, op, errno) in [
-        ("refs/heads/a..b", "create", "EINVAL"),
+        ("HEAD", "write", "EINVAL"),
         (".reftablefs/x", "create", "EACCES"),
         (".reftablefs/status", "open", "EACCES"),
         (".reftablefs/status", "unlink", "EACCES"),
@@ -339,7 +343,7 @@ pub fn shows_pending_and_refused_writes(ctx: &Ctx) -> TestResult {
     let shown = text(&out.stdout);
     for want in [
         "pending edits:   1 (open batch ",
-        "refs/heads/a..b [create] EINVAL: ",
+        "HEAD [write] EINVAL: ",
         ".reftablefs/x [create] EACCES: the mount's status directory is read-only",
     ] {
         ensure!(shown.contains(want), "{want:?} not in status MNT:\n{shown}");

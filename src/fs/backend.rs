@@ -31,6 +31,9 @@ pub struct Entry {
     pub entry_ttl: Duration,
 }
 
+/// A file made and opened (`create`).
+pub type Made = (Entry, Opened);
+
 /// An opened file: its handle, how the kernel caches it, and the backing file when the
 /// kernel's FUSE passthrough serves its reads and writes.
 #[derive(Clone, Debug)]
@@ -55,7 +58,10 @@ pub type MakeBacking<'a> = &'a dyn Fn(&File) -> io::Result<BackingId>;
 /// kind, name); true when the reply is full.
 pub type AddEntry<'a> = &'a mut dyn FnMut(u64, u64, FileType, &[u8]) -> bool;
 
-/// What a `setattr` asks to change.
+/// What getattr and setattr answer: the attributes and how long the kernel may keep them.
+pub type Attrs = (FileAttr, Duration);
+
+/// What a `setattr` asks to change, and the open file it names (if any).
 #[derive(Clone, Copy, Debug, Default)]
 pub struct SetAttr {
     pub mode: Option<u32>,
@@ -64,6 +70,50 @@ pub struct SetAttr {
     pub size: Option<u64>,
     pub atime: Option<TimeOrNow>,
     pub mtime: Option<TimeOrNow>,
+    pub fh: Option<u64>,
+}
+
+/// How a file is opened (`open`, `create`): its flags, and how to register it with the
+/// kernel for FUSE passthrough.
+#[derive(Clone, Copy)]
+pub struct Opening<'a> {
+    pub flags: i32,
+    pub backing: MakeBacking<'a>,
+}
+
+/// A node to make (`create`, `mkdir`): `parent/name` with `mode` less `umask`.
+#[derive(Clone, Copy, Debug)]
+pub struct NewNode<'a> {
+    pub parent: u64,
+    pub name: &'a [u8],
+    pub mode: u32,
+    pub umask: u32,
+}
+
+impl NewNode<'_> {
+    /// The permission bits the node gets: `mode` less `umask`.
+    pub fn perm(&self) -> u32 {
+        self.mode & !self.umask & 0o7777
+    }
+}
+
+/// Where in an open file or directory: the handle `fh` of `ino`, at `offset` (bytes of
+/// a file, entries of a listing).
+#[derive(Clone, Copy, Debug)]
+pub struct HandleAt {
+    pub ino: u64,
+    pub fh: u64,
+    pub offset: u64,
+}
+
+/// A rename of `parent/name` to `newparent/newname` (`flags`: `RENAME_*`).
+#[derive(Clone, Copy, Debug)]
+pub struct Rename<'a> {
+    pub parent: u64,
+    pub name: &'a [u8],
+    pub newparent: u64,
+    pub newname: &'a [u8],
+    pub flags: u32,
 }
 
 /// A tree under the mount (see the module docs).
@@ -75,60 +125,22 @@ pub trait Backend {
     fn forget(&self, _ino: u64, _n: u64) {}
 
     /// Attributes of `ino` and how long the kernel may keep them.
-    fn getattr(&self, req: Req, ino: u64, fh: Option<u64>)
-        -> Result<(FileAttr, Duration), FsError>;
+    fn getattr(&self, req: Req, ino: u64, fh: Option<u64>) -> Result<Attrs, FsError>;
 
     /// Changes attributes (a size: truncate); answers the new ones.
-    fn setattr(
-        &self,
-        req: Req,
-        ino: u64,
-        a: &SetAttr,
-        fh: Option<u64>,
-    ) -> Result<(FileAttr, Duration), FsError>;
+    fn setattr(&self, req: Req, ino: u64, a: &SetAttr) -> Result<Attrs, FsError>;
 
-    fn open(
-        &self,
-        req: Req,
-        ino: u64,
-        flags: i32,
-        backing: MakeBacking<'_>,
-    ) -> Result<Opened, FsError>;
+    fn open(&self, req: Req, ino: u64, how: Opening<'_>) -> Result<Opened, FsError>;
 
-    #[allow(clippy::too_many_arguments)]
-    fn create(
-        &self,
-        _req: Req,
-        _parent: u64,
-        _name: &[u8],
-        _mode: u32,
-        _umask: u32,
-        _flags: i32,
-        _backing: MakeBacking<'_>,
-    ) -> Result<(Entry, Opened), FsError> {
+    fn create(&self, _req: Req, _n: NewNode<'_>, _how: Opening<'_>) -> Result<Made, FsError> {
         Err(FsError::EPERM)
     }
 
-    /// `flags`: the open file's flags (`O_DIRECT` reads fill no page).
-    fn read(
-        &self,
-        req: Req,
-        ino: u64,
-        fh: u64,
-        offset: u64,
-        size: u32,
-        flags: i32,
-    ) -> Result<Vec<u8>, FsError>;
+    /// `size` bytes; `flags`: the open file's flags (`O_DIRECT` reads fill no page).
+    fn read(&self, req: Req, at: HandleAt, size: u32, flags: i32) -> Result<Vec<u8>, FsError>;
 
-    fn write(
-        &self,
-        _req: Req,
-        _ino: u64,
-        _fh: u64,
-        _offset: u64,
-        _data: &[u8],
-        _flags: i32,
-    ) -> Result<u32, FsError> {
+    /// `flags`: the open file's flags.
+    fn write(&self, _req: Req, _at: HandleAt, _data: &[u8], _flags: i32) -> Result<u32, FsError> {
         Err(FsError::EBADF)
     }
 
@@ -152,14 +164,7 @@ pub trait Backend {
         Err(FsError::EPERM)
     }
 
-    fn mkdir(
-        &self,
-        _req: Req,
-        _parent: u64,
-        _name: &[u8],
-        _mode: u32,
-        _umask: u32,
-    ) -> Result<Entry, FsError> {
+    fn mkdir(&self, _req: Req, _n: NewNode<'_>) -> Result<Entry, FsError> {
         Err(FsError::EPERM)
     }
 
@@ -168,30 +173,14 @@ pub trait Backend {
     }
 
     /// A rename within this backend (the router refuses one across backends).
-    #[allow(clippy::too_many_arguments)]
-    fn rename(
-        &self,
-        _req: Req,
-        _parent: u64,
-        _name: &[u8],
-        _newparent: u64,
-        _newname: &[u8],
-        _flags: u32,
-    ) -> Result<(), FsError> {
+    fn rename(&self, _req: Req, _r: &Rename<'_>) -> Result<(), FsError> {
         Err(FsError::EPERM)
     }
 
     fn opendir(&self, req: Req, ino: u64) -> Result<u64, FsError>;
 
-    /// Lists the open directory `fh` from `offset` on (`.` and `..` first).
-    fn readdir(
-        &self,
-        req: Req,
-        ino: u64,
-        fh: u64,
-        offset: u64,
-        add: AddEntry<'_>,
-    ) -> Result<(), FsError>;
+    /// Lists the open directory from the offset on (`.` and `..` first).
+    fn readdir(&self, req: Req, at: HandleAt, add: AddEntry<'_>) -> Result<(), FsError>;
 
     fn releasedir(&self, ino: u64, fh: u64);
 
@@ -199,24 +188,25 @@ pub trait Backend {
         Err(FsError::EINVAL)
     }
 
-    fn symlink(
-        &self,
-        _req: Req,
-        _parent: u64,
-        _name: &[u8],
-        _target: &[u8],
-    ) -> Result<Entry, FsError> {
+    /// `parent/name`, a symbolic link to `to`.
+    fn symlink(&self, _req: Req, _parent: u64, _name: &[u8], _to: &[u8]) -> Result<Entry, FsError> {
         Err(FsError::EPERM)
     }
 }
 
+/// Lists `.`, `..` and then `entries` from `offset` on into `add` ([`list`]).
+pub fn list_entries(ino: u64, parent: u64, offset: u64, entries: &[DirEntry], add: AddEntry<'_>) {
+    let entry = |k: usize| entries.get(k).map(|e| (e.ino, e.kind, &e.name[..]));
+    list(ino, parent, offset, entry, add);
+}
+
 /// Lists `.`, `..` and then `count` entries given by `entry(k)` (inode, kind, name), from
 /// `offset` on, into `add` (offsets count from 1).
-pub fn list(
+pub fn list<N: AsRef<[u8]>>(
     ino: u64,
     parent: u64,
     offset: u64,
-    mut entry: impl FnMut(usize) -> Option<(u64, FileType, Box<[u8]>)>,
+    mut entry: impl FnMut(usize) -> Option<(u64, FileType, N)>,
     add: AddEntry<'_>,
 ) {
     let mut i = offset;
@@ -229,7 +219,7 @@ pub fn list(
                 else {
                     break;
                 };
-                add(cino, n + 1, kind, &name)
+                add(cino, n + 1, kind, name.as_ref())
             }
         };
         if full {

@@ -264,7 +264,7 @@ fn push_marked(out: &mut Vec<u8>, section: &str, line: &[u8]) {
 /// `refStorage` line (from `original`) after its first plain `[extensions]` header, and
 /// the repository's `core.repositoryformatversion` unless `written` already sets the
 /// same; what has no place in `written` goes into sections of its own at the end, marked
-/// [`MARK`] (and [`JOINED`] when `written` does not end with a newline). [`served`] of
+/// [`MARK`] (and `JOINED` when `written` does not end with a newline). [`served`] of
 /// the result is [`served`] of `written` (`written` itself when it had no `refStorage`
 /// line). A client that drops or changes either line cannot turn the repository away
 /// from reftable.
@@ -300,7 +300,7 @@ pub fn restored(written: &[u8], original: &[u8]) -> Vec<u8> {
 }
 
 /// GITDIR's config after `rm config` through the mount: the [`TOMBSTONE`] and the
-/// repository's own lines ([`kept`]) in marked sections, so that git 2.47 still reads a
+/// repository's own lines (`kept`) in marked sections, so that git 2.47 still reads a
 /// reftable repository and the mount shows no `config`.
 pub fn removed(original: &[u8]) -> Vec<u8> {
     let (ext, ver) = kept(original);

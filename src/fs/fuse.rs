@@ -12,10 +12,12 @@ use fuser::{
     ReplyEntry, ReplyOpen, ReplyStatfs, ReplyWrite, Request, TimeOrNow, WriteFlags,
 };
 
-use crate::fs::backend::{Backend, Entry, Opened, Req, SetAttr};
+use crate::fs::backend::{
+    Attrs, Backend, Entry, HandleAt, Made, NewNode, Opened, Opening, Rename, Req, SetAttr,
+};
 use crate::fs::cpu;
 use crate::fs::error::FsError;
-use crate::fs::router::{Router, Target};
+use crate::fs::router::Router;
 
 /// The filesystem handed to fuser: the router over the mount's trees.
 pub struct RefFs {
@@ -33,52 +35,137 @@ fn req(r: &Request) -> Req {
     Req { pid: r.pid() }
 }
 
-fn reply_empty(r: Result<(), FsError>, reply: ReplyEmpty) {
-    match r {
-        Ok(()) => reply.ok(),
-        Err(e) => reply.error(errno(e)),
+/// The open file or directory `fh` of `ino`, at `offset`.
+fn handle_at(ino: INodeNo, fh: FileHandle, offset: u64) -> HandleAt {
+    HandleAt {
+        ino: ino.0,
+        fh: fh.0,
+        offset,
     }
 }
 
-fn reply_entry(r: Result<Entry, FsError>, reply: ReplyEntry) {
-    match r {
-        Ok(e) => reply.entry_with_ttls(&e.attr_ttl, &e.entry_ttl, &e.attr, Generation(0)),
-        Err(e) => reply.error(errno(e)),
+/// A reply to the kernel that carries a backend's answer of type `T`, or its error.
+trait Answer<T> {
+    fn answer(self, r: Result<T, FsError>);
+}
+
+impl Answer<()> for ReplyEmpty {
+    fn answer(self, r: Result<(), FsError>) {
+        match r {
+            Ok(()) => self.ok(),
+            Err(e) => self.error(errno(e)),
+        }
     }
 }
 
-fn reply_attr(r: Result<(fuser::FileAttr, std::time::Duration), FsError>, reply: ReplyAttr) {
-    match r {
-        Ok((a, ttl)) => reply.attr(&ttl, &a),
-        Err(e) => reply.error(errno(e)),
+impl Answer<Entry> for ReplyEntry {
+    fn answer(self, r: Result<Entry, FsError>) {
+        match r {
+            Ok(e) => self.entry_with_ttls(&e.attr_ttl, &e.entry_ttl, &e.attr, Generation(0)),
+            Err(e) => self.error(errno(e)),
+        }
+    }
+}
+
+impl Answer<Attrs> for ReplyAttr {
+    fn answer(self, r: Result<Attrs, FsError>) {
+        match r {
+            Ok((a, ttl)) => self.attr(&ttl, &a),
+            Err(e) => self.error(errno(e)),
+        }
+    }
+}
+
+impl Answer<Vec<u8>> for ReplyData {
+    fn answer(self, r: Result<Vec<u8>, FsError>) {
+        match r {
+            Ok(d) => self.data(&d),
+            Err(e) => self.error(errno(e)),
+        }
+    }
+}
+
+impl Answer<u32> for ReplyWrite {
+    fn answer(self, r: Result<u32, FsError>) {
+        match r {
+            Ok(n) => self.written(n),
+            Err(e) => self.error(errno(e)),
+        }
+    }
+}
+
+impl Answer<Opened> for ReplyOpen {
+    fn answer(self, r: Result<Opened, FsError>) {
+        match r {
+            Ok(Opened {
+                fh,
+                flags,
+                backing: Some(backing),
+            }) => self.opened_passthrough(FileHandle(fh), flags, &backing),
+            Ok(Opened { fh, flags, .. }) => self.opened(FileHandle(fh), flags),
+            Err(e) => self.error(errno(e)),
+        }
+    }
+}
+
+impl Answer<Made> for ReplyCreate {
+    fn answer(self, r: Result<Made, FsError>) {
+        let (e, o) = match r {
+            Ok(made) => made,
+            Err(e) => return self.error(errno(e)),
+        };
+        match o.backing {
+            Some(backing) => self.created_passthrough(
+                &e.entry_ttl,
+                &e.attr,
+                Generation(0),
+                FileHandle(o.fh),
+                o.flags,
+                &backing,
+            ),
+            None => self.created(
+                &e.entry_ttl,
+                &e.attr,
+                Generation(0),
+                FileHandle(o.fh),
+                o.flags,
+            ),
+        }
     }
 }
 
 impl RefFs {
-    /// The tree of inode `ino`, or the error to reply.
-    fn node(&self, ino: INodeNo) -> Result<Target, Errno> {
-        self.router.node(ino.0).map_err(errno)
+    /// Answers a request on inode `ino` with what `call` asks of its tree's backend.
+    fn on_node<T>(
+        &self,
+        r: &Request,
+        ino: INodeNo,
+        reply: impl Answer<T>,
+        call: impl FnOnce(&dyn Backend, Req) -> Result<T, FsError>,
+    ) {
+        cpu::on_request(r.pid());
+        reply.answer(
+            self.router
+                .node(ino.0)
+                .and_then(|t| call(t.backend(), req(r))),
+        );
     }
 
-    /// The tree of `parent/name`, or the error to reply.
-    fn child(&self, parent: INodeNo, name: &OsStr, create: bool) -> Result<Target, Errno> {
-        self.router
-            .child(parent.0, name.as_bytes(), create)
-            .map_err(errno)
+    /// Answers a request on `parent/name` (`create`: one that makes the name) with what
+    /// `call` asks of its tree's backend.
+    fn on_child<T>(
+        &self,
+        r: &Request,
+        parent: INodeNo,
+        name: &OsStr,
+        create: bool,
+        reply: impl Answer<T>,
+        call: impl FnOnce(&dyn Backend, Req) -> Result<T, FsError>,
+    ) {
+        cpu::on_request(r.pid());
+        let target = self.router.child(parent.0, name.as_bytes(), create);
+        reply.answer(target.and_then(|t| call(t.backend(), req(r))));
     }
-}
-
-/// Runs `f` on the backend of `$target`, or replies its error.
-macro_rules! on {
-    ($target:expr, $reply:ident, |$b:ident| $body:expr) => {
-        match $target {
-            Ok(t) => {
-                let $b: &dyn Backend = t.backend();
-                $body
-            }
-            Err(e) => $reply.error(e),
-        }
-    };
 }
 
 impl Filesystem for RefFs {
@@ -117,11 +204,9 @@ impl Filesystem for RefFs {
     }
 
     fn lookup(&self, r: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
-        cpu::on_request(r.pid());
-        on!(self.child(parent, name, false), reply, |b| reply_entry(
-            b.lookup(req(r), parent.0, name.as_bytes()),
-            reply
-        ))
+        self.on_child(r, parent, name, false, reply, |b, q| {
+            b.lookup(q, parent.0, name.as_bytes())
+        })
     }
 
     fn forget(&self, _r: &Request, ino: INodeNo, nlookup: u64) {
@@ -131,26 +216,21 @@ impl Filesystem for RefFs {
     }
 
     fn getattr(&self, r: &Request, ino: INodeNo, fh: Option<FileHandle>, reply: ReplyAttr) {
-        cpu::on_request(r.pid());
-        on!(self.node(ino), reply, |b| reply_attr(
-            b.getattr(req(r), ino.0, fh.map(|f| f.0)),
-            reply
-        ))
+        let fh = fh.map(|f| f.0);
+        self.on_node(r, ino, reply, |b, q| b.getattr(q, ino.0, fh))
     }
 
     fn open(&self, r: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
         cpu::on_request(r.pid());
-        on!(self.node(ino), reply, |b| {
-            match b.open(req(r), ino.0, flags.0, &|f| reply.open_backing(f)) {
-                Ok(Opened {
-                    fh,
-                    flags,
-                    backing: Some(backing),
-                }) => reply.opened_passthrough(FileHandle(fh), flags, &backing),
-                Ok(Opened { fh, flags, .. }) => reply.opened(FileHandle(fh), flags),
-                Err(e) => reply.error(errno(e)),
-            }
-        })
+        let opened = self.router.node(ino.0).and_then(|t| {
+            let backing = &|f: &std::fs::File| reply.open_backing(f);
+            let how = Opening {
+                flags: flags.0,
+                backing,
+            };
+            t.backend().open(req(r), ino.0, how)
+        });
+        reply.answer(opened)
     }
 
     fn read(
@@ -164,15 +244,8 @@ impl Filesystem for RefFs {
         _lock_owner: Option<LockOwner>,
         reply: ReplyData,
     ) {
-        cpu::on_request(r.pid());
-        on!(
-            self.node(ino),
-            reply,
-            |b| match b.read(req(r), ino.0, fh.0, offset, size, flags.0) {
-                Ok(d) => reply.data(&d),
-                Err(e) => reply.error(errno(e)),
-            }
-        )
+        let at = handle_at(ino, fh, offset);
+        self.on_node(r, ino, reply, |b, q| b.read(q, at, size, flags.0))
     }
 
     fn release(
@@ -192,27 +265,15 @@ impl Filesystem for RefFs {
     }
 
     fn flush(&self, r: &Request, ino: INodeNo, fh: FileHandle, _lo: LockOwner, reply: ReplyEmpty) {
-        cpu::on_request(r.pid());
-        on!(self.node(ino), reply, |b| reply_empty(
-            b.flush(req(r), ino.0, fh.0),
-            reply
-        ))
+        self.on_node(r, ino, reply, |b, q| b.flush(q, ino.0, fh.0))
     }
 
     fn fsync(&self, r: &Request, ino: INodeNo, fh: FileHandle, datasync: bool, reply: ReplyEmpty) {
-        cpu::on_request(r.pid());
-        on!(self.node(ino), reply, |b| reply_empty(
-            b.fsync(req(r), ino.0, fh.0, datasync),
-            reply
-        ))
+        self.on_node(r, ino, reply, |b, q| b.fsync(q, ino.0, fh.0, datasync))
     }
 
     fn fsyncdir(&self, r: &Request, ino: INodeNo, _fh: FileHandle, _ds: bool, reply: ReplyEmpty) {
-        cpu::on_request(r.pid());
-        on!(self.node(ino), reply, |b| reply_empty(
-            b.fsyncdir(req(r), ino.0),
-            reply
-        ))
+        self.on_node(r, ino, reply, |b, q| b.fsyncdir(q, ino.0))
     }
 
     fn create(
@@ -226,38 +287,17 @@ impl Filesystem for RefFs {
         reply: ReplyCreate,
     ) {
         cpu::on_request(r.pid());
-        on!(self.child(parent, name, true), reply, |b| {
-            let made = b.create(
-                req(r),
-                parent.0,
-                name.as_bytes(),
-                mode,
-                umask,
-                flags,
-                &|f| reply.open_backing(f),
-            );
-            match made {
-                Ok((
-                    e,
-                    Opened {
-                        fh,
-                        flags,
-                        backing: Some(backing),
-                    },
-                )) => reply.created_passthrough(
-                    &e.entry_ttl,
-                    &e.attr,
-                    Generation(0),
-                    FileHandle(fh),
-                    flags,
-                    &backing,
-                ),
-                Ok((e, Opened { fh, flags, .. })) => {
-                    reply.created(&e.entry_ttl, &e.attr, Generation(0), FileHandle(fh), flags)
-                }
-                Err(e) => reply.error(errno(e)),
-            }
-        })
+        let n = NewNode {
+            parent: parent.0,
+            name: name.as_bytes(),
+            mode,
+            umask,
+        };
+        let made = self.router.child(n.parent, n.name, true).and_then(|t| {
+            let backing = &|f: &std::fs::File| reply.open_backing(f);
+            t.backend().create(req(r), n, Opening { flags, backing })
+        });
+        reply.answer(made)
     }
 
     fn write(
@@ -272,15 +312,8 @@ impl Filesystem for RefFs {
         _lock_owner: Option<LockOwner>,
         reply: ReplyWrite,
     ) {
-        cpu::on_request(r.pid());
-        on!(
-            self.node(ino),
-            reply,
-            |b| match b.write(req(r), ino.0, fh.0, offset, data, flags.0) {
-                Ok(n) => reply.written(n),
-                Err(e) => reply.error(errno(e)),
-            }
-        )
+        let at = handle_at(ino, fh, offset);
+        self.on_node(r, ino, reply, |b, q| b.write(q, at, data, flags.0))
     }
 
     fn setattr(
@@ -301,7 +334,6 @@ impl Filesystem for RefFs {
         _flags: Option<BsdFileFlags>,
         reply: ReplyAttr,
     ) {
-        cpu::on_request(r.pid());
         let a = SetAttr {
             mode,
             uid,
@@ -309,19 +341,15 @@ impl Filesystem for RefFs {
             size,
             atime,
             mtime,
+            fh: fh.map(|f| f.0),
         };
-        on!(self.node(ino), reply, |b| reply_attr(
-            b.setattr(req(r), ino.0, &a, fh.map(|f| f.0)),
-            reply
-        ))
+        self.on_node(r, ino, reply, |b, q| b.setattr(q, ino.0, &a))
     }
 
     fn unlink(&self, r: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
-        cpu::on_request(r.pid());
-        on!(self.child(parent, name, false), reply, |b| reply_empty(
-            b.unlink(req(r), parent.0, name.as_bytes()),
-            reply
-        ))
+        self.on_child(r, parent, name, false, reply, |b, q| {
+            b.unlink(q, parent.0, name.as_bytes())
+        })
     }
 
     fn mkdir(
@@ -333,19 +361,19 @@ impl Filesystem for RefFs {
         umask: u32,
         reply: ReplyEntry,
     ) {
-        cpu::on_request(r.pid());
-        on!(self.child(parent, name, true), reply, |b| reply_entry(
-            b.mkdir(req(r), parent.0, name.as_bytes(), mode, umask),
-            reply
-        ))
+        let n = NewNode {
+            parent: parent.0,
+            name: name.as_bytes(),
+            mode,
+            umask,
+        };
+        self.on_child(r, parent, name, true, reply, |b, q| b.mkdir(q, n))
     }
 
     fn rmdir(&self, r: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
-        cpu::on_request(r.pid());
-        on!(self.child(parent, name, false), reply, |b| reply_empty(
-            b.rmdir(req(r), parent.0, name.as_bytes()),
-            reply
-        ))
+        self.on_child(r, parent, name, false, reply, |b, q| {
+            b.rmdir(q, parent.0, name.as_bytes())
+        })
     }
 
     fn rename(
@@ -359,28 +387,25 @@ impl Filesystem for RefFs {
         reply: ReplyEmpty,
     ) {
         cpu::on_request(r.pid());
-        let target = self
-            .router
-            .rename(parent.0, name.as_bytes(), newparent.0, newname.as_bytes())
-            .map_err(errno);
-        on!(target, reply, |b| reply_empty(
-            b.rename(
-                req(r),
-                parent.0,
-                name.as_bytes(),
-                newparent.0,
-                newname.as_bytes(),
-                flags.bits(),
-            ),
-            reply
-        ))
+        let rename = Rename {
+            parent: parent.0,
+            name: name.as_bytes(),
+            newparent: newparent.0,
+            newname: newname.as_bytes(),
+            flags: flags.bits(),
+        };
+        let target = self.router.rename(&rename);
+        reply.answer(target.and_then(|t| t.backend().rename(req(r), &rename)))
     }
 
     fn opendir(&self, r: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
-        cpu::on_request(r.pid());
-        on!(self.node(ino), reply, |b| match b.opendir(req(r), ino.0) {
-            Ok(fh) => reply.opened(FileHandle(fh), fuser::FopenFlags::empty()),
-            Err(e) => reply.error(errno(e)),
+        self.on_node(r, ino, reply, |b, q| {
+            let fh = b.opendir(q, ino.0)?;
+            Ok(Opened {
+                fh,
+                flags: fuser::FopenFlags::empty(),
+                backing: None,
+            })
         })
     }
 
@@ -393,14 +418,17 @@ impl Filesystem for RefFs {
         mut reply: ReplyDirectory,
     ) {
         cpu::on_request(r.pid());
-        let t = match self.node(ino) {
+        let t = match self.router.node(ino.0) {
             Ok(t) => t,
-            Err(e) => return reply.error(e),
+            Err(e) => return reply.error(errno(e)),
         };
         let mut add = |ino: u64, next: u64, kind: fuser::FileType, name: &[u8]| {
             reply.add(INodeNo(ino), next, kind, OsStr::from_bytes(name))
         };
-        match t.backend().readdir(req(r), ino.0, fh.0, offset, &mut add) {
+        match t
+            .backend()
+            .readdir(req(r), handle_at(ino, fh, offset), &mut add)
+        {
             Ok(()) => reply.ok(),
             Err(e) => reply.error(errno(e)),
         }
@@ -421,11 +449,7 @@ impl Filesystem for RefFs {
     }
 
     fn readlink(&self, r: &Request, ino: INodeNo, reply: ReplyData) {
-        cpu::on_request(r.pid());
-        on!(self.node(ino), reply, |b| match b.readlink(req(r), ino.0) {
-            Ok(t) => reply.data(&t),
-            Err(e) => reply.error(errno(e)),
-        })
+        self.on_node(r, ino, reply, |b, q| b.readlink(q, ino.0))
     }
 
     fn symlink(
@@ -436,20 +460,10 @@ impl Filesystem for RefFs {
         target: &std::path::Path,
         reply: ReplyEntry,
     ) {
-        cpu::on_request(r.pid());
-        on!(
-            self.child(parent, link_name, false),
-            reply,
-            |b| reply_entry(
-                b.symlink(
-                    req(r),
-                    parent.0,
-                    link_name.as_bytes(),
-                    target.as_os_str().as_bytes()
-                ),
-                reply
-            )
-        )
+        let (name, to) = (link_name.as_bytes(), target.as_os_str().as_bytes());
+        self.on_child(r, parent, link_name, false, reply, |b, q| {
+            b.symlink(q, parent.0, name, to)
+        })
     }
 
     /// Hard links are refused (git then renames its temporary object files instead).

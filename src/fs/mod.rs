@@ -18,6 +18,7 @@
 //! | [`inode`] | the ref view's inode table (stable numbers, sizes, the kernel's pages) |
 //! | [`queue`] | the batch queue (its own lock): sealed batches, written, failed, waiters |
 //! | [`protocol`] | the files-backend protocol, pure: the overlay, commit points staged as edits, which refs are loose or packed (the layout) |
+//! | [`broken`] | broken refs (bad names, content that is no ref value) kept beside the stack, as a files `.git` keeps them; its hooks on `state` |
 //! | [`passthrough`] | everything else of the git directory, resolved beneath it |
 //! | `state` | one ref view: its caches behind one mutex (`mod.rs`), open files (`handles.rs`), what each call means (`calls.rs`), what went stale (`invalidate.rs`), what a linked worktree's view also allows (`linked.rs`) |
 //! | `batch`, `watch`, [`stack_source`] | the batcher thread; inotify → reload → invalidation; the real stack |
@@ -78,6 +79,7 @@
 
 pub mod attr;
 pub mod backend;
+pub mod broken;
 pub mod budget;
 pub mod config_view;
 pub mod error;
@@ -299,6 +301,11 @@ pub fn mount(
     shared.set_layout(opts.layout);
     if let Some(gitdir) = reftable_dir.parent() {
         shared.keep_packed_state_in(gitdir);
+    }
+    // Broken refs kept beside the stack (`broken.rs`), in the main view only.
+    if let Some(gitdir) = reftable_dir.parent() {
+        shared
+            .keep_broken_refs(broken::BrokenRefs::open(gitdir).map_err(|e| Error::io(gitdir, e))?);
     }
     // The real git directory, opened before mounting: passthrough never goes through
     // the mount.

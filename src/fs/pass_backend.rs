@@ -3,11 +3,13 @@
 //! directory lists its ref view's names beside its files.
 
 use std::sync::Arc;
-use std::time::Duration;
 
 use fuser::{FileAttr, FopenFlags};
 
-use crate::fs::backend::{self, AddEntry, Backend, Entry, MakeBacking, Opened, Req, SetAttr};
+use crate::fs::backend::{
+    self, AddEntry, Attrs, Backend, Entry, HandleAt, Made, NewNode, Opened, Opening, Rename, Req,
+    SetAttr,
+};
 use crate::fs::error::FsError;
 use crate::fs::passthrough::{self, Passthrough, PASS_TTL};
 use crate::fs::ref_backend::RefView;
@@ -92,68 +94,29 @@ impl Backend for PassView {
         self.pass.forget(ino, n);
     }
 
-    fn getattr(
-        &self,
-        _req: Req,
-        ino: u64,
-        fh: Option<u64>,
-    ) -> Result<(FileAttr, Duration), FsError> {
+    fn getattr(&self, _req: Req, ino: u64, fh: Option<u64>) -> Result<Attrs, FsError> {
         Ok((self.pass.getattr(ino, fh)?, PASS_TTL))
     }
 
-    fn setattr(
-        &self,
-        _req: Req,
-        ino: u64,
-        a: &SetAttr,
-        fh: Option<u64>,
-    ) -> Result<(FileAttr, Duration), FsError> {
-        let attr = self
-            .pass
-            .setattr(ino, a.mode, a.uid, a.gid, a.size, a.atime, a.mtime, fh)?;
-        Ok((attr, PASS_TTL))
+    fn setattr(&self, _req: Req, ino: u64, a: &SetAttr) -> Result<Attrs, FsError> {
+        Ok((self.pass.setattr(ino, a)?, PASS_TTL))
     }
 
-    fn open(&self, _req: Req, ino: u64, flags: i32, b: MakeBacking<'_>) -> Result<Opened, FsError> {
-        self.pass.open(ino, flags, b).map(opened)
+    fn open(&self, _req: Req, ino: u64, how: Opening<'_>) -> Result<Opened, FsError> {
+        self.pass.open(ino, how.flags, how.backing).map(opened)
     }
 
-    fn create(
-        &self,
-        _req: Req,
-        parent: u64,
-        name: &[u8],
-        mode: u32,
-        umask: u32,
-        flags: i32,
-        b: MakeBacking<'_>,
-    ) -> Result<(Entry, Opened), FsError> {
-        let (a, o) = self.pass.create(parent, name, mode, umask, flags, b)?;
+    fn create(&self, _req: Req, n: NewNode<'_>, how: Opening<'_>) -> Result<Made, FsError> {
+        let (a, o) = self.pass.create(n, how.flags, how.backing)?;
         Ok((entry(a), opened(o)))
     }
 
-    fn read(
-        &self,
-        _req: Req,
-        _ino: u64,
-        fh: u64,
-        offset: u64,
-        size: u32,
-        _flags: i32,
-    ) -> Result<Vec<u8>, FsError> {
-        self.pass.read(fh, offset, size)
+    fn read(&self, _req: Req, at: HandleAt, size: u32, _flags: i32) -> Result<Vec<u8>, FsError> {
+        self.pass.read(at.fh, at.offset, size)
     }
 
-    fn write(
-        &self,
-        _req: Req,
-        _ino: u64,
-        fh: u64,
-        offset: u64,
-        data: &[u8],
-        _flags: i32,
-    ) -> Result<u32, FsError> {
-        self.pass.write(fh, offset, data)
+    fn write(&self, _req: Req, at: HandleAt, data: &[u8], _flags: i32) -> Result<u32, FsError> {
+        self.pass.write(at.fh, at.offset, data)
     }
 
     /// Written through at every write: nothing to do at close (and opened with
@@ -179,15 +142,8 @@ impl Backend for PassView {
         self.pass.unlink(parent, name)
     }
 
-    fn mkdir(
-        &self,
-        _req: Req,
-        parent: u64,
-        name: &[u8],
-        mode: u32,
-        umask: u32,
-    ) -> Result<Entry, FsError> {
-        self.pass.mkdir(parent, name, mode, umask).map(entry)
+    fn mkdir(&self, _req: Req, n: NewNode<'_>) -> Result<Entry, FsError> {
+        self.pass.mkdir(n).map(entry)
     }
 
     /// `worktrees/<id>`: the worktree's stack goes first when its view holds nothing
@@ -201,16 +157,8 @@ impl Backend for PassView {
         self.pass.rmdir(parent, name)
     }
 
-    fn rename(
-        &self,
-        _req: Req,
-        parent: u64,
-        name: &[u8],
-        newparent: u64,
-        newname: &[u8],
-        flags: u32,
-    ) -> Result<(), FsError> {
-        self.pass.rename(parent, name, newparent, newname, flags)
+    fn rename(&self, _req: Req, r: &Rename<'_>) -> Result<(), FsError> {
+        self.pass.rename(r)
     }
 
     fn opendir(&self, req: Req, ino: u64) -> Result<u64, FsError> {
@@ -219,23 +167,10 @@ impl Backend for PassView {
         Ok(fh)
     }
 
-    fn readdir(
-        &self,
-        _req: Req,
-        ino: u64,
-        fh: u64,
-        offset: u64,
-        add: AddEntry<'_>,
-    ) -> Result<(), FsError> {
-        let entries = self.pass.dir_entries(fh).ok_or(FsError::EBADF)?;
-        let parent = self.pass.parent_of(ino);
-        backend::list(
-            ino,
-            parent,
-            offset,
-            |k| entries.get(k).map(|e| (e.ino, e.kind, e.name.clone())),
-            add,
-        );
+    fn readdir(&self, _req: Req, at: HandleAt, add: AddEntry<'_>) -> Result<(), FsError> {
+        let entries = self.pass.dir_entries(at.fh).ok_or(FsError::EBADF)?;
+        let parent = self.pass.parent_of(at.ino);
+        backend::list_entries(at.ino, parent, at.offset, &entries, add);
         Ok(())
     }
 
@@ -247,13 +182,7 @@ impl Backend for PassView {
         self.pass.readlink(ino)
     }
 
-    fn symlink(
-        &self,
-        _req: Req,
-        parent: u64,
-        name: &[u8],
-        target: &[u8],
-    ) -> Result<Entry, FsError> {
-        self.pass.symlink(parent, name, target).map(entry)
+    fn symlink(&self, _req: Req, parent: u64, name: &[u8], to: &[u8]) -> Result<Entry, FsError> {
+        self.pass.symlink(parent, name, to).map(entry)
     }
 }

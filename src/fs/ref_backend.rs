@@ -8,7 +8,10 @@ use std::time::Duration;
 use fuser::{FileAttr, FileType, FopenFlags, INodeNo};
 
 use crate::fs::attr::file_type;
-use crate::fs::backend::{AddEntry, Backend, DirEntry, Entry, MakeBacking, Opened, Req, SetAttr};
+use crate::fs::backend::{
+    self, AddEntry, Attrs, Backend, DirEntry, Entry, HandleAt, Made, NewNode, Opened, Opening,
+    Rename, Req, SetAttr,
+};
 use crate::fs::error::FsError;
 use crate::fs::ino::Map;
 use crate::fs::inode::OpenMode;
@@ -103,6 +106,12 @@ impl RefView {
         }
     }
 
+    /// The mount's inode number of `dir/name`, of `kind`.
+    fn child_ino(&self, dir: &[u8], name: &[u8], kind: Kind) -> u64 {
+        let child = crate::fs::view::join(dir, name);
+        self.map.out(crate::fs::inode::ino_of(&child, kind))
+    }
+
     /// The entries of the open directory `fh`, with the mount's inode numbers (for the
     /// listings this view's names join: the root, a worktree's directory).
     pub fn entries(&self, fh: u64) -> Option<Vec<DirEntry>> {
@@ -110,13 +119,10 @@ impl RefView {
             Some(Handle::Dir { path, entries }) => Some(
                 (0..entries.len())
                     .filter_map(|k| entries.get(k))
-                    .map(|(name, kind)| {
-                        let child = crate::fs::view::join(path, name);
-                        DirEntry {
-                            ino: self.map.out(crate::fs::inode::ino_of(&child, kind)),
-                            kind: file_type(kind),
-                            name: name.into(),
-                        }
+                    .map(|(name, kind)| DirEntry {
+                        ino: self.child_ino(path, name, kind),
+                        kind: file_type(kind),
+                        name: name.into(),
                     })
                     .collect(),
             ),
@@ -140,32 +146,22 @@ impl Backend for RefView {
         self.shared.forget(self.inn(ino), n);
     }
 
-    fn getattr(
-        &self,
-        _req: Req,
-        ino: u64,
-        _fh: Option<u64>,
-    ) -> Result<(FileAttr, Duration), FsError> {
+    fn getattr(&self, _req: Req, ino: u64, _fh: Option<u64>) -> Result<Attrs, FsError> {
         let (mut a, cache) = self.shared.getattr(self.inn(ino))?;
         a.ino = INodeNo(ino);
         Ok((a, attr_ttl(a.kind, cache)))
     }
 
-    fn setattr(
-        &self,
-        req: Req,
-        ino: u64,
-        a: &SetAttr,
-        fh: Option<u64>,
-    ) -> Result<(FileAttr, Duration), FsError> {
+    fn setattr(&self, req: Req, ino: u64, a: &SetAttr) -> Result<Attrs, FsError> {
         // Modes and times are accepted and not stored (core.sharedRepository chmods).
         if let Some(size) = a.size {
-            self.shared.truncate(self.inn(ino), fh, size, req.pid)?;
+            self.shared.truncate(self.inn(ino), a.fh, size, req.pid)?;
         }
-        self.getattr(req, ino, fh)
+        self.getattr(req, ino, a.fh)
     }
 
-    fn open(&self, req: Req, ino: u64, flags: i32, _b: MakeBacking<'_>) -> Result<Opened, FsError> {
+    fn open(&self, req: Req, ino: u64, how: Opening<'_>) -> Result<Opened, FsError> {
+        let flags = how.flags;
         let (fh, mode) = self.shared.open_as(self.inn(ino), flags, req.pid)?;
         let mut f = match mode {
             OpenMode::Direct => FopenFlags::FOPEN_DIRECT_IO,
@@ -184,18 +180,10 @@ impl Backend for RefView {
         })
     }
 
-    fn create(
-        &self,
-        req: Req,
-        parent: u64,
-        name: &[u8],
-        _mode: u32,
-        _umask: u32,
-        flags: i32,
-        _b: MakeBacking<'_>,
-    ) -> Result<(Entry, Opened), FsError> {
-        self.check_creatable(self.inn(parent), name)?;
-        let (a, fh) = self.shared.create(self.inn(parent), name, flags, req.pid)?;
+    fn create(&self, req: Req, n: NewNode<'_>, how: Opening<'_>) -> Result<Made, FsError> {
+        let (parent, name) = (self.inn(n.parent), n.name);
+        self.check_creatable(parent, name)?;
+        let (a, fh) = self.shared.create(parent, name, how.flags, req.pid)?;
         let ttl = if a.kind == FileType::Directory {
             DIR_ATTR_TTL
         } else {
@@ -215,31 +203,15 @@ impl Backend for RefView {
         ))
     }
 
-    fn read(
-        &self,
-        _req: Req,
-        ino: u64,
-        fh: u64,
-        offset: u64,
-        size: u32,
-        flags: i32,
-    ) -> Result<Vec<u8>, FsError> {
+    fn read(&self, _req: Req, at: HandleAt, size: u32, flags: i32) -> Result<Vec<u8>, FsError> {
         // An O_DIRECT read of a page-cache handle fills no page.
         let direct = flags & libc::O_DIRECT != 0;
         self.shared
-            .read_file(self.inn(ino), fh, offset, size, direct)
+            .read_file(self.inn(at.ino), at.fh, at.offset, size, direct)
     }
 
-    fn write(
-        &self,
-        req: Req,
-        _ino: u64,
-        fh: u64,
-        offset: u64,
-        data: &[u8],
-        flags: i32,
-    ) -> Result<u32, FsError> {
-        self.shared.write(fh, offset, data, flags, req.pid)
+    fn write(&self, req: Req, at: HandleAt, data: &[u8], flags: i32) -> Result<u32, FsError> {
+        self.shared.write(at.fh, at.offset, data, flags, req.pid)
     }
 
     fn flush(&self, req: Req, _ino: u64, fh: u64) -> Result<(), FsError> {
@@ -262,16 +234,10 @@ impl Backend for RefView {
         self.shared.unlink(self.inn(parent), name, req.pid)
     }
 
-    fn mkdir(
-        &self,
-        _req: Req,
-        parent: u64,
-        name: &[u8],
-        _mode: u32,
-        _umask: u32,
-    ) -> Result<Entry, FsError> {
-        self.check_creatable(self.inn(parent), name)?;
-        let a = self.shared.mkdir(self.inn(parent), name)?;
+    fn mkdir(&self, _req: Req, n: NewNode<'_>) -> Result<Entry, FsError> {
+        let (parent, name) = (self.inn(n.parent), n.name);
+        self.check_creatable(parent, name)?;
+        let a = self.shared.mkdir(parent, name)?;
         Ok(Entry {
             attr: self.out(a),
             attr_ttl: DIR_ATTR_TTL,
@@ -283,40 +249,22 @@ impl Backend for RefView {
         self.shared.rmdir(self.inn(parent), name)
     }
 
-    fn rename(
-        &self,
-        req: Req,
-        parent: u64,
-        name: &[u8],
-        newparent: u64,
-        newname: &[u8],
-        flags: u32,
-    ) -> Result<(), FsError> {
-        if flags != 0 {
+    fn rename(&self, req: Req, r: &Rename<'_>) -> Result<(), FsError> {
+        if r.flags != 0 {
             return Err(FsError::EINVAL);
         }
-        self.check_creatable(self.inn(newparent), newname)?;
-        self.shared.rename(
-            self.inn(parent),
-            name,
-            self.inn(newparent),
-            newname,
-            req.pid,
-        )
+        let (parent, newparent) = (self.inn(r.parent), self.inn(r.newparent));
+        self.check_creatable(newparent, r.newname)?;
+        self.shared
+            .rename(parent, r.name, newparent, r.newname, req.pid)
     }
 
     fn opendir(&self, _req: Req, ino: u64) -> Result<u64, FsError> {
         self.shared.opendir(self.inn(ino))
     }
 
-    fn readdir(
-        &self,
-        _req: Req,
-        ino: u64,
-        fh: u64,
-        offset: u64,
-        add: AddEntry<'_>,
-    ) -> Result<(), FsError> {
+    fn readdir(&self, _req: Req, at: HandleAt, add: AddEntry<'_>) -> Result<(), FsError> {
+        let HandleAt { ino, fh, offset } = at;
         let parent = self.map.out(self.shared.parent_of(self.inn(ino)));
         // The listing is taken out of the state; the reply is built without its lock.
         let listing = self.shared.with_handle(fh, |h| match h {
@@ -326,27 +274,16 @@ impl Backend for RefView {
         let Some((path, entries)) = listing else {
             return Err(FsError::EBADF);
         };
-        let mut i = offset;
-        loop {
-            let full = match i {
-                0 => add(ino, 1, FileType::Directory, b"."),
-                1 => add(parent, 2, FileType::Directory, b".."),
-                n => {
-                    let Some((name, kind)) =
-                        usize::try_from(n - 2).ok().and_then(|k| entries.get(k))
-                    else {
-                        break;
-                    };
-                    let child = crate::fs::view::join(&path, name);
-                    let cino = self.map.out(crate::fs::inode::ino_of(&child, kind));
-                    add(cino, n + 1, file_type(kind), name)
-                }
-            };
-            if full {
-                break;
-            }
-            i += 1;
-        }
+        backend::list(
+            ino,
+            parent,
+            offset,
+            |k| {
+                let (name, kind) = entries.get(k)?;
+                Some((self.child_ino(&path, name, kind), file_type(kind), name))
+            },
+            add,
+        );
         Ok(())
     }
 

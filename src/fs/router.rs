@@ -4,12 +4,9 @@
 //! is shared by the main ref view and the passthrough ([`RootView`]). A rename across two
 //! trees is refused here (`EXDEV`, recorded).
 
-use std::sync::Arc;
-use std::time::Duration;
-
-use fuser::FileAttr;
-
-use crate::fs::backend::{AddEntry, Backend, Entry, MakeBacking, Opened, Req, SetAttr};
+use crate::fs::backend::{
+    AddEntry, Attrs, Backend, Entry, HandleAt, Opened, Opening, Rename, Req, SetAttr,
+};
 use crate::fs::error::FsError;
 use crate::fs::ino::{self, Space, ROOT};
 use crate::fs::pass_backend::PassView;
@@ -18,6 +15,7 @@ use crate::fs::ref_backend::RefView;
 use crate::fs::state::Shared;
 use crate::fs::status::{self, node::StatusNode};
 use crate::fs::worktree::Worktrees;
+use std::sync::Arc;
 
 /// What the mount serves: the main ref view, the passthrough (unless refs-only) and the
 /// linked worktrees' views.
@@ -123,15 +121,10 @@ impl Router {
 
     /// The tree of a rename of `parent/name` to `newparent/newname`: both names must be
     /// in the same one (else `EXDEV`, recorded, as for a rename across file systems).
-    pub fn rename(
-        &self,
-        parent: u64,
-        name: &[u8],
-        newparent: u64,
-        newname: &[u8],
-    ) -> Result<Target, FsError> {
-        let from = self.child(parent, name, false)?;
-        let to = self.child(newparent, newname, true)?;
+    pub fn rename(&self, r: &Rename<'_>) -> Result<Target, FsError> {
+        let (name, newname) = (r.name, r.newname);
+        let from = self.child(r.parent, name, false)?;
+        let to = self.child(r.newparent, newname, true)?;
         if from.tree() == to.tree() {
             return Ok(from);
         }
@@ -172,39 +165,32 @@ impl Backend for RootView {
         self.view.lookup(req, parent, name)
     }
 
-    fn getattr(
-        &self,
-        req: Req,
-        ino: u64,
-        fh: Option<u64>,
-    ) -> Result<(FileAttr, Duration), FsError> {
-        self.view.getattr(req, ino, fh)
+    /// The ref view's root, whose time moves when a ref name appears or goes there, and
+    /// no older than the real git directory's, whose time moves when a passed-through
+    /// name does (`index.lock`, `COMMIT_EDITMSG`): the root's entries are both trees'.
+    fn getattr(&self, req: Req, ino: u64, fh: Option<u64>) -> Result<Attrs, FsError> {
+        let (mut a, ttl) = self.view.getattr(req, ino, fh)?;
+        if let Some(real) = self
+            .pass
+            .as_deref()
+            .and_then(|p| p.getattr(ROOT, None).ok())
+        {
+            a.mtime = a.mtime.max(real.mtime);
+            a.ctime = a.ctime.max(real.ctime);
+        }
+        Ok((a, ttl))
     }
 
-    fn setattr(
-        &self,
-        req: Req,
-        ino: u64,
-        a: &SetAttr,
-        fh: Option<u64>,
-    ) -> Result<(FileAttr, Duration), FsError> {
-        self.view.setattr(req, ino, a, fh)
+    fn setattr(&self, req: Req, ino: u64, a: &SetAttr) -> Result<Attrs, FsError> {
+        self.view.setattr(req, ino, a)
     }
 
-    fn open(&self, req: Req, ino: u64, flags: i32, b: MakeBacking<'_>) -> Result<Opened, FsError> {
-        self.view.open(req, ino, flags, b)
+    fn open(&self, req: Req, ino: u64, how: Opening<'_>) -> Result<Opened, FsError> {
+        self.view.open(req, ino, how)
     }
 
-    fn read(
-        &self,
-        req: Req,
-        ino: u64,
-        fh: u64,
-        offset: u64,
-        size: u32,
-        flags: i32,
-    ) -> Result<Vec<u8>, FsError> {
-        self.view.read(req, ino, fh, offset, size, flags)
+    fn read(&self, req: Req, at: HandleAt, size: u32, flags: i32) -> Result<Vec<u8>, FsError> {
+        self.view.read(req, at, size, flags)
     }
 
     fn release(&self, ino: u64, fh: u64) {
@@ -235,28 +221,15 @@ impl Backend for RootView {
     }
 
     /// The ref view's names, then the passed-through ones.
-    fn readdir(
-        &self,
-        req: Req,
-        ino: u64,
-        fh: u64,
-        offset: u64,
-        add: AddEntry<'_>,
-    ) -> Result<(), FsError> {
+    fn readdir(&self, req: Req, at: HandleAt, add: AddEntry<'_>) -> Result<(), FsError> {
         let Some(p) = &self.pass else {
-            return self.view.readdir(req, ino, fh, offset, add);
+            return self.view.readdir(req, at, add);
         };
-        let (Some(mut all), Some(rest)) = (self.view.entries(fh), p.root_entries(fh)) else {
+        let (Some(mut all), Some(rest)) = (self.view.entries(at.fh), p.root_entries(at.fh)) else {
             return Err(FsError::EBADF);
         };
         all.extend(rest.iter().cloned());
-        crate::fs::backend::list(
-            ROOT,
-            ROOT,
-            offset,
-            |k| all.get(k).map(|e| (e.ino, e.kind, e.name.clone())),
-            add,
-        );
+        crate::fs::backend::list_entries(ROOT, ROOT, at.offset, &all, add);
         Ok(())
     }
 

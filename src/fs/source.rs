@@ -93,6 +93,10 @@ pub struct CommitOutcome {
     pub failed: Vec<(Vec<u8>, String)>,
 }
 
+/// A [`RefSource::scan_refs`] visitor: sees each live ref (and the key buffer to leave
+/// a seek target in) and says what it wants next.
+pub type Visit<'a> = &'a mut dyn FnMut(&RefRecord, &mut Vec<u8>) -> Step;
+
 /// What a [`RefSource::scan_refs`] visitor wants next.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Step {
@@ -119,11 +123,7 @@ pub trait RefSource: Send {
     /// Visits live refs in order from `start`: after each one the visitor says whether to
     /// go on with the next, reseek (to the key it left in the buffer), or stop. One
     /// iterator for the whole scan (the cached one for a stack).
-    fn scan_refs(
-        &mut self,
-        start: &[u8],
-        visit: &mut dyn FnMut(&RefRecord, &mut Vec<u8>) -> Step,
-    ) -> Result<()> {
+    fn scan_refs(&mut self, start: &[u8], visit: Visit<'_>) -> Result<()> {
         let mut key = start.to_vec();
         let mut rec = RefRecord::default();
         loop {

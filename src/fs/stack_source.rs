@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 use crate::format::{HashKind, LogRecord, RefRecord, RefValue};
 use crate::fs::ref_times::RefTimes;
 use crate::fs::source::LogSettings;
-use crate::fs::source::{BatchEdit, CommitOutcome, Conflict, RefSource, Step};
+use crate::fs::source::{BatchEdit, CommitOutcome, Conflict, RefSource, Step, Visit};
 use crate::fs::MountOptions;
 use crate::merged::MergedLogIter;
 use crate::repo::Repo;
@@ -344,11 +344,7 @@ impl RefSource for StackSource {
         Ok(found)
     }
 
-    fn scan_refs(
-        &mut self,
-        start: &[u8],
-        visit: &mut dyn FnMut(&RefRecord, &mut Vec<u8>) -> Step,
-    ) -> Result<()> {
+    fn scan_refs(&mut self, start: &[u8], visit: Visit<'_>) -> Result<()> {
         let mut key = start.to_vec();
         self.stack.with_cached_iter(|it| {
             it.seek(&key)?;

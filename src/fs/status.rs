@@ -163,7 +163,10 @@ pub mod node {
     use fuser::{FileAttr, FileType, FopenFlags};
 
     use super::{DIR_INO, DIR_NAME, FILE_INO, FILE_NAME};
-    use crate::fs::backend::{self, AddEntry, Backend, Entry, MakeBacking, Opened, Req, SetAttr};
+    use crate::fs::backend::{
+        self, AddEntry, Attrs, Backend, Entry, HandleAt, Made, NewNode, Opened, Opening, Rename,
+        Req, SetAttr,
+    };
     use crate::fs::error::FsError;
     use crate::fs::ino::ROOT;
     use crate::fs::state::Shared;
@@ -240,34 +243,18 @@ pub mod node {
             })
         }
 
-        fn getattr(
-            &self,
-            _req: Req,
-            ino: u64,
-            _fh: Option<u64>,
-        ) -> Result<(FileAttr, Duration), FsError> {
+        fn getattr(&self, _req: Req, ino: u64, _fh: Option<u64>) -> Result<Attrs, FsError> {
             Ok((self.attr_of(ino), ttl(ino)))
         }
 
-        fn setattr(
-            &self,
-            _req: Req,
-            ino: u64,
-            _a: &SetAttr,
-            _fh: Option<u64>,
-        ) -> Result<(FileAttr, Duration), FsError> {
+        fn setattr(&self, _req: Req, ino: u64, _a: &SetAttr) -> Result<Attrs, FsError> {
             Err(refuse("setattr", name_of(ino)))
         }
 
         /// Opens the status file for reading (its document is made now); anything else
         /// is refused.
-        fn open(
-            &self,
-            _req: Req,
-            ino: u64,
-            flags: i32,
-            _b: MakeBacking<'_>,
-        ) -> Result<Opened, FsError> {
+        fn open(&self, _req: Req, ino: u64, how: Opening<'_>) -> Result<Opened, FsError> {
+            let flags = how.flags;
             if ino == DIR_INO {
                 return Err(FsError::EISDIR);
             }
@@ -281,29 +268,18 @@ pub mod node {
             })
         }
 
-        fn create(
-            &self,
-            _req: Req,
-            _parent: u64,
-            name: &[u8],
-            _mode: u32,
-            _umask: u32,
-            _flags: i32,
-            _b: MakeBacking<'_>,
-        ) -> Result<(Entry, Opened), FsError> {
-            Err(refuse("create", name))
+        fn create(&self, _req: Req, n: NewNode<'_>, _how: Opening<'_>) -> Result<Made, FsError> {
+            Err(refuse("create", n.name))
         }
 
         fn read(
             &self,
             _req: Req,
-            _ino: u64,
-            fh: u64,
-            offset: u64,
+            at: HandleAt,
             size: u32,
             _flags: i32,
         ) -> Result<Vec<u8>, FsError> {
-            super::read(fh, offset, size).ok_or(FsError::EBADF)
+            super::read(at.fh, at.offset, size).ok_or(FsError::EBADF)
         }
 
         fn release(&self, _ino: u64, fh: u64) {
@@ -314,31 +290,16 @@ pub mod node {
             Err(refuse("unlink", name))
         }
 
-        fn mkdir(
-            &self,
-            _req: Req,
-            _parent: u64,
-            name: &[u8],
-            _mode: u32,
-            _umask: u32,
-        ) -> Result<Entry, FsError> {
-            Err(refuse("mkdir", name))
+        fn mkdir(&self, _req: Req, n: NewNode<'_>) -> Result<Entry, FsError> {
+            Err(refuse("mkdir", n.name))
         }
 
         fn rmdir(&self, _req: Req, _parent: u64, name: &[u8]) -> Result<(), FsError> {
             Err(refuse("rmdir", name))
         }
 
-        fn rename(
-            &self,
-            _req: Req,
-            _parent: u64,
-            name: &[u8],
-            _newparent: u64,
-            _newname: &[u8],
-            _flags: u32,
-        ) -> Result<(), FsError> {
-            Err(refuse("rename", name))
+        fn rename(&self, _req: Req, r: &Rename<'_>) -> Result<(), FsError> {
+            Err(refuse("rename", r.name))
         }
 
         fn opendir(&self, _req: Req, ino: u64) -> Result<u64, FsError> {
@@ -350,19 +311,12 @@ pub mod node {
         }
 
         /// Lists `.`, `..` and `status`.
-        fn readdir(
-            &self,
-            _req: Req,
-            _ino: u64,
-            _fh: u64,
-            offset: u64,
-            add: AddEntry<'_>,
-        ) -> Result<(), FsError> {
+        fn readdir(&self, _req: Req, at: HandleAt, add: AddEntry<'_>) -> Result<(), FsError> {
             backend::list(
                 DIR_INO,
                 ROOT,
-                offset,
-                |k| (k == 0).then(|| (FILE_INO, FileType::RegularFile, FILE_NAME.into())),
+                at.offset,
+                |k| (k == 0).then_some((FILE_INO, FileType::RegularFile, FILE_NAME)),
                 add,
             );
             Ok(())
@@ -375,7 +329,7 @@ pub mod node {
             _req: Req,
             _parent: u64,
             name: &[u8],
-            _target: &[u8],
+            _to: &[u8],
         ) -> Result<Entry, FsError> {
             Err(refuse("symlink", name))
         }

@@ -198,6 +198,14 @@ impl Passthrough {
             .map(|(raw, _)| config_view::served(&raw)))
     }
 
+    /// GITDIR's config (raw) and its `stat`, when the mount shows one; `ENOENT` when it
+    /// does not (none, or removed through the mount).
+    fn shown_config(&self) -> Result<(Vec<u8>, libc::stat), FsError> {
+        self.real_config()?
+            .filter(|(raw, _)| !config_view::is_removed(raw))
+            .ok_or(FsError::ENOENT)
+    }
+
     /// The size `config` has now: while open, its open content's (as a file being
     /// written shows its new size before it is closed), else the served config's; `None`
     /// when the mount shows none.
@@ -595,12 +603,7 @@ impl Passthrough {
     /// extension kept); open handles are orphaned.
     pub(super) fn unlink_config(&self) -> Result<(), FsError> {
         let mut c = self.configs();
-        let Some((raw, st)) = self
-            .real_config()?
-            .filter(|(raw, _)| !config_view::is_removed(raw))
-        else {
-            return Err(FsError::ENOENT);
-        };
+        let (raw, st) = self.shown_config()?;
         let to = self.at(CONFIG)?;
         self.replace_atomically(&config_view::removed(&raw), st.st_mode, &to, 0)
             .map_err(|e| stored_failed("unlink", e))?;
@@ -671,12 +674,7 @@ impl Passthrough {
             return Err(FsError::EINVAL);
         }
         let mut c = self.configs();
-        let Some((raw, st)) = self
-            .real_config()?
-            .filter(|(raw, _)| !config_view::is_removed(raw))
-        else {
-            return Err(FsError::ENOENT);
-        };
+        let (raw, st) = self.shown_config()?;
         let old_target = to.lstat().ok();
         let moved = self.replace_atomically(&config_view::served(&raw), st.st_mode, to, flags)?;
         let root = self.at(CONFIG)?;

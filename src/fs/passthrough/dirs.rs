@@ -6,24 +6,19 @@ use std::sync::Arc;
 
 use fuser::{FileAttr, FileType};
 
-use crate::fs::backend::DirEntry;
+use crate::fs::backend::{DirEntry, NewNode, Rename};
 use crate::fs::error::FsError;
 use crate::fs::ino::{pass_ino, ROOT};
 
 use super::*;
 
 impl Passthrough {
-    pub fn mkdir(
-        &self,
-        parent: u64,
-        name: &[u8],
-        mode: u32,
-        umask: u32,
-    ) -> Result<FileAttr, FsError> {
+    pub fn mkdir(&self, n: NewNode<'_>) -> Result<FileAttr, FsError> {
+        let (parent, name) = (n.parent, n.name);
         self.check_creatable(parent, name)?;
         let at = self.at(&self.child_path(parent, name)?)?;
         // SAFETY: valid descriptor and name.
-        if unsafe { libc::mkdirat(at.dirfd(), at.name(), mode & !umask & 0o7777) } != 0 {
+        if unsafe { libc::mkdirat(at.dirfd(), at.name(), n.perm()) } != 0 {
             return Err(FsError::last_os_error());
         }
         let st = at.lstat()?;
@@ -88,14 +83,9 @@ impl Passthrough {
         self.remove(parent, name, true)
     }
 
-    pub fn rename(
-        &self,
-        parent: u64,
-        name: &[u8],
-        newparent: u64,
-        newname: &[u8],
-        flags: u32,
-    ) -> Result<(), FsError> {
+    pub fn rename(&self, r: &Rename<'_>) -> Result<(), FsError> {
+        let (parent, name, flags) = (r.parent, r.name, r.flags);
+        let (newparent, newname) = (r.newparent, r.newname);
         self.check_creatable(newparent, newname)?;
         let from_config = parent == ROOT && name == CONFIG;
         let to_config = newparent == ROOT && newname == CONFIG;

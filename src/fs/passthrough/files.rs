@@ -9,6 +9,7 @@ use std::sync::Arc;
 
 use fuser::{BackingId, FileAttr};
 
+use crate::fs::backend::NewNode;
 use crate::fs::error::FsError;
 use crate::fs::ino::ROOT;
 
@@ -94,26 +95,19 @@ impl Passthrough {
         self.opened(ino, file, open_backing)
     }
 
-    #[allow(clippy::too_many_arguments)]
     pub fn create(
         &self,
-        parent: u64,
-        name: &[u8],
-        mode: u32,
-        umask: u32,
+        n: NewNode<'_>,
         flags: i32,
         open_backing: impl FnOnce(&File) -> io::Result<BackingId>,
     ) -> Result<(FileAttr, Opened), FsError> {
+        let (parent, name) = (n.parent, n.name);
         self.check_creatable(parent, name)?;
         if parent == ROOT && name == CONFIG {
-            return self.create_config(mode & !umask & 0o7777, flags);
+            return self.create_config(n.perm(), flags);
         }
         let path = self.child_path(parent, name)?;
-        let file = self.open_beneath(
-            &path,
-            flags & CLIENT_OPEN_FLAGS | libc::O_CREAT,
-            mode & !umask & 0o7777,
-        )?;
+        let file = self.open_beneath(&path, flags & CLIENT_OPEN_FLAGS | libc::O_CREAT, n.perm())?;
         let st = Self::fstat(&file)?;
         let ino = self.lock().remember(parent, name, &st);
         let attr = self.attr(ino, &st, None);

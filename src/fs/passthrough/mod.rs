@@ -36,7 +36,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use fuser::{BackingId, FileAttr, FileType, INodeNo};
 
-use crate::fs::backend::DirEntry;
+use crate::fs::backend::{DirEntry, SetAttr};
 use crate::fs::error::FsError;
 use crate::fs::ino::{pass_ino, ROOT};
 
@@ -72,11 +72,15 @@ pub fn is_ref_name_at_root(name: &[u8]) -> bool {
 }
 
 /// Names at the top of the real git directory that the mount never shows nor lets anyone
-/// create: the stack's directory and the packed layer's file beside it
-/// (`protocol::STATE_FILE`, with its temporary file). (git's stubs `HEAD` and `refs/` are
-/// shadowed by the ref view, see [`is_ref_name_at_root`].)
+/// create: the stack's directory, the broken refs' file and its temporary name
+/// (`broken.rs`), and the packed layer's file with its temporary name
+/// (`protocol::STATE_FILE`). (git's stubs `HEAD` and `refs/` are shadowed by the ref view,
+/// see [`is_ref_name_at_root`].)
 fn is_reserved_at_root(name: &[u8]) -> bool {
-    name == b"reftable" || name.starts_with(crate::fs::protocol::STATE_FILE.as_bytes())
+    name == b"reftable"
+        || name == crate::fs::broken::FILE_NAME.as_bytes()
+        || name == crate::fs::broken::TEMP_NAME.as_bytes()
+        || name.starts_with(crate::fs::protocol::STATE_FILE.as_bytes())
 }
 
 const CONFIG: &[u8] = b"config";
@@ -451,18 +455,9 @@ impl Passthrough {
         self.attr_for(ino, is_config, &st)
     }
 
-    #[allow(clippy::too_many_arguments)]
-    pub fn setattr(
-        &self,
-        ino: u64,
-        mode: Option<u32>,
-        uid: Option<u32>,
-        gid: Option<u32>,
-        size: Option<u64>,
-        atime: Option<fuser::TimeOrNow>,
-        mtime: Option<fuser::TimeOrNow>,
-        fh: Option<u64>,
-    ) -> Result<FileAttr, FsError> {
+    pub fn setattr(&self, ino: u64, a: &SetAttr) -> Result<FileAttr, FsError> {
+        let (mode, uid, gid, fh) = (a.mode, a.uid, a.gid, a.fh);
+        let (size, atime, mtime) = (a.size, a.atime, a.mtime);
         let (path, is_config, file, config) = {
             let g = self.lock();
             let file = fh.and_then(|fh| match g.handles.get(&fh) {

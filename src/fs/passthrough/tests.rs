@@ -1,6 +1,68 @@
 //! Unit tests of the passthrough.
 
 use super::*;
+use crate::fs::backend::{NewNode, Rename, SetAttr};
+
+/// `parent/name`, made with `mode` less `umask`.
+fn node(parent: u64, name: &[u8], mode: u32, umask: u32) -> NewNode<'_> {
+    NewNode {
+        parent,
+        name,
+        mode,
+        umask,
+    }
+}
+
+/// Renames `parent/name` to `newparent/newname` (no flags).
+fn rename(
+    p: &Passthrough,
+    parent: u64,
+    name: &[u8],
+    newparent: u64,
+    newname: &[u8],
+) -> Result<(), FsError> {
+    p.rename(&Rename {
+        parent,
+        name,
+        newparent,
+        newname,
+        flags: 0,
+    })
+}
+
+/// A setattr of the mode.
+fn chmod(mode: u32) -> SetAttr {
+    SetAttr {
+        mode: Some(mode),
+        ..SetAttr::default()
+    }
+}
+
+/// A setattr of the size, by name or through the open file `fh`.
+fn truncate(size: u64, fh: Option<u64>) -> SetAttr {
+    SetAttr {
+        size: Some(size),
+        fh,
+        ..SetAttr::default()
+    }
+}
+
+/// Creates `n` exclusively, opened for `access` (forwarded: no kernel passthrough
+/// here): its attributes and handle.
+fn create(p: &Passthrough, n: NewNode<'_>, access: i32) -> (FileAttr, u64) {
+    let none = |_: &File| -> io::Result<BackingId> { Err(io::Error::other("no")) };
+    let (a, o) = p.create(n, access | libc::O_EXCL, none).unwrap();
+    (a, plain(o))
+}
+
+/// Creates `n` exclusively, opened for `access`, writes `data` into it and closes it:
+/// its attributes.
+fn put(p: &Passthrough, n: NewNode<'_>, access: i32, data: &[u8]) -> FileAttr {
+    let (a, fh) = create(p, n, access);
+    p.write(fh, 0, data).unwrap();
+    p.release(fh);
+    a
+}
 
 #[test]
 fn ref_names_at_root_follow_git() {
@@ -73,11 +135,11 @@ fn a_linked_worktrees_directory_hides_its_stack_and_ref_names() {
     p.releasedir(fh);
     assert_eq!(p.lookup(w, b"reftable").unwrap_err().errno(), libc::ENOENT);
     assert_eq!(
-        p.mkdir(w, b"reftable", 0o755, 0).unwrap_err().errno(),
+        p.mkdir(node(w, b"reftable", 0o755, 0)).unwrap_err().errno(),
         libc::EPERM
     );
     // Elsewhere `reftable` is an ordinary name.
-    assert!(p.mkdir(ow, b"reftable", 0o755, 0).is_ok());
+    assert!(p.mkdir(node(ow, b"reftable", 0o755, 0)).is_ok());
 }
 
 /// GITDIR's directories swapped for symbolic links to a directory outside while the
@@ -129,38 +191,27 @@ fn swapped_directories_are_never_followed(walk: bool) {
     refused("lookup below", p.lookup(b, b"secret.txt").map(drop));
     refused(
         "create",
-        p.create(sub, b"p", 0o644, 0, libc::O_WRONLY, none)
+        p.create(node(sub, b"p", 0o644, 0), libc::O_WRONLY, none)
             .map(drop),
     );
-    refused("mkdir", p.mkdir(sub, b"d", 0o755, 0).map(drop));
+    refused("mkdir", p.mkdir(node(sub, b"d", 0o755, 0)).map(drop));
     refused("symlink", p.symlink(sub, b"l", b"x").map(drop));
     refused("unlink", p.unlink(sub, b"victim"));
     refused("rmdir", p.rmdir(sub, b"b"));
     refused(
         "rename out of it",
-        p.rename(sub, b"victim", objects, b"stolen", 0),
+        rename(&p, sub, b"victim", objects, b"stolen"),
     );
-    refused(
-        "rename into it",
-        p.rename(objects, b"mine", sub, b"mine", 0),
-    );
+    refused("rename into it", rename(&p, objects, b"mine", sub, b"mine"));
     refused(
         "rename over config",
-        p.rename(sub, b"victim", ROOT, b"config", 0),
+        rename(&p, sub, b"victim", ROOT, b"config"),
     );
     refused("opendir", p.opendir(sub).map(drop));
     refused("fsyncdir", p.fsyncdir(sub));
     refused("open", p.open(file, libc::O_RDONLY, none).map(drop));
-    refused(
-        "chmod",
-        p.setattr(file, Some(0o666), None, None, None, None, None, None)
-            .map(drop),
-    );
-    refused(
-        "truncate",
-        p.setattr(file, None, None, None, Some(0), None, None, None)
-            .map(drop),
-    );
+    refused("chmod", p.setattr(file, &chmod(0o666)).map(drop));
+    refused("truncate", p.setattr(file, &truncate(0, None)).map(drop));
     for f in ["secret.txt", "victim", "b/secret.txt"] {
         assert_eq!(std::fs::read(out.join(f)).unwrap(), b"secret", "{f}");
     }
@@ -196,9 +247,9 @@ fn swapped_directories_are_never_followed(walk: bool) {
     let a_old = p.lookup(objects, b"a.old").unwrap().ino.0;
     let b_old = p.lookup(a_old, b"b").unwrap().ino.0;
     let (f, _) = p
-        .create(b_old, b"x", 0o644, 0, libc::O_WRONLY, none)
+        .create(node(b_old, b"x", 0o644, 0), libc::O_WRONLY, none)
         .unwrap();
-    p.rename(b_old, b"x", b_old, b"y", 0).unwrap();
+    rename(&p, b_old, b"x", b_old, b"y").unwrap();
     let fh = p.opendir(b_old).unwrap();
     let listed: Vec<_> = p
         .dir_entries(fh)
@@ -210,8 +261,7 @@ fn swapped_directories_are_never_followed(walk: bool) {
     p.releasedir(fh);
     p.fsyncdir(b_old).unwrap();
     assert!(p.lookup(b_old, b"y").is_ok());
-    p.setattr(f.ino.0, Some(0o600), None, None, None, None, None, None)
-        .unwrap();
+    p.setattr(f.ino.0, &chmod(0o600)).unwrap();
     assert_eq!(
         std::fs::metadata(git.join("objects/a.old/b/y"))
             .unwrap()
@@ -289,7 +339,9 @@ fn passes_through_relative_to_the_directory() {
         libc::ENOENT
     );
     assert_eq!(
-        p.mkdir(ROOT, b"reftable", 0o755, 0).unwrap_err().errno(),
+        p.mkdir(node(ROOT, b"reftable", 0o755, 0))
+            .unwrap_err()
+            .errno(),
         libc::EPERM
     );
     // config is served without the extension, with its served size.
@@ -302,27 +354,10 @@ fn passes_through_relative_to_the_directory() {
     assert_eq!(p.read(fh, 0, 4096).unwrap(), served.to_vec());
     p.release(fh);
     // A config.lock renamed over config keeps the extension in the real file.
-    let (_, o) = p
-        .create(
-            ROOT,
-            b"config.lock",
-            0o644,
-            0,
-            libc::O_WRONLY | libc::O_EXCL,
-            none,
-        )
-        .unwrap();
-    let Opened::Plain { fh, .. } = o else {
-        panic!("no kernel passthrough here");
-    };
-    p.write(
-        fh,
-        0,
-        b"[core]\n\trepositoryformatversion = 0\n[user]\n\tname = x\n",
-    )
-    .unwrap();
-    p.release(fh);
-    p.rename(ROOT, b"config.lock", ROOT, b"config", 0).unwrap();
+    let lock = node(ROOT, b"config.lock", 0o644, 0);
+    let user = b"[core]\n\trepositoryformatversion = 0\n[user]\n\tname = x\n";
+    put(&p, lock, libc::O_WRONLY, user);
+    rename(&p, ROOT, b"config.lock", ROOT, b"config").unwrap();
     let mark = crate::fs::config_view::MARK;
     assert_eq!(
         String::from_utf8(std::fs::read(dir.join("config")).unwrap()).unwrap(),
@@ -331,23 +366,14 @@ fn passes_through_relative_to_the_directory() {
     assert!(!dir.join("config.lock").exists());
     // Objects: a temporary file renamed into a new directory.
     let objects = p.lookup(ROOT, b"objects").unwrap().ino.0;
-    let ab = p.mkdir(objects, b"ab", 0o755, 0o022).unwrap().ino.0;
-    let (t, o) = p
-        .create(
-            objects,
-            b"tmp_obj",
-            0o444,
-            0,
-            libc::O_RDWR | libc::O_EXCL,
-            none,
-        )
-        .unwrap();
-    let Opened::Plain { fh, .. } = o else {
-        panic!("no kernel passthrough here");
-    };
-    p.write(fh, 0, b"blob").unwrap();
-    p.release(fh);
-    p.rename(objects, b"tmp_obj", ab, b"cdef", 0).unwrap();
+    let ab = p.mkdir(node(objects, b"ab", 0o755, 0o022)).unwrap().ino.0;
+    let t = put(
+        &p,
+        node(objects, b"tmp_obj", 0o444, 0),
+        libc::O_RDWR,
+        b"blob",
+    );
+    rename(&p, objects, b"tmp_obj", ab, b"cdef").unwrap();
     assert_eq!(std::fs::read(dir.join("objects/ab/cdef")).unwrap(), b"blob");
     assert_eq!(p.getattr(t.ino.0, None).unwrap().size, 4);
     let _ = std::fs::remove_dir_all(&dir);
@@ -417,14 +443,12 @@ fn config_is_a_file() {
     p.fsync(fh, false).unwrap();
     assert!(real().starts_with("[A]\n") && has_ext(&real()));
     // ftruncate through the handle, then close.
-    p.setattr(ino, None, None, None, Some(3), None, None, Some(fh))
-        .unwrap();
+    p.setattr(ino, &truncate(3, Some(fh))).unwrap();
     p.flush(fh).unwrap();
     p.release(fh);
     assert_eq!(served(&p), "[A]");
     // truncate(2) by name: at once.
-    p.setattr(ino, None, None, None, Some(0), None, None, None)
-        .unwrap();
+    p.setattr(ino, &truncate(0, None)).unwrap();
     assert_eq!(served(&p), "");
     assert!(has_ext(&real()));
 
@@ -439,17 +463,7 @@ fn config_is_a_file() {
     assert!(has_ext(&real()));
     assert_eq!(p.unlink(ROOT, b"config").unwrap_err().errno(), libc::ENOENT);
     // Created again: there at once, empty; written, stored at close.
-    let (a, o) = p
-        .create(
-            ROOT,
-            b"config",
-            0o644,
-            0o022,
-            libc::O_WRONLY | libc::O_EXCL,
-            none,
-        )
-        .unwrap();
-    let fh = plain(o);
+    let (a, fh) = create(&p, node(ROOT, b"config", 0o644, 0o022), libc::O_WRONLY);
     assert_eq!(a.size, 0);
     assert_eq!(p.lookup(ROOT, b"config").unwrap().size, 0);
     p.write(fh, 0, b"[x]\n").unwrap();
@@ -461,32 +475,25 @@ fn config_is_a_file() {
 
     // Replaced (rename over it) while open: the open content is orphaned, never stored.
     let fh = plain(p.open(ino, libc::O_RDWR, none).unwrap());
-    let (_, o) = p
-        .create(
-            ROOT,
-            b"config.lock",
-            0o644,
-            0,
-            libc::O_WRONLY | libc::O_EXCL,
-            none,
-        )
-        .unwrap();
-    let lock = plain(o);
-    p.write(lock, 0, b"[lock]\n").unwrap();
-    p.release(lock);
-    p.rename(ROOT, b"config.lock", ROOT, b"config", 0).unwrap();
+    put(
+        &p,
+        node(ROOT, b"config.lock", 0o644, 0),
+        libc::O_WRONLY,
+        b"[lock]\n",
+    );
+    rename(&p, ROOT, b"config.lock", ROOT, b"config").unwrap();
     p.write(fh, 0, b"[orphan]\n").unwrap();
     p.flush(fh).unwrap();
     p.release(fh);
     assert_eq!(served(&p), "[lock]\n");
 
     // Moved away: a plain file with the served content; config gone, extension kept.
-    p.rename(ROOT, b"config", ROOT, b"config.bak", 0).unwrap();
+    rename(&p, ROOT, b"config", ROOT, b"config.bak").unwrap();
     assert_eq!(std::fs::read(dir.join("config.bak")).unwrap(), b"[lock]\n");
     assert_eq!(p.lookup(ROOT, b"config").unwrap_err().errno(), libc::ENOENT);
     assert!(has_ext(&real()));
     // And back.
-    p.rename(ROOT, b"config.bak", ROOT, b"config", 0).unwrap();
+    rename(&p, ROOT, b"config.bak", ROOT, b"config").unwrap();
     assert_eq!(served(&p), "[lock]\n");
     assert!(has_ext(&real()) && !dir.join("config.bak").exists());
     // No temporary file left in GITDIR.

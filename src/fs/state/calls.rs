@@ -161,7 +161,18 @@ impl Shared {
         // `refs/` only a valid ref name or its lock can ever be a file.
         if let view::Area::Refs(n) = view::area(&path) {
             let base = n.strip_suffix(b".lock").unwrap_or(n);
-            if n.starts_with(b"refs/") && !crate::fs::protocol::valid_ref_name(base) {
+            let bad_name = n.starts_with(b"refs/") && !crate::fs::protocol::valid_ref_name(base);
+            // Kept as a broken ref where the view keeps them (`broken.rs`), if there is
+            // room for one more.
+            if bad_name && g.broken_refs.enabled() && !g.broken_accepts(n, 0) {
+                return Err(refuse_for(
+                    "create",
+                    &path,
+                    libc::ENOSPC,
+                    crate::fs::broken::AT_BOUND,
+                ));
+            }
+            if bad_name && !g.broken_refs.enabled() {
                 return Err(refuse(
                     "create",
                     &path,
@@ -285,14 +296,22 @@ impl Shared {
             Target::Scratch => {
                 let hash = g.w.hash;
                 let limit = scratch_limit(path);
+                // Content that can be no ref value is kept as a broken ref (`broken.rs`).
+                let room = g.broken_refs.write_room(path, offset as usize + data.len());
                 let r = g.w.files.update(path, |content| {
                     let old_len = content.len();
                     let others = total - content.capacity();
                     let r = splice(content, offset, data, append, limit, others)
                         .map_err(|e| too_big("write", path, e, limit))
-                        .and_then(|()| {
-                            check_ref_prefix(path, content, hash)
-                                .map_err(|why| refuse_for("write", path, libc::EINVAL, why))
+                        .and_then(|()| match (check_ref_prefix(path, content, hash), room) {
+                            (Ok(()), _) | (Err(_), Some(true)) => Ok(()),
+                            (Err(_), Some(false)) => Err(refuse_for(
+                                "write",
+                                path,
+                                libc::ENOSPC,
+                                crate::fs::broken::AT_BOUND,
+                            )),
+                            (Err(why), None) => Err(refuse_for("write", path, libc::EINVAL, why)),
                         });
                     if r.is_err() {
                         content.truncate(old_len);
@@ -324,17 +343,16 @@ impl Shared {
                 )
                 .map_err(|e| too_big("write", path, e, REF_FILE_MAX))?;
                 if let Err(why) = check_ref_prefix(path, &next, g.w.hash) {
-                    // A linked worktree's placeholder HEAD is no ref value (`linked.rs`).
+                    // A linked worktree's placeholder HEAD is no ref value (`linked.rs`);
+                    // other content that is none is kept as a broken ref (`broken.rs`).
                     let (path, name) = (path.clone(), name.clone());
-                    if !g.is_placeholder_head(&name, &next) {
-                        return Err(refuse(
-                            "write",
-                            &path,
-                            Refusal {
-                                errno: libc::EINVAL,
-                                reason: why,
-                            },
-                        ));
+                    let room = g.broken_refs.write_room(&name, next.len());
+                    if !g.is_placeholder_head(&name, &next) && room != Some(true) {
+                        let (errno, reason) = match room {
+                            Some(_) => (libc::ENOSPC, crate::fs::broken::AT_BOUND.to_string()),
+                            None => (libc::EINVAL, why),
+                        };
+                        return Err(refuse("write", &path, Refusal { errno, reason }));
                     }
                 }
                 let Some(Handle::Write {
@@ -363,7 +381,8 @@ impl Shared {
             return Err(FsError::EIO);
         }
         g.close_log(fh, actor)?;
-        g.commit_direct(fh, &Caller::new(actor, vec![fh]))
+        g.commit_direct(fh, &Caller::new(actor, vec![fh]))?;
+        g.sync_broken_handle(fh, "close")
     }
 
     /// `fsync` of a file: commits a ref written in place, then waits until everything
@@ -374,6 +393,7 @@ impl Shared {
         let handle_failed = {
             let mut g = self.lock();
             g.commit_direct(fh, &Caller::new(actor, vec![fh]))?;
+            g.sync_broken_handle(fh, "fsync")?;
             matches!(g.handles.get(&fh), Some(Handle::Write { failed: true, .. }))
         };
         let own = self.sync_for(actor);
@@ -548,6 +568,11 @@ impl Shared {
             }
         };
         r.map_err(|r| refuse("unlink", &path, r))?;
+        if kind == Kind::Scratch {
+            // A broken ref removed (`broken.rs`).
+            g.broken_sync(&path)
+                .map_err(|r| refuse("unlink", &path, r))?;
+        }
         g.name_went(&path);
         g.after_staging();
         drop(g);
@@ -570,7 +595,8 @@ impl Shared {
         if g.classify(&path)?.is_some() {
             return Err(FsError::EEXIST);
         }
-        if path.starts_with(b"refs/") {
+        // Where broken refs are kept (`broken.rs`), a directory of bad names may hold them.
+        if path.starts_with(b"refs/") && !g.broken_refs.enabled() {
             crate::refname::check_refname_format(
                 &path,
                 crate::refname::RefnameFlags {
@@ -703,6 +729,10 @@ impl Shared {
         if let Err(e) = r {
             return Err(refuse("rename", &from, e));
         }
+        // Broken refs follow the files moved (`broken.rs`).
+        for p in [&from, &to] {
+            g.broken_sync(p).map_err(|r| refuse("rename", p, r))?;
+        }
         // The kernel moved its dentry (and inode) to the new name: follow it.
         let new_kind = g.classify(&to).ok().flatten().unwrap_or(kind);
         g.inodes
@@ -720,6 +750,21 @@ impl Shared {
 }
 
 impl Inner {
+    /// A broken ref written in place through `fh` is kept (`broken.rs`) at its `close`
+    /// or `fsync` (`op`).
+    fn sync_broken_handle(&mut self, fh: u64, op: &str) -> Result<(), FsError> {
+        if let Some(Handle::Write {
+            path,
+            target: Target::Scratch,
+            ..
+        }) = self.handles.get(&fh)
+        {
+            let path = path.clone();
+            self.broken_sync(&path).map_err(|r| refuse(op, &path, r))?;
+        }
+        Ok(())
+    }
+
     /// Commits a ref or `packed-refs` written in place (on flush or fsync), if its handle
     /// is dirty.
     pub(super) fn commit_direct(&mut self, fh: u64, who: &Caller) -> Result<(), FsError> {
@@ -740,6 +785,33 @@ impl Inner {
             self.all_entries_changed();
             self.after_staging();
             return Ok(());
+        }
+        let Some(Handle::Write {
+            path,
+            target: Target::Ref { name, placeholder },
+            dirty,
+            ..
+        }) = self.handles.get_mut(&fh)
+        else {
+            return Ok(());
+        };
+        if !*dirty && *placeholder {
+            let (p, n) = (path.clone(), name.clone());
+            if self.broken_wants(&n, b"") {
+                // Kept as an empty broken ref (`broken.rs`).
+                let (path, name) = (p, n);
+                self.broken_keep(who, &name, Vec::new())
+                    .map_err(|r| refuse("close", &path, r))?;
+                if let Some(Handle::Write {
+                    target: Target::Ref { placeholder, .. },
+                    ..
+                }) = self.handles.get_mut(&fh)
+                {
+                    *placeholder = false;
+                }
+                self.after_staging();
+                return Ok(());
+            }
         }
         let Some(Handle::Write {
             path,
@@ -785,6 +857,20 @@ impl Inner {
         if let Some(Handle::Write { dirty, .. }) = self.handles.get_mut(&fh) {
             *dirty = false;
         }
+        if self.broken_wants(&name, &data) {
+            // No ref value: kept as a broken ref (`broken.rs`), also after the release.
+            self.broken_keep(who, &name, data)
+                .map_err(|r| refuse("write", &path, r))?;
+            if let Some(Handle::Write {
+                target: Target::Ref { placeholder, .. },
+                ..
+            }) = self.handles.get_mut(&fh)
+            {
+                *placeholder = false;
+            }
+            self.after_staging();
+            return Ok(());
+        }
         let Inner { w, src, .. } = self;
         let staged = w
             .parse_ref_content(&data)
@@ -808,6 +894,9 @@ impl Inner {
                 *placeholder = false;
             }
             self.after_staging();
+            // A broken ref of this name is replaced by the ref (`broken.rs`).
+            self.broken_sync(&path)
+                .map_err(|r| refuse("write", &path, r))?;
         }
         staged
     }
@@ -820,6 +909,21 @@ impl Inner {
         to: &[u8],
         to_kind: Option<Kind>,
     ) -> Result<(), Refusal> {
+        // A name or content reftable cannot hold is kept as a broken ref (`broken.rs`).
+        if let (Kind::Scratch, Some(content)) = (kind, self.w.files.get(from)) {
+            if to_kind != Some(Kind::Dir) && self.broken_wants(to, content) {
+                let content = content.clone();
+                self.broken_keep(who, to, content)?;
+                self.w.files.remove(from);
+                self.w.locks.remove(from);
+                return Ok(());
+            }
+        }
+        if kind == Kind::Ref && to_kind != Some(Kind::Dir) {
+            if let Some(r) = self.broken_rename_ref(who, from, to) {
+                return r;
+            }
+        }
         let Inner { w, src, .. } = self;
         let src = src.as_mut();
         let to_log = match view::area(to) {

@@ -99,6 +99,8 @@ pub struct Inner {
     dir_epoch: u64,
     /// The watcher's wake-up descriptor (`Shared::wake_fd`; `-1` if none).
     wake_fd: libc::c_int,
+    /// Broken refs kept beside the stack (`fs/broken.rs`; disabled in linked views).
+    pub(crate) broken_refs: crate::fs::broken::BrokenRefs,
     /// Listings made (each a pass over the overlay at least), for tests.
     #[cfg(test)]
     pub(crate) listings: u64,
@@ -201,6 +203,7 @@ impl Shared {
                 gone_tops: [false; 2],
                 last_render: None,
                 dir_epoch: 0,
+                broken_refs: Default::default(),
                 wake_fd,
                 #[cfg(test)]
                 listings: 0,
@@ -351,6 +354,11 @@ impl Shared {
         self.lock().w.set_layout(layout);
     }
 
+    /// Keeps broken refs in `store` from now on (`fs/broken.rs`); set once, before mounting.
+    pub fn keep_broken_refs(&self, store: crate::fs::broken::BrokenRefs) {
+        self.lock().broken_load(store);
+    }
+
     /// Sets the inode table's cap (`mount --inode-cap`).
     pub fn set_inode_cap(&self, cap: usize) {
         self.lock().inodes.set_cap(cap);
@@ -487,6 +495,8 @@ impl Inner {
             } else {
                 self.w.packed_own_commit(from, gen);
             }
+            // A real ref written on the stack drops the broken one of its name.
+            self.broken_drop_shadowed();
             return Ok(Some(gen));
         }
         Ok(None)
@@ -652,15 +662,19 @@ impl Inner {
         let now = ns(SystemTime::now()).max(self.dir_epoch + 1);
         self.dir_epoch = now;
         self.changed_at = self.changed_at.max(UNIX_EPOCH + Duration::from_nanos(now));
-        let known: Vec<u64> = self
+        // At most 4096 queued (the rest see their new time within the attribute TTL),
+        // without a search per directory.
+        let room = 4096usize.saturating_sub(self.stale_attrs.len());
+        let known = self
             .inodes
             .known()
             .filter(|(_, k)| *k == Kind::Dir)
-            .map(|(ino, _)| ino)
-            .collect();
-        for ino in std::iter::once(ROOT).chain(known) {
-            self.queue_attrs(ino);
-        }
+            .map(|(ino, _)| ino);
+        let dirs: Vec<u64> = std::iter::once(ROOT).chain(known).take(room).collect();
+        self.stale_attrs.extend(dirs);
+        self.stale_attrs.sort_unstable();
+        self.stale_attrs.dedup();
+        self.wake_watcher();
     }
 
     /// The kernel's cached attributes of directory `dir`, if it holds it, are dropped by
@@ -736,6 +750,7 @@ impl Inner {
     fn path_of(&self, ino: u64) -> Result<(Vec<u8>, Kind), FsError> {
         let mut path = Vec::new();
         let kind = self.inodes.path(ino, &mut path).ok_or(FsError::ENOENT)?;
+        let kind = self.kind_now(&path, kind);
         Ok((path, kind))
     }
 
@@ -776,6 +791,21 @@ impl Inner {
         match self.classify(path)? {
             Some(k) if k == kind => Ok(()),
             _ => Err(FsError::ENOENT),
+        }
+    }
+
+    /// The kind of file at `path` now, for an inode the kernel holds as `kind`: a ref
+    /// file replaced by a broken ref (`fs/broken.rs`) is that file, and back.
+    fn kind_now(&self, path: &[u8], kind: Kind) -> Kind {
+        match kind {
+            Kind::Ref if self.w.files.contains_key(path) => Kind::Scratch,
+            Kind::Scratch
+                if !self.w.files.contains_key(path)
+                    && crate::fs::protocol::valid_ref_name(path) =>
+            {
+                Kind::Ref
+            }
+            k => k,
         }
     }
 

@@ -1,0 +1,165 @@
+#!/usr/bin/env bash
+# Deletions at scale (issue 26 item 3): git 2.39's `fetch --prune` pruning 200 of 5,000
+# remote-tracking branches (after the same fetch with --dry-run, which only reads: the
+# part of the time that is not deleting), then `branch -D` of 100 of 5,000 local
+# branches, on a files clone on the local disk (its remote-tracking refs packed, as `git
+# clone` leaves them; the local branches loose), on a copy of it with every ref loose (as
+# fetches leave them before a gc: what the mount shows, since its refs never leave the
+# loose view), and through the mount over a reftable clone in the same state, in one
+# interleaved run (mount, loose, files for the dry run; files, loose, mount for the
+# fetch; mount, loose, files for branch -D). Prints each time, the ratios mount/files and
+# mount/loose and the goal (within 2× files), and checks that the three sides end with
+# the same refs.
+#
+#   bash benches/prune_bench.sh                 5,000 branches, 200 pruned, 100 deleted
+#   BENCH_SCALE=10 bash benches/prune_bench.sh  sizes divided by 10
+#   MOUNT_BENCH_BIN=/path/to/reftablefs ...     measure another build of the mount
+#   OLD_GIT=/usr/bin/git                        the files-only git (2.39) that is timed
+#
+# The mount runs with its defaults (fsync on, batch window 5 ms). Every mount is removed
+# by the trap (reftablefs unmount, then fusermount3 -uz); every step is bounded by
+# `timeout`. The load average is printed before and after: the figures mean little when
+# other work shares the machine.
+set -euo pipefail
+
+cd "$(dirname "$0")/.."
+root="$PWD"
+scale="${BENCH_SCALE:-1}"
+oldgit="${OLD_GIT:-/usr/bin/git}"
+limit="${PRUNE_TIMEOUT:-600}"
+target="${CARGO_TARGET_DIR:-$root/target}"
+
+[ -e /dev/fuse ] || { echo "SKIP prune benchmark: /dev/fuse missing"; exit 0; }
+command -v fusermount3 >/dev/null 2>&1 || { echo "SKIP prune benchmark: fusermount3 missing"; exit 0; }
+
+if [ -n "${MOUNT_BENCH_BIN:-}" ]; then
+    bin="$MOUNT_BENCH_BIN"
+else
+    timeout 3600 cargo build --release --quiet --bin reftablefs
+    bin="$target/release/reftablefs"
+fi
+
+work="$(mktemp -d "${TMPDIR:-/tmp}/reftablefs-prune.XXXXXX")"
+mnt="$work/mnt"
+mount_pid=""
+cleanup() {
+    set +e
+    if grep -q " $mnt " /proc/self/mountinfo; then
+        timeout 60 "$bin" unmount "$mnt" || fusermount3 -uz "$mnt" || umount -l "$mnt"
+    fi
+    if [ -n "$mount_pid" ]; then
+        for _ in $(seq 100); do kill -0 "$mount_pid" 2>/dev/null || break; sleep 0.1; done
+        kill -KILL "$mount_pid" 2>/dev/null
+    fi
+    grep -q " $mnt " /proc/self/mountinfo && echo "prune: WARNING: $mnt is still mounted" >&2
+    rm -rf "$work"
+}
+trap cleanup EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
+
+export GIT_CONFIG_NOSYSTEM=1 GIT_CONFIG_GLOBAL=/dev/null HOME="$work" LC_ALL=C
+export GIT_AUTHOR_NAME=Bench GIT_AUTHOR_EMAIL=bench@example.com
+export GIT_COMMITTER_NAME=Bench GIT_COMMITTER_EMAIL=bench@example.com
+
+nb=$((5000 / scale))
+nprune=$((200 / scale))
+ndel=$((100 / scale))
+now_us() { local t=$EPOCHREALTIME; echo "${t/./}"; }
+ms() { awk -v u="$1" 'BEGIN { printf "%.0f ms", u / 1000 }'; }
+ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (b > 0) printf "%.2f×", a / b; else print "n/a" }'; }
+load() { uptime | sed 's/.*load average: //'; }
+
+echo "== prune: setup, $nb branches (load: $(load))"
+# The upstream: nb branches refs/heads/bNNNNN, one commit.
+timeout "$limit" git init -q -b main "$work/up"
+timeout "$limit" git -C "$work/up" commit -q --allow-empty -m base
+oid="$(git -C "$work/up" rev-parse HEAD)"
+awk -v n="$nb" -v o="$oid" 'BEGIN { for (i = 0; i < n; i++) printf "create refs/heads/b%05d %s\n", i, o }' |
+    timeout "$limit" git -C "$work/up" update-ref --stdin
+# Two clones in the same state (git 2.47): remote-tracking refs, and a local branch with a
+# reflog for each.
+for f in files reftable; do
+    timeout "$limit" git clone -q --ref-format="$f" "$work/up" "$work/$f"
+    git -C "$work/$f" for-each-ref --format="create refs/heads/%(refname:lstrip=3) %(objectname)" 'refs/remotes/origin/b*' |
+        timeout "$limit" git -C "$work/$f" update-ref --create-reflog --stdin
+done
+# The all-loose copy: every packed ref written as a loose file, packed-refs removed.
+cp -a "$work/files" "$work/loose"
+(cd "$work/loose/.git" && grep -v '^[#^]' packed-refs | while read -r id name; do
+    mkdir -p "$(dirname "$name")" && printf '%s\n' "$id" >"$name"
+done && rm packed-refs)
+nloose=$(find "$work/files/.git/refs" -type f | wc -l)
+fstype=$(findmnt -no FSTYPE -T "$work/files/.git" 2>/dev/null || stat -f -c %T "$work/files/.git")
+echo "  files clone: $nloose loose refs on $fstype, packed-refs $(wc -l <"$work/files/.git/packed-refs" 2>/dev/null || echo 0) lines"
+# Upstream deletes nprune branches (every 25th at full size).
+step=$((nb / nprune))
+awk -v n="$nprune" -v s="$step" 'BEGIN { for (i = 0; i < n; i++) printf "delete refs/heads/b%05d\n", i * s }' |
+    timeout "$limit" git -C "$work/up" update-ref --stdin
+# The local branches deleted: ndel, offset from the pruned ones.
+dels=$(awk -v n="$ndel" -v s="$step" 'BEGIN { for (i = 0; i < n; i++) printf "b%05d ", i * s + 1 }')
+
+mkdir -p "$mnt"
+timeout "$limit" "$bin" mount "$work/reftable/.git" "$mnt" 2>>"$work/mount.log" &
+mount_pid=$!
+for _ in $(seq 300); do
+    grep -q " $mnt " /proc/self/mountinfo && break
+    kill -0 "$mount_pid" 2>/dev/null || { tail -5 "$work/mount.log"; echo "prune: mount failed"; exit 1; }
+    sleep 0.1
+done
+grep -q " $mnt " /proc/self/mountinfo || { echo "prune: mount not ready after 30 s"; exit 1; }
+
+# side NAME: runs git 2.39 with the side's git directory; the elapsed µs in $took.
+took=0
+run() {
+    local side="$1"; shift
+    local gitdir="$work/$side/.git" wt="$work/$side"
+    [ "$side" = mount ] && { gitdir="$mnt"; wt="$work/reftable"; }
+    local t0 t1
+    t0=$(now_us)
+    if ! (cd "$wt" && GIT_DIR="$gitdir" timeout "$limit" "$oldgit" "$@" >"$work/out.$side" 2>&1); then
+        echo "prune: git $* failed on the $side side:"; tail -5 "$work/out.$side"; exit 1
+    fi
+    t1=$(now_us)
+    took=$((t1 - t0))
+}
+load_before=$(load)
+echo "== prune: fetch --prune ($nprune of $nb), then branch -D ($ndel of $nb) (load: $load_before)"
+# What fetch --prune reads before it deletes: the same fetch with --dry-run.
+run mount fetch -q --dry-run --prune origin; m_dry=$took
+run loose fetch -q --dry-run --prune origin; l_dry=$took
+run files fetch -q --dry-run --prune origin; f_dry=$took
+run files fetch -q --prune origin; f_fetch=$took
+run loose fetch -q --prune origin; l_fetch=$took
+run mount fetch -q --prune origin; m_fetch=$took
+# shellcheck disable=SC2086
+run mount branch -q -D $dels; m_del=$took
+# shellcheck disable=SC2086
+run loose branch -q -D $dels; l_del=$took
+# shellcheck disable=SC2086
+run files branch -q -D $dels; f_del=$took
+load_after=$(load)
+
+# Both sides end with the same refs (the mount's written first).
+timeout 60 "$bin" unmount "$mnt"
+for _ in $(seq 100); do kill -0 "$mount_pid" 2>/dev/null || break; sleep 0.1; done
+mount_pid=""
+for f in files loose reftable; do
+    git -C "$work/$f" for-each-ref --format='%(refname) %(objectname)' >"$work/refs.$f"
+done
+for f in loose reftable; do
+    if ! cmp -s "$work/refs.files" "$work/refs.$f"; then
+        echo "prune: the $f clone differs from the files clone after the run:"
+        diff "$work/refs.files" "$work/refs.$f" | head; exit 1
+    fi
+done
+left=$(grep -c ' ' "$work/refs.files")
+
+echo
+echo "| step ($nb branches) | through the mount | files clone ($fstype) | all loose ($fstype) | mount / files | mount / loose | goal |"
+echo "| --- | --- | --- | --- | --- | --- | --- |"
+echo "| git 2.39 fetch --dry-run --prune (reads only) | $(ms "$m_dry") | $(ms "$f_dry") | $(ms "$l_dry") | $(ratio "$m_dry" "$f_dry") | $(ratio "$m_dry" "$l_dry") | — |"
+echo "| git 2.39 fetch --prune, $nprune pruned | $(ms "$m_fetch") | $(ms "$f_fetch") | $(ms "$l_fetch") | $(ratio "$m_fetch" "$f_fetch") | $(ratio "$m_fetch" "$l_fetch") | ≤ 2× files |"
+echo "| git 2.39 branch -D, $ndel deleted | $(ms "$m_del") | $(ms "$f_del") | $(ms "$l_del") | $(ratio "$m_del" "$f_del") | $(ratio "$m_del" "$l_del") | ≤ 2× files |"
+echo
+echo "($left refs left on each side, identical; load average before: $load_before, after: $load_after; $(nproc) CPUs)"
