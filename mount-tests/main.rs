@@ -20,6 +20,7 @@ mod foreign;
 mod gogit;
 mod lifecycle;
 mod packaging;
+mod packed;
 mod read_path;
 mod security;
 #[path = "../tests/support/shells.rs"]

@@ -412,8 +412,9 @@ fn walk_loose(root: &Path, rel: &str, out: &mut Vec<(String, String)>) -> TestRe
 }
 
 /// §8: `pack-refs --all --prune` replayed: write packed-refs.new with every loose ref,
-/// rename it, then lock + unlink each loose copy and rmdir empty parents. Changes nothing:
-/// same refs, same reflogs, `tables.list` byte for byte.
+/// rename it, then lock + unlink each loose copy and rmdir empty parents. Changes nothing
+/// in the stack (same refs, same reflogs, `tables.list` byte for byte); the view is a
+/// files `.git` after the same calls: the pruned refs are in `packed-refs` only.
 pub fn replay_pack_refs_prune_noop(ctx: &Ctx) -> TestResult {
     let (repo, m, model) = setup(ctx, &[])?;
     let tables_before = repo.tables_list()?;
@@ -469,8 +470,22 @@ pub fn replay_pack_refs_prune_noop(ctx: &Ctx) -> TestResult {
             dir = d.parent();
         }
     }
-    // Every ref still appears as a loose file with its value; git sees no change.
-    check_model(&m, &repo, &model, "refs/heads/main", "§8 pack-refs --prune")?;
+    // The pruned refs are in packed-refs only; git sees no change.
+    let mut view = model.clone();
+    for (name, _) in &loose {
+        view.remove(name);
+    }
+    ensure_same_tree(&view, &mount_tree(&m)?, "§8 pack-refs --prune: mount view")?;
+    ensure!(
+        at(fs::read_to_string(m.path("packed-refs")), "read", line!())? == packed,
+        "packed-refs is not what was renamed onto it"
+    );
+    sync_ref(&m, "HEAD")?;
+    ensure_same_tree(
+        &model,
+        &expected_tree(&repo)?,
+        "§8 pack-refs --prune: git on the stack",
+    )?;
     m.unmount()?;
     ensure!(
         repo.tables_list()? == tables_before,
@@ -1053,7 +1068,12 @@ pub fn files_backend_git_through_mount(ctx: &Ctx) -> TestResult {
     };
     let tables_before = repo.tables_list()?;
     through(&["pack-refs", "--all", "--prune"])?;
-    sync_ref(&m, "refs/heads/main")?;
+    // Every ref below refs/ is packed only now; HEAD is still a file.
+    ensure!(
+        !m.path("refs/heads/main").exists(),
+        "refs/heads/main still a loose file after pack-refs --prune"
+    );
+    sync_ref(&m, "HEAD")?;
     ensure!(
         repo.tables_list()? == tables_before,
         "files-backend `pack-refs --all --prune` changed the stack"

@@ -1,4 +1,4 @@
-//! `reftablefs mount [--read-only] [--refs-only] [--no-kernel-passthrough] [--no-follow-cpu] [--daemon] [--debug] [--batch-window MS] [--batch-max N] [--inode-cap N] [--no-fsync]
+//! `reftablefs mount [--read-only] [--refs-only] [--layout=loose|packed] [--no-kernel-passthrough] [--no-follow-cpu] [--daemon] [--debug] [--batch-window MS] [--batch-max N] [--inode-cap N] [--no-fsync]
 //! [-o OPTIONS] (GITDIR MOUNTPOINT | --over WORKTREE [WORKTREE/.git])` (`reftablefs unmount`
 //! is in `unmount.rs`). `-o ro,batch_window=5,over` gives the same options as mount(8) and
 //! fstab give them (the parser expands the list: `table::MOUNT_SUB_OPTIONS`).
@@ -37,11 +37,16 @@ struct Given {
 }
 
 fn given(args: &Args) -> std::result::Result<Given, String> {
+    let mut opts = MountOptions {
+        refs_only: args.flag(Id::RefsOnly),
+        ..options(args)?
+    };
+    // The last one counts.
+    for v in args.values(Id::Layout) {
+        opts.layout = layout(v)?;
+    }
     Ok(Given {
-        opts: MountOptions {
-            refs_only: args.flag(Id::RefsOnly),
-            ..options(args)?
-        },
+        opts,
         daemon: args.flag(Id::Daemon),
         debug: args.flag(Id::Debug),
         over: args.flag(Id::Over),
@@ -84,6 +89,18 @@ pub fn options(args: &Args) -> std::result::Result<MountOptions, String> {
         })?;
     }
     Ok(opts)
+}
+
+/// The value of `--layout`.
+fn layout(v: &std::ffi::OsStr) -> std::result::Result<fs::protocol::Layout, String> {
+    match v.to_str() {
+        Some("loose") => Ok(fs::protocol::Layout::Loose),
+        Some("packed") => Ok(fs::protocol::Layout::Packed),
+        _ => Err(format!(
+            "--layout takes loose or packed (got '{}')",
+            v.to_string_lossy()
+        )),
+    }
 }
 
 const BATCH_WINDOW: &str = "--batch-window takes a number of milliseconds";

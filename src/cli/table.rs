@@ -69,6 +69,7 @@ pub enum Id {
     BatchWindow,
     BatchMax,
     InodeCap,
+    Layout,
     NoFsync,
     Over,
     MountOptions,
@@ -414,16 +415,24 @@ pub const COMMANDS: &[Command] = &[
     Command {
         name: "mount",
         summary: "mount a reftable repository as git's files layout (FUSE)",
-        usage: &["[--read-only] [--refs-only] [--no-kernel-passthrough] [--no-follow-cpu] [--daemon [--log=<file>]] [--debug] [--batch-window=<ms>] [--batch-max=<n>] [--inode-cap=<n>] [--no-fsync] [-o <option>[,<option>...]] (<gitdir> <mountpoint> | --over <worktree> [<worktree>/.git])"],
+        usage: &["[--read-only] [--refs-only] [--layout=<loose|packed>] [--no-kernel-passthrough] [--no-follow-cpu] [--daemon [--log=<file>]] [--debug] [--batch-window=<ms>] [--batch-max=<n>] [--inode-cap=<n>] [--no-fsync] [-o <option>[,<option>...]] (<gitdir> <mountpoint> | --over <worktree> [<worktree>/.git])"],
         description: "Serves <gitdir> on <mountpoint> as a complete files-backend git \
             directory: refs as loose refs, packed-refs and logs/ from the reftable stack, \
             everything else (objects, config, index, ...) passed through to <gitdir>, so \
             tools that only know the files layout work on it. Ref writes are batched into one \
             table per window. Runs in the foreground until unmounted (unmount, fusermount3 -u, \
-            SIGINT, SIGTERM) unless --daemon.",
+            SIGINT, SIGTERM) unless --daemon. The layout: loose (the default) shows every ref \
+            as a loose file, for tools that read a ref's file by name (prompts and build \
+            scripts reading .git/refs/heads/<branch>, IDEs watching ref files); packed shows \
+            the repository as after git gc, every ref in packed-refs and loose files only for \
+            the root refs, symrefs and refs written through the mount since, for tools that \
+            list many refs (git 2.39's for-each-ref, branch -a, describe and the prompt read \
+            one file instead of one per ref). Either way git's pack-refs through the mount \
+            packs refs as in a files .git.",
         options: &[
             opt(Id::ReadOnly, "--read-only", "refuse every write (EROFS)"),
             opt(Id::RefsOnly, "--refs-only", "serve the ref view alone, without the rest of <gitdir>"),
+            opt(Id::Layout, "--layout=<loose|packed>", "loose: every ref a loose file (default; tools that read ref files by name); packed: as after git gc, refs in packed-refs only, loose files for refs written since (tools that list many refs)"),
             opt(Id::NoKernelPassthrough, "--no-kernel-passthrough", "forward reads and writes of passed-through files instead of kernel FUSE passthrough"),
             opt(Id::NoFollowCpu, "--no-follow-cpu", "leave the request threads where the scheduler puts them (by default each moves to its client's CPU, no cross-CPU wake-up per request, unless that client moves away from it)"),
             opt(Id::Daemon, "--daemon", "run in the background; return once the mount is ready"),

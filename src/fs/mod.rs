@@ -17,7 +17,7 @@
 //! | [`attr`], [`config_view`], [`ref_times`] | attributes and GITDIR's modes; `config` without the extension; ref times |
 //! | [`inode`] | the ref view's inode table (stable numbers, sizes, the kernel's pages) |
 //! | [`queue`] | the batch queue (its own lock): sealed batches, written, failed, waiters |
-//! | [`protocol`] | the files-backend protocol, pure: the overlay, commit points staged as edits |
+//! | [`protocol`] | the files-backend protocol, pure: the overlay, commit points staged as edits, which refs are loose or packed (the layout) |
 //! | [`broken`] | broken refs (bad names, content that is no ref value) kept beside the stack, as a files `.git` keeps them; its hooks on `state` |
 //! | [`passthrough`] | everything else of the git directory, resolved beneath it |
 //! | `state` | one ref view: its caches behind one mutex (`mod.rs`), open files (`handles.rs`), what each call means (`calls.rs`), what went stale (`invalidate.rs`), what a linked worktree's view also allows (`linked.rs`) |
@@ -148,6 +148,10 @@ pub struct MountOptions {
     /// non-root user). Used by `mount --over`, where a dead mount would hide the real
     /// `.git`.
     pub auto_unmount: bool,
+    /// How refs show (`--layout`): every ref a loose file (the default), or as after
+    /// `git gc`, in `packed-refs` only (`protocol::Layout`; docs/fuse.md, "Loose and packed
+    /// refs").
+    pub layout: protocol::Layout,
     /// Other users may use the mount (`allow_other`) as GITDIR's modes allow them: the
     /// kernel checks every request against the modes shown (`default_permissions`, always
     /// with `allow_other`), the mount root and its ref views showing GITDIR's own
@@ -169,6 +173,7 @@ impl Default for MountOptions {
             kernel_passthrough: true,
             follow_cpu: true,
             auto_unmount: false,
+            layout: protocol::Layout::Loose,
             allow_other: false,
         }
     }
@@ -293,6 +298,10 @@ pub fn mount(
         opts,
         modes.clone(),
     );
+    shared.set_layout(opts.layout);
+    if let Some(gitdir) = reftable_dir.parent() {
+        shared.keep_packed_state_in(gitdir);
+    }
     // Broken refs kept beside the stack (`broken.rs`), in the main view only.
     if let Some(gitdir) = reftable_dir.parent() {
         shared
@@ -391,6 +400,7 @@ pub fn mount(
     let result = session.run();
     // Unmounted: write what is still pending, then stop the helpers.
     let flushed = threads.stop(&shared);
+    shared.save_packed_state(true);
     let wt_flushed = wts.as_deref().map_or(Ok(()), worktree::Worktrees::stop_all);
     if flushed.is_err() || wt_flushed.is_err() {
         return Err(fail(

@@ -153,6 +153,7 @@ fn run(shared: Arc<Shared>, ino: Option<Inotify>, notifier: Notifier, map: InoMa
         }
         invalidate_mapped(&shared, &notifier, &map);
         evict(&shared, &notifier, &map);
+        shared.save_packed_state(false);
     }
 }
 

@@ -55,14 +55,16 @@ use resolve::*;
 pub const PASS_TTL: Duration = Duration::from_secs(1);
 
 /// Whether a name at the top of the mount belongs to the ref view: `refs`, `logs`,
-/// `packed-refs` (and its `.lock`, `.new`), git's root refs (`HEAD`, `ORIG_HEAD`,
-/// `AUTO_MERGE`, …, by `refname::is_root_ref`) and their `.lock` files. Everything else
-/// (`FETCH_HEAD`, `MERGE_HEAD`, `COMMIT_EDITMSG`, `config`, `objects`, …) is passed through.
+/// `packed-refs` (and its `.lock`, `.new`, and go-git's temporary `._packed-refs*`, which
+/// it renames over `packed-refs`), git's root refs (`HEAD`, `ORIG_HEAD`, `AUTO_MERGE`, …,
+/// by `refname::is_root_ref`) and their `.lock` files. Everything else (`FETCH_HEAD`,
+/// `MERGE_HEAD`, `COMMIT_EDITMSG`, `config`, `objects`, …) is passed through.
 pub fn is_ref_name_at_root(name: &[u8]) -> bool {
     if matches!(
         name,
         b"refs" | b"logs" | b"packed-refs" | b"packed-refs.lock" | b"packed-refs.new"
-    ) {
+    ) || name.starts_with(b"._packed-refs")
+    {
         return true;
     }
     let stem = name.strip_suffix(b".lock").unwrap_or(name);
@@ -71,12 +73,14 @@ pub fn is_ref_name_at_root(name: &[u8]) -> bool {
 
 /// Names at the top of the real git directory that the mount never shows nor lets anyone
 /// create: the stack's directory, the broken refs' file and its temporary name
-/// (`broken.rs`). (git's stubs `HEAD` and `refs/` are shadowed by the ref view, see
-/// [`is_ref_name_at_root`].)
+/// (`broken.rs`), and the packed layer's file with its temporary name
+/// (`protocol::STATE_FILE`). (git's stubs `HEAD` and `refs/` are shadowed by the ref view,
+/// see [`is_ref_name_at_root`].)
 fn is_reserved_at_root(name: &[u8]) -> bool {
     name == b"reftable"
         || name == crate::fs::broken::FILE_NAME.as_bytes()
         || name == crate::fs::broken::TEMP_NAME.as_bytes()
+        || name.starts_with(crate::fs::protocol::STATE_FILE.as_bytes())
 }
 
 const CONFIG: &[u8] = b"config";

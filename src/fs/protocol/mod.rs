@@ -1,16 +1,18 @@
 //! The files-backend protocol, pure (no FUSE types, no threads, no locks): the overlay
 //! that in-flight writes put over the stack
 //! (scratch files such as `x.lock`, virtual directories, the pending layer of accepted
-//! but not yet written ref edits, pending reflog lines, the volatile packed layer), the
+//! but not yet written ref edits, pending reflog lines, the packed layer), the
 //! files-backend commit points turned into validated edits, and the open batch those edits
 //! go into (see `batch.rs` for the batcher). Its files: this one (the overlay's state and
 //! small helpers), `read.rs` (reads through the overlay), `stage.rs` (commit points as
 //! edits), `packed.rs` (the packed layer).
 //!
 //! Effective values follow git's files backend: `effective = loose ?? packed`. The stack
-//! always holds effective values; the packed layer only remembers what a files-backend
-//! git last wrote into `packed-refs` through the mount, so that `pack-refs --prune`
-//! (pack, then unlink each loose copy) changes nothing.
+//! always holds effective values; which refs are loose files and which live in
+//! `packed-refs` only is the packed layer's (`packed.rs`): the mount's layout gives the
+//! default, and the files backend's calls change it as they change a files `.git`, so that
+//! `pack-refs --prune` (pack, then unlink each loose copy) leaves the refs packed only
+//! without a stack change.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
@@ -28,7 +30,7 @@ mod stage;
 #[cfg(test)]
 mod tests;
 
-pub use packed::Packed;
+pub use packed::{packable, Layout, Packed, PackedLayer, Packing, STATE_FILE};
 
 /// How long a reflog line waits in the open batch for the rename that commits its update.
 pub const LINE_WAITS_FOR_RENAME: std::time::Duration = std::time::Duration::from_millis(100);
@@ -110,8 +112,9 @@ pub struct WriteState {
     pub pending: BTreeMap<Vec<u8>, Pending>,
     /// Reflog changes not yet in the stack.
     pub pending_logs: BTreeMap<Vec<u8>, PendingLog>,
-    /// The packed layer (what git last wrote into `packed-refs` through the mount).
-    pub packed: BTreeMap<Vec<u8>, Packed>,
+    /// The packed layer: which refs are loose files, which are in `packed-refs` only,
+    /// and what `packed-refs` holds.
+    pub packed: PackedLayer,
     /// The batch being filled.
     pub open: Batch,
     /// Where sealed batches go (the batcher's queue, `batch.rs`).

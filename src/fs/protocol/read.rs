@@ -17,11 +17,6 @@ impl WriteState {
         Ok(found.then(|| self.rec.value.clone()))
     }
 
-    /// Whether `name` shows as a loose ref file (every existing ref does).
-    pub(super) fn is_loose_ref(&mut self, src: &mut dyn RefSource, name: &[u8]) -> R<bool> {
-        Ok(self.effective(src, name)?.is_some())
-    }
-
     /// Whether some loose ref (stack or pending) lives below `prefix` (which ends in `/`).
     pub(super) fn any_ref_below(&mut self, src: &mut dyn RefSource, prefix: &[u8]) -> R<bool> {
         let pending_live = self
@@ -94,7 +89,7 @@ impl WriteState {
                 }
                 if self.vdirs.contains(path)
                     || self.any_path_below(&sub)
-                    || (name.starts_with(b"refs/") && self.any_ref_below(src, &sub)?)
+                    || (name.starts_with(b"refs/") && self.any_loose_below(src, &sub)?)
                 {
                     return Ok(Some(Kind::Dir));
                 }
@@ -152,7 +147,9 @@ impl WriteState {
         if !prefix.is_empty() {
             prefix.push(b'/');
         }
-        let touched = !self.pending.is_empty() || !self.pending_logs.is_empty();
+        let touched = !self.pending.is_empty()
+            || !self.pending_logs.is_empty()
+            || (path.starts_with(b"refs") && self.packed.hides_below(&prefix));
         for e in stack {
             if touched && matches!(e.kind, Kind::Ref | Kind::Log | Kind::Dir) {
                 let child = view::join(path, &e.name);
@@ -221,7 +218,9 @@ impl WriteState {
                     .pending
                     .range(prefix.clone()..)
                     .take_while(|(n, _)| n.starts_with(&prefix))
-                    .filter(|(_, p)| !matches!(p.value, RefValue::Deletion))
+                    .filter(|(n, p)| {
+                        !matches!(p.value, RefValue::Deletion) && self.shows_loose(n, &p.value)
+                    })
                     .map(|(n, _)| n.clone())
                     .collect();
                 for n in live {

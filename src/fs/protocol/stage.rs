@@ -11,7 +11,6 @@ use crate::fs::queue::Batch;
 use crate::fs::source::{BatchEdit, RefSource};
 use crate::refname::{check_for_update, check_refname_format, RefnameFlags};
 
-use super::packed::same_object;
 use super::*;
 
 impl WriteState {
@@ -225,11 +224,27 @@ impl WriteState {
         }
     }
 
-    /// A commit point: `name` takes `value` (a rename of a lock, a direct write, an unlink).
-    /// Validates first; on refusal nothing changes. The update's reflog entry is only
-    /// what the writer appended to `logs/<name>` (as in the files backend, a ref written
-    /// without a line gets no entry, and a deleted ref keeps its reflog).
+    /// A loose commit point: `name` takes `value` (a rename of a lock, a direct write, an
+    /// unlink), and is a loose file from now on (or gone). Validates first; on refusal
+    /// nothing changes. The update's reflog entry is only what the writer appended to
+    /// `logs/<name>` (as in the files backend, a ref written without a line gets no entry,
+    /// and a deleted ref keeps its reflog).
     pub fn commit_ref(
+        &mut self,
+        src: &mut dyn RefSource,
+        who: &Caller,
+        name: &[u8],
+        value: RefValue,
+    ) -> R<()> {
+        let old = self.effective(src, name)?;
+        self.stage_value(src, who, name, value.clone())?;
+        self.written_loose(name, old.as_ref(), &value);
+        Ok(())
+    }
+
+    /// Stages `name` taking `value` (a commit point's change of its effective value),
+    /// validated first; on refusal nothing changes.
+    pub(super) fn stage_value(
         &mut self,
         src: &mut dyn RefSource,
         who: &Caller,
@@ -287,6 +302,9 @@ impl WriteState {
     /// A lock was created (`open(x.lock, O_CREAT|O_EXCL)`): if `x` is a ref name,
     /// remember what the ref is now (see [`LockBase`]).
     pub fn note_lock(&mut self, src: &mut dyn RefSource, lock_path: &[u8]) -> R<()> {
+        if lock_path == b"packed-refs.lock" {
+            self.note_packed_lock();
+        }
         let Some(name) = lock_path.strip_suffix(b".lock") else {
             return Ok(());
         };
@@ -334,27 +352,6 @@ impl WriteState {
             ));
         }
         Ok(())
-    }
-
-    /// `unlink` of a loose ref: loose-over-packed semantics. With a packed value the ref
-    /// falls back to it — no stack change when it is the same value, which is what
-    /// `pack-refs --prune` does — and the packed entry is consumed (the ref shows as a
-    /// loose file again, so a later plain `rm` deletes it). Without one it is deleted.
-    pub fn unlink_ref(&mut self, src: &mut dyn RefSource, who: &Caller, name: &[u8]) -> R<()> {
-        if !self.is_loose_ref(src, name)? {
-            return Err(Refusal::new(libc::ENOENT, "no such ref"));
-        }
-        match self.packed.get(name).copied() {
-            Some(p) => {
-                let v = p.value();
-                if !same_object(self.effective(src, name)?.as_ref(), &v) {
-                    self.commit_ref(src, who, name, v)?;
-                }
-                self.packed.remove(name);
-                Ok(())
-            }
-            None => self.commit_ref(src, who, name, RefValue::Deletion),
-        }
     }
 
     /// `unlink(logs/<name>)` or a move of the reflog away: the reflog is deleted.
@@ -458,5 +455,6 @@ impl WriteState {
             self.pending.remove(n);
             self.pending_logs.remove(n);
         }
+        self.packed_edits_lost(conflicted);
     }
 }

@@ -2,6 +2,7 @@
 
 use super::*;
 use crate::format::{HashKind, ObjectId, RefValue};
+use crate::fs::protocol::Layout;
 use crate::fs::source::{Conflict, MemSource};
 use crate::fs::source::{LogSettings, RefSource};
 use crate::fs::view::{self, Kind, Scratch};
@@ -242,13 +243,13 @@ fn bad_content_and_names_are_refused_with_nothing_staged() {
 /// ref.
 #[test]
 fn prune_keeps_an_annotated_tag_packed_with_its_peeled_id() {
-    let (mut m, mut w, _s) = setup();
+    let (mut m, mut w, mut s) = setup();
     let packed = format!(
         "# pack-refs with: peeled fully-peeled sorted \n{} refs/tags/v1\n^{}\n",
         hex(3),
         hex(9)
     );
-    w.commit_packed_refs(&mut m, &ME, packed.as_bytes())
+    w.commit_packed_refs(&mut m, &ME, packed.as_bytes(), None)
         .unwrap();
     w.revalidate_packed(&mut m);
     w.unlink_ref(&mut m, &ME, b"refs/tags/v1").unwrap();
@@ -258,20 +259,30 @@ fn prune_keeps_an_annotated_tag_packed_with_its_peeled_id() {
         m.refs.get(&b"refs/tags/v1"[..]),
         Some(&RefValue::Val1(id(3)))
     );
+    // Packed only now, with its peeled line.
+    assert_eq!(w.classify(&mut m, &mut s, b"refs/tags/v1").unwrap(), None);
+    assert_eq!(w.packed_refs(&mut m).unwrap().as_slice(), packed.as_bytes());
 }
 
+/// `git pack-refs --all --prune` as the files backend makes it: the refs are packed only
+/// afterwards (no loose file, no stack change), a plain `rm` of one finds no file, a ref
+/// written later is loose again, and deleting a packed-only ref is a rewrite of
+/// `packed-refs` without it, which deletes it from the stack.
 #[test]
-fn pack_refs_all_prune_changes_nothing_but_rm_still_deletes() {
+fn pack_refs_all_prune_leaves_refs_packed_only() {
     let (mut m, mut w, mut s) = setup();
     let packed = format!(
         "# pack-refs with: peeled fully-peeled sorted \n{} refs/heads/main\n{} refs/heads/topic\n{} refs/tags/v1\n",
         hex(1), hex(2), hex(3)
     );
-    w.commit_packed_refs(&mut m, &ME, packed.as_bytes())
+    w.commit_packed_refs(&mut m, &ME, packed.as_bytes(), None)
         .unwrap();
-    let mut out = Vec::new();
-    w.render_packed(&mut out);
-    assert_eq!(out, packed.as_bytes());
+    assert_eq!(w.packed_refs(&mut m).unwrap().as_slice(), packed.as_bytes());
+    // Packed and loose: still files until pruned.
+    assert_eq!(
+        w.classify(&mut m, &mut s, b"refs/heads/topic").unwrap(),
+        Some(Kind::Ref)
+    );
     for n in ["refs/heads/main", "refs/heads/topic", "refs/tags/v1"] {
         w.unlink_ref(&mut m, &ME, n.as_bytes()).unwrap();
     }
@@ -282,38 +293,260 @@ fn pack_refs_all_prune_changes_nothing_but_rm_still_deletes() {
     );
     assert_eq!(flush(&mut w, &mut m), 0);
     assert_eq!(m.refs.len(), 4);
-    // Every ref still shows as a loose file; the packed entries were consumed.
+    for n in ["refs/heads/main", "refs/heads/topic", "refs/tags/v1"] {
+        assert_eq!(
+            w.classify(&mut m, &mut s, n.as_bytes()).unwrap(),
+            None,
+            "{n}"
+        );
+        assert!(w.effective(&mut m, n.as_bytes()).unwrap().is_some(), "{n}");
+    }
+    // Directories only where a loose ref lives.
+    assert_eq!(w.classify(&mut m, &mut s, b"refs/heads").unwrap(), None);
+    let mut out = Vec::new();
+    let stack = {
+        let mut e = Vec::new();
+        view::list_dir(&mut m, &mut s, b"refs", &mut e).unwrap();
+        e
+    };
+    w.overlay_listing(&mut m, &mut s, b"refs", &stack, &mut out)
+        .unwrap();
+    assert!(out.is_empty(), "{out:?}");
+    // No loose file to remove.
+    let e = w.unlink_ref(&mut m, &ME, b"refs/heads/topic").unwrap_err();
+    assert_eq!(e.errno, libc::ENOENT);
+    assert_eq!(flush(&mut w, &mut m), 0);
+    assert!(m.refs.contains_key(&b"refs/heads/topic"[..]));
+    // Written later: loose again, packed-refs untouched.
+    w.commit_ref(&mut m, &ME, b"refs/heads/topic", RefValue::Val1(id(7)))
+        .unwrap();
     assert_eq!(
         w.classify(&mut m, &mut s, b"refs/heads/topic").unwrap(),
         Some(Kind::Ref)
     );
-    w.render_packed(&mut out);
-    assert_eq!(out, view::PACKED_REFS_HEADER);
-    // So a plain rm deletes.
+    assert_eq!(
+        w.classify(&mut m, &mut s, b"refs/heads").unwrap(),
+        Some(Kind::Dir)
+    );
+    flush(&mut w, &mut m);
+    assert_eq!(w.packed_refs(&mut m).unwrap().as_slice(), packed.as_bytes());
+    // `rm` of the loose file falls back to the packed value.
     w.unlink_ref(&mut m, &ME, b"refs/heads/topic").unwrap();
     flush(&mut w, &mut m);
-    assert!(!m.refs.contains_key(&b"refs/heads/topic"[..]));
-    // git's delete of a packed + loose ref: packed-refs rewritten without it, then
-    // the loose file unlinked.
-    w.commit_packed_refs(&mut m, &ME, packed.as_bytes())
-        .unwrap();
-    assert!(
-        m.refs.contains_key(&b"refs/heads/topic"[..])
-            || w.pending.contains_key(&b"refs/heads/topic"[..])
+    assert_eq!(
+        m.refs.get(&b"refs/heads/topic"[..]),
+        Some(&RefValue::Val1(id(2)))
     );
+    // git's delete of a packed-only ref: packed-refs rewritten without it.
     let without = format!(
         "# pack-refs with: peeled fully-peeled sorted \n{} refs/heads/main\n{} refs/tags/v1\n",
         hex(1),
         hex(3)
     );
-    w.commit_packed_refs(&mut m, &ME, without.as_bytes())
+    w.commit_packed_refs(&mut m, &ME, without.as_bytes(), None)
         .unwrap();
-    w.unlink_ref(&mut m, &ME, b"refs/heads/topic").unwrap();
+    assert_eq!(w.effective(&mut m, b"refs/heads/topic").unwrap(), None);
     flush(&mut w, &mut m);
     assert!(!m.refs.contains_key(&b"refs/heads/topic"[..]));
     assert_eq!(
         m.refs.get(&b"refs/heads/main"[..]),
         Some(&RefValue::Val1(id(1)))
+    );
+    // A changed packed-only value is written; a new name is created.
+    let changed = format!(
+        "# pack-refs with: peeled fully-peeled sorted \n{} refs/heads/main\n{} refs/heads/new\n{} refs/tags/v1\n",
+        hex(5),
+        hex(6),
+        hex(3)
+    );
+    w.commit_packed_refs(&mut m, &ME, changed.as_bytes(), None)
+        .unwrap();
+    flush(&mut w, &mut m);
+    assert_eq!(
+        m.refs.get(&b"refs/heads/main"[..]),
+        Some(&RefValue::Val1(id(5)))
+    );
+    assert_eq!(
+        m.refs.get(&b"refs/heads/new"[..]),
+        Some(&RefValue::Val1(id(6)))
+    );
+    assert_eq!(w.classify(&mut m, &mut s, b"refs/heads/new").unwrap(), None);
+}
+
+/// A header a writer put into `packed-refs` (t1409's mark) stays until the next rewrite.
+#[test]
+fn packed_refs_keeps_the_header_written() {
+    let (mut m, mut w, _s) = setup();
+    let marked = format!(
+        "# pack-refs with: peeled fully-peeled sorted  t1409 \n{} refs/heads/main\n",
+        hex(1)
+    );
+    w.commit_packed_refs(&mut m, &ME, marked.as_bytes(), None)
+        .unwrap();
+    w.commit_ref(&mut m, &ME, b"refs/heads/main", RefValue::Val1(id(4)))
+        .unwrap();
+    flush(&mut w, &mut m);
+    assert_eq!(w.packed_refs(&mut m).unwrap().as_slice(), marked.as_bytes());
+}
+
+/// Another writer's changes: a packed-only ref it changed shows loose over the old entry
+/// (the loose layout), one it deleted goes; a creation by a `packed-refs` whose lock was
+/// taken before that is refused.
+#[test]
+fn another_writer_and_the_packed_layer() {
+    let (mut m, mut w, mut s) = setup();
+    let packed = format!(
+        "# pack-refs with: peeled fully-peeled sorted \n{} refs/heads/main\n{} refs/heads/topic\n",
+        hex(1),
+        hex(2)
+    );
+    w.commit_packed_refs(&mut m, &ME, packed.as_bytes(), None)
+        .unwrap();
+    for n in ["refs/heads/main", "refs/heads/topic"] {
+        w.unlink_ref(&mut m, &ME, n.as_bytes()).unwrap();
+    }
+    w.note_packed_lock();
+    let seen = w.packed_lock_seen();
+    m.set("refs/heads/main", RefValue::Val1(id(8)));
+    m.refs.remove(&b"refs/heads/topic"[..]);
+    w.revalidate_packed(&mut m);
+    assert_eq!(
+        w.classify(&mut m, &mut s, b"refs/heads/main").unwrap(),
+        Some(Kind::Ref)
+    );
+    assert_eq!(
+        w.classify(&mut m, &mut s, b"refs/heads/topic").unwrap(),
+        None
+    );
+    // The old packed-refs, written back by a writer that read it before: topic would
+    // come back.
+    let e = w
+        .commit_packed_refs(&mut m, &ME, packed.as_bytes(), seen)
+        .unwrap_err();
+    assert_eq!(e.errno, libc::EBUSY);
+    assert!(w.open.is_empty());
+    // The same without the deleted ref is fine, and changes no value.
+    let main_only = format!(
+        "# pack-refs with: peeled fully-peeled sorted \n{} refs/heads/main\n",
+        hex(1)
+    );
+    w.commit_packed_refs(&mut m, &ME, main_only.as_bytes(), seen)
+        .unwrap();
+    assert!(w.open.is_empty(), "{:?}", w.open.edits);
+    assert_eq!(
+        w.effective(&mut m, b"refs/heads/main").unwrap(),
+        Some(RefValue::Val1(id(8)))
+    );
+}
+
+/// The packed layout: every ref `pack-refs --all` packs is in `packed-refs` only (as git
+/// renders it, peeled lines included), loose files for root refs and symrefs; a ref
+/// written through the mount is loose, `pack-refs --prune` packs it again.
+#[test]
+fn the_packed_layout() {
+    let (mut m, mut w, mut s) = setup();
+    m.set(
+        "refs/tags/v2",
+        RefValue::Val2 {
+            value: id(4),
+            peeled: id(1),
+        },
+    );
+    m.set(
+        "refs/remotes/origin/HEAD",
+        RefValue::Symref(b"refs/remotes/origin/main".to_vec()),
+    );
+    m.set("refs/remotes/origin/main", RefValue::Val1(id(1)));
+    m.set("refs/bisect/bad", RefValue::Val1(id(2)));
+    w.set_layout(Layout::Packed);
+    let want = format!(
+        "# pack-refs with: peeled fully-peeled sorted \n{h1} refs/heads/main\n{h2} refs/heads/topic\n{h1} refs/remotes/origin/main\n{h3} refs/tags/v1\n{h4} refs/tags/v2\n^{h1}\n",
+        h1 = hex(1),
+        h2 = hex(2),
+        h3 = hex(3),
+        h4 = hex(4)
+    );
+    assert_eq!(w.packed_refs(&mut m).unwrap().as_slice(), want.as_bytes());
+    let c = |w: &mut WriteState, m: &mut MemSource, s: &mut Scratch, p: &str| {
+        w.classify(m, s, p.as_bytes()).unwrap()
+    };
+    assert_eq!(c(&mut w, &mut m, &mut s, "HEAD"), Some(Kind::Ref));
+    assert_eq!(c(&mut w, &mut m, &mut s, "refs/heads/main"), None);
+    assert_eq!(c(&mut w, &mut m, &mut s, "refs/heads"), None);
+    assert_eq!(c(&mut w, &mut m, &mut s, "refs/tags"), None);
+    assert_eq!(c(&mut w, &mut m, &mut s, "refs/remotes"), Some(Kind::Dir));
+    assert_eq!(
+        c(&mut w, &mut m, &mut s, "refs/remotes/origin/HEAD"),
+        Some(Kind::Ref)
+    );
+    assert_eq!(
+        c(&mut w, &mut m, &mut s, "refs/bisect/bad"),
+        Some(Kind::Ref)
+    );
+    let mut out = Vec::new();
+    w.packed_layout_listing(&mut m, b"refs", &mut out).unwrap();
+    let names: Vec<_> = out.iter().map(|e| (e.name.to_vec(), e.kind)).collect();
+    assert_eq!(
+        names,
+        vec![
+            (b"bisect".to_vec(), Kind::Dir),
+            (b"remotes".to_vec(), Kind::Dir)
+        ]
+    );
+    // No loose file to unlink.
+    let e = w.unlink_ref(&mut m, &ME, b"refs/heads/main").unwrap_err();
+    assert_eq!(e.errno, libc::ENOENT);
+    // A write makes it loose, packed-refs keeps the old entry.
+    w.commit_ref(&mut m, &ME, b"refs/heads/main", RefValue::Val1(id(9)))
+        .unwrap();
+    assert_eq!(
+        c(&mut w, &mut m, &mut s, "refs/heads/main"),
+        Some(Kind::Ref)
+    );
+    assert_eq!(c(&mut w, &mut m, &mut s, "refs/heads"), Some(Kind::Dir));
+    assert_eq!(w.packed_refs(&mut m).unwrap().as_slice(), want.as_bytes());
+    flush(&mut w, &mut m);
+    assert_eq!(w.packed_refs(&mut m).unwrap().as_slice(), want.as_bytes());
+    // pack-refs --all --prune packs it again.
+    let repacked = want.replace(
+        &format!("{} refs/heads/main", hex(1)),
+        &format!("{} refs/heads/main", hex(9)),
+    );
+    w.commit_packed_refs(&mut m, &ME, repacked.as_bytes(), None)
+        .unwrap();
+    w.unlink_ref(&mut m, &ME, b"refs/heads/main").unwrap();
+    assert!(w.open.is_empty(), "{:?}", w.open.edits);
+    assert_eq!(c(&mut w, &mut m, &mut s, "refs/heads/main"), None);
+    assert_eq!(
+        w.packed_refs(&mut m).unwrap().as_slice(),
+        repacked.as_bytes()
+    );
+    // A new ref through the mount is loose; another writer's shows packed.
+    w.commit_ref(&mut m, &ME, b"refs/heads/mine", RefValue::Val1(id(5)))
+        .unwrap();
+    flush(&mut w, &mut m);
+    m.set("refs/heads/theirs", RefValue::Val1(id(6)));
+    w.revalidate_packed(&mut m);
+    assert_eq!(
+        c(&mut w, &mut m, &mut s, "refs/heads/mine"),
+        Some(Kind::Ref)
+    );
+    assert_eq!(c(&mut w, &mut m, &mut s, "refs/heads/theirs"), None);
+    let text = String::from_utf8(w.packed_refs(&mut m).unwrap().to_vec()).unwrap();
+    assert!(
+        text.contains(&format!("{} refs/heads/theirs\n", hex(6))),
+        "{text}"
+    );
+    assert!(!text.contains("refs/heads/mine"), "{text}");
+    // Deleting a packed-only ref: packed-refs rewritten without it.
+    let without = text.replace(&format!("{} refs/heads/theirs\n", hex(6)), "");
+    w.commit_packed_refs(&mut m, &ME, without.as_bytes(), None)
+        .unwrap();
+    flush(&mut w, &mut m);
+    assert!(!m.refs.contains_key(&b"refs/heads/theirs"[..]));
+    assert_eq!(
+        w.packed_refs(&mut m).unwrap().as_slice(),
+        without.as_bytes()
     );
 }
 
@@ -552,4 +785,91 @@ fn ref_content_prefixes() {
     assert!(ref_content_prefix_ok(&zeros.as_bytes()[..39], h).is_ok());
     assert!(ref_content_prefix_ok(zeros.as_bytes(), h).is_err());
     assert!(ref_content_prefix_ok(format!("{zeros}\n").as_bytes(), h).is_err());
+}
+
+/// The packed layer saved and read by the next mount (`STATE_FILE`): refs packed only,
+/// loose over an entry, loose against the packed layout, and the header come back as they
+/// were; a ref another writer deleted or changed meanwhile is checked as after a reload;
+/// junk lines are skipped.
+#[test]
+fn the_packed_layer_survives_a_remount() {
+    let (mut m, mut w, mut s) = setup();
+    let packed = format!(
+        "# pack-refs with: peeled fully-peeled sorted  mark \n{} refs/heads/main\n{} refs/heads/topic\n{} refs/tags/v1\n^{}\n",
+        hex(1), hex(2), hex(3), hex(9)
+    );
+    w.commit_packed_refs(&mut m, &ME, packed.as_bytes(), None)
+        .unwrap();
+    for n in ["refs/heads/main", "refs/heads/topic"] {
+        w.unlink_ref(&mut m, &ME, n.as_bytes()).unwrap();
+    }
+    let before = w.packed.revision();
+    w.commit_ref(&mut m, &ME, b"refs/heads/new", RefValue::Val1(id(4)))
+        .unwrap();
+    assert_ne!(w.packed.revision(), before);
+    flush(&mut w, &mut m);
+    let mut saved = Vec::new();
+    w.packed.save(&mut saved);
+    let shown = w.packed_refs(&mut m).unwrap();
+    // The next mount, same layout.
+    let mut again = WriteState::new(HashKind::Sha1, LogSettings::default());
+    assert_eq!(again.load_packed_state(&mut m, &saved), 3);
+    assert_eq!(again.packed.refs, w.packed.refs);
+    assert_eq!(again.packed_refs(&mut m).unwrap(), shown);
+    assert_eq!(
+        again.classify(&mut m, &mut s, b"refs/heads/main").unwrap(),
+        None
+    );
+    assert_eq!(
+        again.classify(&mut m, &mut s, b"refs/tags/v1").unwrap(),
+        Some(Kind::Ref)
+    );
+    // Another writer meanwhile: topic deleted, main changed (loose over its old entry).
+    m.refs.remove(&b"refs/heads/topic"[..]);
+    m.set("refs/heads/main", RefValue::Val1(id(8)));
+    let mut junk = saved.clone();
+    junk.extend_from_slice(b"P zz - refs/heads/bad\nX nonsense\nN ../escape\n");
+    let mut third = WriteState::new(HashKind::Sha1, LogSettings::default());
+    assert_eq!(third.load_packed_state(&mut m, &junk), 3);
+    assert_eq!(
+        third.classify(&mut m, &mut s, b"refs/heads/topic").unwrap(),
+        None
+    );
+    assert_eq!(
+        third.classify(&mut m, &mut s, b"refs/heads/main").unwrap(),
+        Some(Kind::Ref)
+    );
+    assert!(!third
+        .packed_refs(&mut m)
+        .unwrap()
+        .windows(16)
+        .any(|x| x == b"refs/heads/topic"));
+    // The packed layout reads the same lines; a ref without one takes its default: `new`
+    // (loose by the loose layout's default) is packed, `v1` (loose over an entry) stays.
+    let mut packed_layout = WriteState::new(HashKind::Sha1, LogSettings::default());
+    packed_layout.set_layout(Layout::Packed);
+    packed_layout.load_packed_state(&mut m, &saved);
+    assert_eq!(
+        packed_layout
+            .classify(&mut m, &mut s, b"refs/heads/new")
+            .unwrap(),
+        None
+    );
+    assert_eq!(
+        packed_layout
+            .classify(&mut m, &mut s, b"refs/tags/v1")
+            .unwrap(),
+        Some(Kind::Ref)
+    );
+    assert_eq!(
+        packed_layout
+            .classify(&mut m, &mut s, b"refs/heads/topic")
+            .unwrap(),
+        None
+    );
+    // Nothing to keep: nothing saved but the magic line; a file of another format is
+    // ignored.
+    let (mut m2, mut fresh, _) = setup();
+    assert!(fresh.packed.is_default());
+    assert_eq!(fresh.load_packed_state(&mut m2, b"something else\n"), 0);
 }

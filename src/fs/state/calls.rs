@@ -320,6 +320,16 @@ impl Shared {
                 });
                 r.ok_or(FsError::ENOENT)??;
             }
+            Target::Packed { .. } => {
+                let before = buf.capacity();
+                splice(buf, offset, data, append, SCRATCH_FILE_MAX, total - before)
+                    .map_err(|e| too_big("write", path, e, SCRATCH_FILE_MAX))?;
+                let after = buf.capacity();
+                if let Some(Handle::Write { dirty, .. }) = g.handles.get_mut(&fh) {
+                    *dirty = true;
+                }
+                g.handle_bytes = g.handle_bytes - before + after;
+            }
             Target::Ref { name, .. } => {
                 let before = buf.capacity();
                 let mut next = buf.clone();
@@ -431,6 +441,13 @@ impl Shared {
                     let before = data.capacity();
                     resize_bounded(data, size, REF_FILE_MAX, total - before)
                         .map_err(|e| too_big("truncate", path, e, REF_FILE_MAX))?;
+                    *dirty = true;
+                    g.handle_bytes = g.handle_bytes - before + data.capacity();
+                }
+                Target::Packed { .. } => {
+                    let before = data.capacity();
+                    resize_bounded(data, size, SCRATCH_FILE_MAX, total - before)
+                        .map_err(|e| too_big("truncate", path, e, SCRATCH_FILE_MAX))?;
                     *dirty = true;
                     g.handle_bytes = g.handle_bytes - before + data.capacity();
                 }
@@ -558,6 +575,13 @@ impl Shared {
         }
         g.name_went(&path);
         g.after_staging();
+        drop(g);
+        if matches!(kind, Kind::Ref | Kind::Scratch) && path.starts_with(b"refs/") {
+            // A loose file unlinked over a `packed-refs` entry changes no value, so no
+            // batch invalidates the directories it emptied; nor does one for a lock file
+            // unlinked after it (`pack-refs --prune`: unlink `x`, then `x.lock`).
+            self.queue_changed_dirs(&[&path]);
+        }
         Ok(())
     }
 
@@ -741,8 +765,27 @@ impl Inner {
         Ok(())
     }
 
-    /// Commits a ref written in place (on flush or fsync), if its handle is dirty.
+    /// Commits a ref or `packed-refs` written in place (on flush or fsync), if its handle
+    /// is dirty.
     pub(super) fn commit_direct(&mut self, fh: u64, who: &Caller) -> Result<(), FsError> {
+        if let Some(Handle::Write {
+            path,
+            target: Target::Packed { seen },
+            data,
+            dirty: dirty @ true,
+            ..
+        }) = self.handles.get_mut(&fh)
+        {
+            *dirty = false;
+            let (path, data, seen) = (path.clone(), data.clone(), *seen);
+            self.promise("write", &path, reserve::edit_bytes(path.len(), data.len()))?;
+            let Inner { w, src, .. } = self;
+            w.commit_packed_refs(src.as_mut(), who, &data, Some(seen))
+                .map_err(|r| refuse("write", &path, r))?;
+            self.all_entries_changed();
+            self.after_staging();
+            return Ok(());
+        }
         let Some(Handle::Write {
             path,
             target: Target::Ref { name, placeholder },
@@ -903,7 +946,12 @@ impl Inner {
             Kind::Scratch => {
                 let content = w.files.get(from).cloned().unwrap_or_default();
                 if to == b"packed-refs" {
-                    w.commit_packed_refs(src, who, &content)?;
+                    let seen = w
+                        .files
+                        .contains_key(b"packed-refs.lock")
+                        .then(|| w.packed_lock_seen())
+                        .flatten();
+                    w.commit_packed_refs(src, who, &content, seen)?;
                 } else if let Some(n) = to_log {
                     let entries = w.parse_log_text(&content)?;
                     w.replace_log(who, n, entries);

@@ -27,6 +27,11 @@ pub enum Target {
     /// record and staged; the handle's `data` keeps the unfinished last line (at most
     /// [`LOG_LINE_MAX`] bytes), written by process `tail_by`.
     Log { name: Vec<u8>, tail_by: u32 },
+    /// `packed-refs` opened for writing (go-git locks it with `flock` and may rewrite it in
+    /// place): what is written replaces it at flush, a commit point as a `packed-refs.new`
+    /// renamed over it. `seen`: other writers' changes counted when it was opened
+    /// (`WriteState::commit_packed_refs`).
+    Packed { seen: u64 },
 }
 
 /// The longest unfinished reflog line an open reflog keeps between writes (a line split
@@ -39,6 +44,9 @@ pub enum Handle {
     /// value however the ref changes meanwhile. `fp` is the content's fingerprint when
     /// the handle fills the page cache of a ref file.
     File { data: Vec<u8>, fp: Option<u64> },
+    /// `packed-refs` opened for reading: its rendering as of `open`, shared with every
+    /// other reader of the same rendering.
+    Shared { data: Arc<Vec<u8>> },
     /// An open directory: the listing as of `opendir`.
     Dir {
         path: Vec<u8>,
@@ -62,6 +70,7 @@ impl Handle {
     pub(super) fn held(&self) -> usize {
         match self {
             Handle::File { data, .. } => data.capacity(),
+            Handle::Shared { data } => data.len(),
             Handle::Dir { path, entries } => path.capacity() + entries.len() * 32,
             Handle::Write { path, data, .. } => path.capacity() + data.capacity(),
         }
@@ -110,6 +119,11 @@ impl Shared {
         let (path, kind) = g.path_of(ino)?;
         if kind == Kind::Dir {
             return Err(FsError::EISDIR);
+        }
+        if !writing && kind == Kind::PackedRefs {
+            let data = g.packed_refs(&path)?;
+            let fh = g.add_handle(&path, Handle::Shared { data })?;
+            return Ok((fh, OpenMode::Refill));
         }
         if !writing {
             let mut data = Vec::new();
@@ -164,6 +178,7 @@ impl Shared {
         };
         match g.handles.get(&fh) {
             Some(Handle::File { fp: None, data }) => Ok(slice(data)),
+            Some(Handle::Shared { data }) => Ok(slice(data)),
             Some(Handle::File { fp: Some(fp), data }) => {
                 let (own_fp, own) = (*fp, slice(data));
                 let len = data.len();
@@ -183,7 +198,7 @@ impl Shared {
                 Ok(out)
             }
             Some(Handle::Write {
-                target: Target::Ref { .. },
+                target: Target::Ref { .. } | Target::Packed { .. },
                 data,
                 ..
             }) => Ok(slice(data)),
@@ -312,13 +327,13 @@ impl Inner {
                 }
                 Target::Log { name, tail_by: pid }
             }
-            Kind::PackedRefs => {
-                return Err(refuse_for("open for writing", path, libc::EPERM, "packed-refs is replaced through packed-refs.lock and a rename, not written in place"))
-            }
+            Kind::PackedRefs => Target::Packed {
+                seen: self.w.packed.external_changes(),
+            },
             Kind::Dir => return Err(FsError::EISDIR),
         };
         let mut data = Vec::new();
-        if let (Target::Ref { .. }, false) = (&target, trunc) {
+        if let (Target::Ref { .. } | Target::Packed { .. }, false) = (&target, trunc) {
             self.render(path, kind, &mut data)?;
         }
         let emptied_log = match &target {

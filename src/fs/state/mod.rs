@@ -33,6 +33,7 @@ mod calls;
 mod handles;
 mod invalidate;
 mod linked;
+mod packed_state;
 #[cfg(test)]
 mod tests;
 
@@ -143,6 +144,8 @@ pub struct Shared {
     /// An eventfd that wakes the watcher when a request handler found a stale kernel
     /// entry (`-1` if none could be made: the watcher then finds it at its next tick).
     wake_fd: libc::c_int,
+    /// Where the packed layer is kept across mounts (`packed_state.rs`; unset: nowhere).
+    packed_file: OnceLock<packed_state::PackedFile>,
 }
 
 impl Drop for Shared {
@@ -215,6 +218,7 @@ impl Shared {
             stopping: AtomicBool::new(false),
             staged,
             wake_fd,
+            packed_file: OnceLock::new(),
         })
     }
 
@@ -345,6 +349,11 @@ impl Shared {
         }
     }
 
+    /// Sets the layout (`mount --layout`), before mounting.
+    pub fn set_layout(&self, layout: crate::fs::protocol::Layout) {
+        self.lock().w.set_layout(layout);
+    }
+
     /// Keeps broken refs in `store` from now on (`fs/broken.rs`); set once, before mounting.
     pub fn keep_broken_refs(&self, store: crate::fs::broken::BrokenRefs) {
         self.lock().broken_load(store);
@@ -469,7 +478,7 @@ impl Inner {
         }
         let gen = self.src.generation();
         if gen != self.generation {
-            self.generation = gen;
+            let from = std::mem::replace(&mut self.generation, gen);
             self.dirs.clear();
             self.dirs_entries = 0;
             self.changed_at = SystemTime::now();
@@ -483,6 +492,8 @@ impl Inner {
                 // leaves packed-refs: shadowed by loose values.)
                 let Inner { w, src, .. } = self;
                 w.revalidate_packed(src.as_mut());
+            } else {
+                self.w.packed_own_commit(from, gen);
             }
             // A real ref written on the stack drops the broken one of its name.
             self.broken_drop_shadowed();
@@ -803,6 +814,16 @@ impl Inner {
         self.last_render = None;
         match kind {
             Kind::Dir => return Ok(4096),
+            // Shared, not copied: its mark is the rendering's, made once with it.
+            Kind::PackedRefs => {
+                let Inner { w, src, .. } = self;
+                let (data, fp) = w
+                    .packed_refs_marked(src.as_mut())
+                    .map_err(|r| refuse("read", path, r))?;
+                let n = data.len() as u64;
+                self.last_render = Some((key, n, fp));
+                return Ok(n);
+            }
             // Measured where it is: a scratch file may hold hundreds of MiB (its mark
             // takes its size and, beyond 64 KiB, its first and last 4 KiB).
             Kind::Scratch => {
@@ -841,7 +862,10 @@ impl Inner {
         match kind {
             Kind::Dir => Err(FsError::EISDIR),
             Kind::PackedRefs => {
-                w.render_packed(out);
+                let data = w
+                    .packed_refs(src.as_mut())
+                    .map_err(|r| refuse("read", path, r))?;
+                out.extend_from_slice(&data);
                 Ok(())
             }
             Kind::Scratch => {
@@ -861,6 +885,13 @@ impl Inner {
                     .map_err(|r| refuse("read", path, r))
             }
         }
+    }
+
+    /// `packed-refs` as it shows now, shared (see [`WriteState::packed_refs`]).
+    pub(super) fn packed_refs(&mut self, path: &[u8]) -> Result<Arc<Vec<u8>>, FsError> {
+        let Inner { w, src, .. } = self;
+        w.packed_refs(src.as_mut())
+            .map_err(|r| refuse("read", path, r))
     }
 
     /// The listing of a directory: the stack part from the cache (or built now, by
@@ -884,13 +915,22 @@ impl Inner {
     }
 
     /// [`Inner::listing`] of a directory known to exist, as the stack and the overlay
-    /// have it (`refs` and `logs` always exist there).
+    /// have it (`refs` and `logs` always exist there). In the packed layout a directory
+    /// below `refs` lists its loose refs only, found without the stack's listing.
     fn unchecked_listing(&mut self, path: &[u8]) -> Result<Arc<Listing>, FsError> {
         #[cfg(test)]
         {
             self.listings += 1;
         }
+        let packed_layout = self.w.packed.layout() == crate::fs::protocol::Layout::Packed;
         let stack = match self.dirs.get(path) {
+            _ if packed_layout && matches!(view::area(path), view::Area::Refs(_)) => {
+                let mut out = Vec::new();
+                let Inner { w, src, .. } = self;
+                w.packed_layout_listing(src.as_mut(), path, &mut out)
+                    .map_err(|r| refuse("readdir", path, r))?;
+                Arc::new(Listing::from_entries(&out))
+            }
             Some(e) => e.clone(),
             None => {
                 let mut out = Vec::new();
@@ -916,7 +956,9 @@ impl Inner {
                 arc
             }
         };
-        if self.w.is_idle() {
+        let mut prefix = path.to_vec();
+        prefix.push(b'/');
+        if self.w.is_idle() && !(path.starts_with(b"refs") && self.w.packed.hides_below(&prefix)) {
             return Ok(stack);
         }
         let mut out = Vec::new();

@@ -1,0 +1,511 @@
+//! Packed refs through the mount (issue 25 item 3, issue 26 item 2). Each test compares the
+//! mount of a reftable repository with a files-backend twin: a files `.git` holding the
+//! same refs and reflogs as loose files (the tree `expected::expected_tree` derives from
+//! git, which `expected::generator_matches_files_backend` proves equal to a files `.git`),
+//! sharing its objects. git 2.39 (`/usr/bin/git`, files backend only) runs the same commands
+//! on both; the trees of ref names and contents (`HEAD`, root refs, `refs/**`, `logs/**`,
+//! `packed-refs`) must then be equal, and git 2.47 on the reftable stack must agree.
+//!
+//! * `prune_leaves_what_a_files_git_leaves`: `pack-refs --all --prune` leaves the refs in
+//!   `packed-refs` only; `rm` of a pruned name fails with ENOENT; the stack is unchanged;
+//!   so it stays after an unmount and a mount (`GITDIR/reftablefs-packed`).
+//! * `branch_d_of_a_packed_ref_deletes_it`: git 2.39's `branch -D` and `tag -d` of packed-only
+//!   refs (a rewrite of `packed-refs`) delete them from the stack.
+//! * `a_ref_written_after_packing_is_loose`: a later update shows a loose file over the
+//!   old packed entry; `pack-refs --prune` packs it again.
+//! * `packed_refs_rewritten_in_place`: `packed-refs` opened read-write and locked with
+//!   `flock` (go-git), rewritten in place without one entry: that ref is deleted; go-git's
+//!   other way (a `._packed-refs*` temporary file renamed over it) works too.
+//! * `packed_layout_is_a_gc_ed_files_git`: `mount --layout=packed` shows what git 2.39's
+//!   `pack-refs --all` makes of the files twin; git 2.39's `for-each-ref`, `branch -a`,
+//!   `show-ref -d` and `rev-parse` print the same; a write shows loose, a prune packs it.
+
+use std::fs::{self, File, OpenOptions};
+use std::io::{Read, Seek, SeekFrom, Write};
+use std::os::fd::AsRawFd;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use crate::expected::{build_scenario, expected_tree};
+use crate::harness::{
+    check, ensure_same_tree, expect_errno, git_env, read_tree, stage, Ctx, Mount, Repo, TestResult,
+    Tree,
+};
+
+/// Debian's git 2.39: the files-only git the mount is for.
+const GIT239: &str = "/usr/bin/git";
+
+/// The reftable repository (mounted) and its files twin.
+struct Twins {
+    repo: Repo,
+    m: Mount,
+    /// The files `.git` of the twin.
+    files: PathBuf,
+    home: PathBuf,
+}
+
+impl Twins {
+    /// The standard scenario in a reftable repository, its files twin, and the mount
+    /// (with `mount_args`).
+    fn new(ctx: &Ctx, mount_args: &[&str]) -> TestResult<Twins> {
+        let repo = Repo::init(&ctx.path("repo"), "reftable")?;
+        build_scenario(&repo)?;
+        let files = ctx.path("files.git");
+        let home = ctx.path("home");
+        fs::create_dir_all(&home)?;
+        let out = Command::new("git")
+            .args(["init", "-q", "--bare", "--ref-format=files"])
+            .arg(&files)
+            .env("HOME", &home)
+            .env("GIT_CONFIG_NOSYSTEM", "1")
+            .env("GIT_CONFIG_GLOBAL", "/dev/null")
+            .output()?;
+        check(&out, "git init --ref-format=files")?;
+        // Its objects are the repository's; its refs and reflogs the loose files git's
+        // files backend stores for the same refs.
+        fs::write(
+            files.join("objects/info/alternates"),
+            format!("{}\n", repo.gitdir.join("objects").display()),
+        )?;
+        fs::remove_dir_all(files.join("refs"))?;
+        fs::create_dir_all(files.join("refs/heads"))?;
+        fs::create_dir_all(files.join("refs/tags"))?;
+        for (name, content) in expected_tree(&repo)? {
+            let path = files.join(&name);
+            if let Some(dir) = path.parent() {
+                fs::create_dir_all(dir)?;
+            }
+            fs::write(path, content)?;
+        }
+        let m = Mount::start(&repo.gitdir, &ctx.path("mnt"), mount_args)?;
+        Ok(Twins {
+            repo,
+            m,
+            files,
+            home,
+        })
+    }
+
+    /// git 2.39 with `dir` as its git directory; fails unless it exits 0. Returns stdout.
+    fn git239(&self, dir: &Path, args: &[&str]) -> TestResult<String> {
+        stage(&format!("git 2.39 {} in {}", args.join(" "), dir.display()));
+        let mut cmd = Command::new("timeout");
+        git_env(&mut cmd, &self.home, "1700000000 +0000")
+            .arg("120")
+            .arg(GIT239)
+            // The twin is bare, the mount's repository is not: both write reflogs.
+            .args(["-c", "core.logAllRefUpdates=true"])
+            .args(args)
+            .env("GIT_DIR", dir)
+            .current_dir(&self.repo.work);
+        let out = cmd.output()?;
+        check(
+            &out,
+            &format!("git 2.39 {} in {}", args.join(" "), dir.display()),
+        )?;
+        Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+    }
+
+    /// The same git 2.39 command through the mount and on the twin; their output must be
+    /// equal.
+    fn both(&self, args: &[&str]) -> TestResult<String> {
+        let via = self.git239(&self.m.mnt, args)?;
+        let files = self.git239(&self.files, args)?;
+        ensure!(
+            via == files,
+            "git 2.39 {}: through the mount\n{via}\non the files twin\n{files}",
+            args.join(" ")
+        );
+        Ok(via)
+    }
+
+    /// The ref files of the mount and of the twin are the same; `what` names the step.
+    fn same_trees(&self, what: &str) -> TestResult {
+        let (mut view, mut files) = (Tree::new(), Tree::new());
+        read_tree(&self.m.mnt, "", &mut view)?;
+        read_tree(&self.files, "", &mut files)?;
+        // The mount always shows packed-refs (its header alone until git packs); a files
+        // .git has none until then.
+        if !files.contains_key("packed-refs") {
+            view.remove("packed-refs");
+        }
+        ensure_same_tree(
+            &files,
+            &view,
+            &format!("{what}: the mount vs the files twin"),
+        )
+    }
+
+    /// git 2.47 on the reftable stack (after an fsync of the mount) reads what git 2.39
+    /// reads from the twin: every ref with its value.
+    fn stack_agrees(&self, what: &str) -> TestResult {
+        File::open(self.m.path("HEAD"))?.sync_all()?;
+        let fmt = "--format=%(refname) %(objectname) %(symref)";
+        let stack = self.repo.git(&["for-each-ref", fmt])?;
+        let files = self.git239(&self.files, &["for-each-ref", fmt])?;
+        ensure!(
+            stack == files,
+            "{what}: git 2.47 on the stack\n{stack}\ngit 2.39 on the files twin\n{files}"
+        );
+        Ok(())
+    }
+
+    /// `git pack-refs --all --prune` by git 2.39 on both; the trees are equal after.
+    fn pack_both(&self, what: &str) -> TestResult {
+        self.both(&["pack-refs", "--all", "--prune"])?;
+        self.same_trees(what)
+    }
+}
+
+/// Whether `git rev-parse --verify` by git 2.47 on the stack finds `name`.
+fn on_stack(repo: &Repo, name: &str) -> TestResult<bool> {
+    Ok(repo
+        .git_output(&["rev-parse", "-q", "--verify", name])?
+        .status
+        .success())
+}
+
+/// 25.3: after `pack-refs --all --prune` through the mount the view is the files twin's
+/// after the same command: every ref below `refs/` in `packed-refs` only (symrefs stay
+/// loose), their directories gone, and `rm` of a pruned name fails with ENOENT, as in the
+/// files `.git`. The stack is not written.
+pub fn prune_leaves_what_a_files_git_leaves(ctx: &Ctx) -> TestResult {
+    let t = Twins::new(ctx, &[])?;
+    t.same_trees("before")?;
+    let tables = t.repo.tables_list()?;
+    t.pack_both("pack-refs --all --prune")?;
+    // Pruned refs and the directories they emptied are gone, as in the twin.
+    for gone in ["refs/heads/main", "refs/heads/topic", "refs/tags/v1.1"] {
+        let (view, files) = (
+            fs::symlink_metadata(t.m.path(gone)).is_ok(),
+            fs::symlink_metadata(t.files.join(gone)).is_ok(),
+        );
+        ensure!(
+            !view && !files,
+            "{gone} after the prune: through the mount {view}, in the files twin {files}"
+        );
+    }
+    ensure!(
+        t.m.path("refs/remotes/origin/HEAD").is_file(),
+        "the symref refs/remotes/origin/HEAD must stay loose"
+    );
+    for name in ["refs/heads/feature/login", "refs/tags/v1.0"] {
+        expect_errno(
+            fs::remove_file(t.m.path(name)),
+            &[libc::ENOENT],
+            &format!("rm {name} through the mount"),
+        )?;
+        expect_errno(
+            fs::remove_file(t.files.join(name)),
+            &[libc::ENOENT],
+            &format!("rm {name} in the files twin"),
+        )?;
+    }
+    t.both(&["show-ref", "-d"])?;
+    t.stack_agrees("after the prune")?;
+    ensure!(
+        t.repo.tables_list()? == tables,
+        "pack-refs --all --prune through the mount wrote a table"
+    );
+    // Unmounted and mounted again: still the files twin (the packed layer is kept beside
+    // the stack, never in it, and never shown), and git 2.47 reads every ref.
+    t.m.unmount()?;
+    let state = t.repo.gitdir.join("reftablefs-packed");
+    ensure!(state.is_file(), "no {} after the unmount", state.display());
+    for e in fs::read_dir(t.repo.gitdir.join("reftable"))? {
+        let name = e?.file_name().to_string_lossy().into_owned();
+        ensure!(
+            name == "tables.list" || name.ends_with(".ref"),
+            "{name} in the stack's directory"
+        );
+    }
+    ensure!(t.repo.tables_list()? == tables, "the unmount wrote a table");
+    let m = Mount::start(&t.repo.gitdir, &ctx.path("mnt"), &[])?;
+    let (mut view, mut files) = (Tree::new(), Tree::new());
+    read_tree(&m.mnt, "", &mut view)?;
+    read_tree(&t.files, "", &mut files)?;
+    ensure_same_tree(
+        &files,
+        &view,
+        "after a remount: the mount vs the files twin",
+    )?;
+    ensure!(
+        fs::symlink_metadata(m.path("reftablefs-packed")).is_err(),
+        "the packed layer's file shows through the mount"
+    );
+    expect_errno(
+        fs::remove_file(m.path("refs/heads/main")),
+        &[libc::ENOENT],
+        "rm of a packed ref after a remount",
+    )?;
+    let via = Command::new(GIT239)
+        .args(["for-each-ref", "--format=%(refname) %(objectname)"])
+        .env("GIT_DIR", &m.mnt)
+        .output()?;
+    check(&via, "git 2.39 for-each-ref after a remount")?;
+    m.unmount()?;
+    let stack = t
+        .repo
+        .git(&["for-each-ref", "--format=%(refname) %(objectname)"])?;
+    ensure!(
+        stack == String::from_utf8_lossy(&via.stdout),
+        "git 2.47 on the stack\n{stack}\ngit 2.39 through the mount\n{}",
+        String::from_utf8_lossy(&via.stdout)
+    );
+    Ok(())
+}
+mount_test!(prune_leaves_what_a_files_git_leaves, timeout = 180);
+
+/// 25.3: git 2.39 deletes packed-only refs (`branch -D`, `tag -d`, `update-ref -d`) by
+/// rewriting `packed-refs` without them: they are deleted from the stack, their reflogs
+/// too, and the view is the files twin's.
+pub fn branch_d_of_a_packed_ref_deletes_it(ctx: &Ctx) -> TestResult {
+    let t = Twins::new(ctx, &[])?;
+    t.pack_both("pack-refs --all --prune")?;
+    t.both(&["branch", "-D", "feature/login"])?;
+    t.both(&["tag", "-d", "v1.0"])?;
+    t.both(&["update-ref", "-d", "refs/heads/topic/deep/nested/branch"])?;
+    t.same_trees("after branch -D, tag -d, update-ref -d")?;
+    t.stack_agrees("after the deletions")?;
+    for gone in [
+        "refs/heads/feature/login",
+        "refs/tags/v1.0",
+        "refs/heads/topic/deep/nested/branch",
+    ] {
+        ensure!(!on_stack(&t.repo, gone)?, "{gone} is still in the stack");
+    }
+    ensure!(
+        on_stack(&t.repo, "refs/heads/with-dash_under.score")?,
+        "a packed ref nobody deleted went"
+    );
+    t.m.unmount()?;
+    crate::harness::check(
+        &Command::new(crate::harness::BIN)
+            .arg("verify")
+            .env("GIT_DIR", &t.repo.gitdir)
+            .output()?,
+        "reftablefs verify",
+    )
+}
+mount_test!(branch_d_of_a_packed_ref_deletes_it, timeout = 180);
+
+/// 25.3: a ref written after packing shows as a loose file over its old packed entry
+/// (which `packed-refs` keeps, as in the files twin); a plain `rm` of that loose file
+/// brings the packed value back; `pack-refs --prune` packs it again.
+pub fn a_ref_written_after_packing_is_loose(ctx: &Ctx) -> TestResult {
+    let t = Twins::new(ctx, &[])?;
+    t.pack_both("pack-refs --all --prune")?;
+    let old = t.repo.rev_parse("refs/heads/with-dash_under.score")?;
+    let main = t.repo.rev_parse("refs/heads/main")?;
+    t.both(&[
+        "update-ref",
+        "-m",
+        "after packing",
+        "refs/heads/with-dash_under.score",
+        &main,
+    ])?;
+    t.same_trees("update-ref of a packed ref")?;
+    ensure!(
+        fs::read_to_string(t.m.path("refs/heads/with-dash_under.score"))? == format!("{main}\n"),
+        "the written ref is not a loose file"
+    );
+    t.stack_agrees("after the update")?;
+    // A plain rm of the loose file: the packed value is in force again.
+    fs::remove_file(t.m.path("refs/heads/with-dash_under.score"))?;
+    fs::remove_file(t.files.join("refs/heads/with-dash_under.score"))?;
+    t.same_trees("rm of the loose file")?;
+    t.stack_agrees("after the rm")?;
+    ensure!(
+        t.repo.rev_parse("refs/heads/with-dash_under.score")? == old,
+        "rm of the loose file did not fall back to the packed value"
+    );
+    // Written again, then packed again.
+    t.both(&["branch", "-f", "with-dash_under.score", &main])?;
+    t.both(&["branch", "brand-new", &main])?;
+    t.same_trees("branch -f, branch")?;
+    t.pack_both("pack-refs --all --prune again")?;
+    t.stack_agrees("after packing again")?;
+    t.m.unmount()
+}
+mount_test!(a_ref_written_after_packing_is_loose, timeout = 180);
+
+/// `flock(fd, op)`.
+fn flock(f: &File, op: i32) -> std::io::Result<()> {
+    // SAFETY: a plain syscall on a descriptor we own.
+    if unsafe { libc::flock(f.as_raw_fd(), op) } == 0 {
+        Ok(())
+    } else {
+        Err(std::io::Error::last_os_error())
+    }
+}
+
+/// `content` without the record of `name` (and its `^` line).
+fn without(content: &str, name: &str) -> String {
+    let mut out = String::new();
+    let mut skipping = false;
+    for line in content.lines() {
+        if line.starts_with('^') {
+            if !skipping {
+                out.push_str(line);
+                out.push('\n');
+            }
+            continue;
+        }
+        skipping = line.split_once(' ').map(|(_, n)| n) == Some(name);
+        if !skipping {
+            out.push_str(line);
+            out.push('\n');
+        }
+    }
+    out
+}
+
+/// 25.3: `packed-refs` opened read-write and locked with `flock`, as go-git does, then
+/// rewritten in place (truncated, written) without one entry: at the close that ref is
+/// deleted from the stack, and `packed-refs` is what was written. go-git's rename of a
+/// temporary `._packed-refs*` over it, with `packed-refs` held open and locked, deletes
+/// another. Content that is no `packed-refs` is refused at the close (EINVAL), changing
+/// nothing.
+pub fn packed_refs_rewritten_in_place(ctx: &Ctx) -> TestResult {
+    let t = Twins::new(ctx, &[])?;
+    t.pack_both("pack-refs --all --prune")?;
+    // In place.
+    let mut pr = OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(t.m.path("packed-refs"))?;
+    flock(&pr, libc::LOCK_EX)?;
+    let other = File::open(t.m.path("packed-refs"))?;
+    expect_errno(
+        flock(&other, libc::LOCK_EX | libc::LOCK_NB),
+        &[libc::EWOULDBLOCK],
+        "a second flock of packed-refs",
+    )?;
+    drop(other);
+    let mut content = String::new();
+    pr.read_to_string(&mut content)?;
+    ensure!(
+        content.contains(" refs/tags/v1.0\n"),
+        "packed-refs read through the locked handle lacks refs/tags/v1.0:\n{content}"
+    );
+    let rewritten = without(&content, "refs/tags/v1.0");
+    pr.seek(SeekFrom::Start(0))?;
+    pr.set_len(0)?;
+    pr.write_all(rewritten.as_bytes())?;
+    flock(&pr, libc::LOCK_UN)?;
+    drop(pr);
+    ensure!(
+        fs::read_to_string(t.m.path("packed-refs"))? == rewritten,
+        "packed-refs is not what was written in place"
+    );
+    File::open(t.m.path("HEAD"))?.sync_all()?;
+    ensure!(
+        !on_stack(&t.repo, "refs/tags/v1.0")?,
+        "the entry dropped in place is still in the stack"
+    );
+    ensure!(
+        on_stack(&t.repo, "refs/tags/v1.1")?,
+        "an entry kept in place was lost"
+    );
+    // go-git's way on Linux: packed-refs open and locked, a temporary file beside it
+    // renamed over it.
+    let pr = OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(t.m.path("packed-refs"))?;
+    flock(&pr, libc::LOCK_EX)?;
+    let tmp = t.m.path("._packed-refs3141592");
+    fs::write(&tmp, without(&rewritten, "refs/tags/v1.1"))?;
+    fs::rename(&tmp, t.m.path("packed-refs"))?;
+    drop(pr);
+    File::open(t.m.path("HEAD"))?.sync_all()?;
+    ensure!(
+        !on_stack(&t.repo, "refs/tags/v1.1")?,
+        "the entry dropped by go-git's rename is still in the stack"
+    );
+    // Junk written in place is refused at the close; nothing changes.
+    let before = fs::read(t.m.path("packed-refs"))?;
+    let mut pr = OpenOptions::new()
+        .append(true)
+        .open(t.m.path("packed-refs"))?;
+    pr.write_all(b"bogus content\n")?;
+    let closed = pr.sync_all();
+    expect_errno(
+        closed,
+        &[libc::EINVAL],
+        "fsync of junk written into packed-refs",
+    )?;
+    drop(pr);
+    ensure!(
+        fs::read(t.m.path("packed-refs"))? == before,
+        "refused content changed packed-refs"
+    );
+    ensure!(
+        on_stack(&t.repo, "refs/heads/main")?,
+        "refused content lost a ref"
+    );
+    t.m.unmount()
+}
+mount_test!(packed_refs_rewritten_in_place, timeout = 180);
+
+/// 26.2: `mount --layout=packed` shows the repository as git 2.39's `pack-refs --all`
+/// leaves the files twin (a gc'ed files `.git`): the same `packed-refs`, byte for byte
+/// (peeled lines of annotated tags included), no loose file for a packed ref (directories
+/// only where a loose ref lives), the root refs and the symref loose. git 2.39's listings
+/// and lookups print the same on both; a ref written through the mount shows loose over
+/// its old entry, and `pack-refs --prune` packs it again.
+pub fn packed_layout_is_a_gc_ed_files_git(ctx: &Ctx) -> TestResult {
+    let t = Twins::new(ctx, &["--layout=packed"])?;
+    t.git239(&t.files, &["pack-refs", "--all"])?;
+    t.same_trees("the packed layout vs pack-refs --all")?;
+    let listing: Vec<String> = fs::read_dir(t.m.path("refs"))?
+        .map(|e| e.map(|e| e.file_name().to_string_lossy().into_owned()))
+        .collect::<Result<_, _>>()?;
+    ensure!(
+        listing == ["remotes"],
+        "refs/ lists {listing:?}, expected only the directory of the loose symref"
+    );
+    expect_errno(
+        fs::metadata(t.m.path("refs/heads/main")),
+        &[libc::ENOENT],
+        "stat of a packed ref's loose name",
+    )?;
+    for args in [
+        &["for-each-ref"][..],
+        &["branch", "-a"],
+        &["show-ref", "-d"],
+        &["tag", "-l"],
+        &[
+            "rev-parse",
+            "main",
+            "v1.1",
+            "v1.1^{}",
+            "rel/2024/v2-annotated",
+        ],
+        &["describe", "--tags", "--exact-match", "HEAD"],
+    ] {
+        t.both(args)?;
+    }
+    // A write shows loose, then packs again; a deletion rewrites packed-refs.
+    let first = t.repo.rev_parse("HEAD~1")?;
+    t.both(&["update-ref", "refs/heads/main", &first])?;
+    t.both(&["branch", "new/branch", &first])?;
+    t.same_trees("writes in the packed layout")?;
+    t.both(&["branch", "-D", "feature/login"])?;
+    t.same_trees("a deletion in the packed layout")?;
+    t.stack_agrees("after writes in the packed layout")?;
+    t.pack_both("pack-refs --all --prune in the packed layout")?;
+    t.both(&["for-each-ref"])?;
+    t.stack_agrees("after packing")?;
+    // A ref written loose, then an unmount and a mount with the same layout: the same view.
+    t.both(&["branch", "after/packing", &first])?;
+    t.same_trees("a write after packing")?;
+    t.m.unmount()?;
+    let m = Mount::start(&t.repo.gitdir, &ctx.path("mnt"), &["--layout=packed"])?;
+    let (mut view, mut files) = (Tree::new(), Tree::new());
+    read_tree(&m.mnt, "", &mut view)?;
+    read_tree(&t.files, "", &mut files)?;
+    ensure_same_tree(&files, &view, "the packed layout after a remount")?;
+    m.unmount()
+}
+mount_test!(packed_layout_is_a_gc_ed_files_git, timeout = 180);
