@@ -282,26 +282,9 @@ pub fn gogit_session(ctx: &Ctx) -> TestResult {
     let (printed_r, served, listed) = through?;
     unmounted?;
     let printed_f = session(&f)?;
-    // Known gap (the ref view, not config): go-git deletes a ref by unlinking its loose
-    // file, then opens `packed-refs` with O_RDWR to flock and scan it; the mount refuses
-    // packed-refs opened for writing (EPERM), so RemoveReference fails although the ref
-    // is deleted. The test fails when the gap closes (then remove this).
-    const GAP: &str = "packed-refs: operation not permitted";
-    let gap: Vec<&str> = printed_r
-        .lines()
-        .filter(|l| l.starts_with("ERR remove "))
-        .collect();
-    ensure!(
-        gap.len() == 2 && gap.iter().all(|l| l.ends_with(GAP)),
-        "known gap changed (go-git's RemoveReference through the mount): {gap:?}; \
-         if packed-refs opens O_RDWR now, drop GAP from this test"
-    );
-    note(&format!("known gap: {}", gap.join("; ")));
-    let printed_r: String = printed_r
-        .lines()
-        .filter(|l| !l.starts_with("ERR remove "))
-        .map(|l| format!("{l}\n"))
-        .collect();
+    // go-git deletes a ref by unlinking its loose file, then opens `packed-refs` with
+    // O_RDWR to flock and rewrite it: every call must succeed through the mount as on a
+    // files clone (the sessions print any error as an `ERR` line).
     ensure!(
         printed_r == printed_f,
         "go-git read back different things:\nfiles:\n{printed_f}\nthrough the mount:\n{printed_r}"
