@@ -9,6 +9,7 @@ use std::path::PathBuf;
 use std::sync::{Mutex, OnceLock};
 use std::time::{SystemTime, UNIX_EPOCH};
 
+use crate::fs::budget::HELD_BYTES_MAX;
 use crate::fs::error::{FsError, Refusal};
 
 /// How many entries of each event list are kept.
@@ -174,6 +175,23 @@ pub(crate) fn refuse(op: &str, path: &[u8], r: Refusal) -> FsError {
 /// [`refuse`] with the errno and the reason given apart.
 pub(crate) fn refuse_for(op: &str, path: &[u8], errno: i32, reason: impl Into<String>) -> FsError {
     refuse(op, path, Refusal::new(errno, reason))
+}
+
+/// An `EFBIG` from `budget::splice` or `budget::resize_bounded` as a recorded refusal (other errnos
+/// pass through).
+pub(crate) fn too_big(op: &str, path: &[u8], e: FsError, limit: usize) -> FsError {
+    if e.errno() != libc::EFBIG {
+        return e;
+    }
+    refuse_for(
+        op,
+        path,
+        libc::EFBIG,
+        format!(
+            "a file here holds at most {limit} bytes, and all lock and scratch files \
+                 together {HELD_BYTES_MAX}"
+        ),
+    )
 }
 
 #[cfg(test)]

@@ -25,12 +25,14 @@ use crate::fs::source::LogSettings;
 use crate::refname::check_for_update;
 
 mod packed;
+mod packed_file;
 mod read;
 mod stage;
 #[cfg(test)]
 mod tests;
 
-pub use packed::{packable, Layout, Packed, PackedLayer, Packing, STATE_FILE};
+pub use packed::{packable, Layout, Packed, PackedLayer, Packing};
+pub use packed_file::STATE_FILE;
 
 /// How long a reflog line waits in the open batch for the rename that commits its update.
 pub const LINE_WAITS_FOR_RENAME: std::time::Duration = std::time::Duration::from_millis(100);

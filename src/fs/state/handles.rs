@@ -8,11 +8,9 @@ use crate::fs::budget::{HANDLES_MAX, HELD_BYTES_MAX};
 use crate::fs::error::FsError;
 use crate::fs::inode::OpenMode;
 use crate::fs::protocol::Caller;
-use crate::fs::record::{refuse, refuse_for};
+use crate::fs::record::{refuse, refuse_for, too_big};
 use crate::fs::reserve;
 use crate::fs::view::{Kind, Listing};
-
-use super::calls::too_big;
 
 use super::{Inner, Shared};
 
