@@ -95,6 +95,12 @@ impl Out {
         }
     }
 
+    /// Flushes the buffer and reports success: the end of a command that printed.
+    pub fn finish(mut self) -> Result<std::process::ExitCode> {
+        self.flush()?;
+        Ok(std::process::ExitCode::SUCCESS)
+    }
+
     /// Flushes the buffer (call before reporting success; also done on drop).
     pub fn flush(&mut self) -> Result<()> {
         if self.closed {

@@ -362,8 +362,7 @@ pub fn run(args: Args) -> Result<ExitCode> {
             out.write(&line)?;
         }
     }
-    out.flush()?;
-    Ok(ExitCode::SUCCESS)
+    out.finish()
 }
 
 #[cfg(test)]

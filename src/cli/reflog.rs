@@ -104,8 +104,7 @@ pub fn run(args: Args) -> Result<ExitCode> {
         format_entry(l, short, n, abbrev, &mut line);
         out.write(&line)?;
     }
-    out.flush()?;
-    Ok(ExitCode::SUCCESS)
+    out.finish()
 }
 
 #[cfg(test)]

@@ -110,12 +110,7 @@ impl Shared {
         flags: i32,
         pid: u32,
     ) -> Result<(FileAttr, u64), FsError> {
-        if self.read_only() {
-            return Err(FsError::EROFS);
-        }
-        self.wait_staging_room();
-        let mut g = self.lock();
-        g.fresh()?;
+        let mut g = self.begin_change(true)?;
         let path = g.child_path(parent, name)?;
         if g.handles.len() >= HANDLES_MAX {
             return Err(refuse_for(

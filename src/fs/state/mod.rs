@@ -345,6 +345,20 @@ impl Shared {
     /// Before a call that may stage an edit: while the edits staged and not yet written
     /// are over [`STAGED_BYTES_MAX`], waits for the batcher (as a write waits for
     /// writeback), holding no lock.
+    /// The start of a call that changes the view: refused on a read-only mount, waiting
+    /// for room to stage when it `stages`, then the state locked and fresh.
+    fn begin_change(&self, stages: bool) -> Result<MutexGuard<'_, Inner>, FsError> {
+        if self.read_only() {
+            return Err(FsError::EROFS);
+        }
+        if stages {
+            self.wait_staging_room();
+        }
+        let mut g = self.lock();
+        g.fresh()?;
+        Ok(g)
+    }
+
     fn wait_staging_room(&self) {
         while self.staged.load(Ordering::Relaxed) >= STAGED_BYTES_MAX && !self.stopping() {
             self.queue.request_flush();

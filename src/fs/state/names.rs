@@ -30,13 +30,8 @@ impl Shared {
     }
 
     pub(crate) fn unlink(&self, parent: u64, name: &[u8], pid: u32) -> Result<(), FsError> {
-        if self.read_only() {
-            return Err(FsError::EROFS);
-        }
-        self.wait_staging_room();
         let actor = self.tgid(pid);
-        let mut g = self.lock();
-        g.fresh()?;
+        let mut g = self.begin_change(true)?;
         let path = g.child_path(parent, name)?;
         let kind = g.classify(&path)?.ok_or(FsError::ENOENT)?;
         if path == b"HEAD" && kind == Kind::Ref && !g.is_linked_worktree() {
@@ -95,11 +90,7 @@ impl Shared {
     }
 
     pub(crate) fn mkdir(&self, parent: u64, name: &[u8]) -> Result<FileAttr, FsError> {
-        if self.read_only() {
-            return Err(FsError::EROFS);
-        }
-        let mut g = self.lock();
-        g.fresh()?;
+        let mut g = self.begin_change(false)?;
         let path = g.child_path(parent, name)?;
         if g.classify(&path)?.is_some() {
             return Err(FsError::EEXIST);
@@ -149,11 +140,7 @@ impl Shared {
     }
 
     pub(crate) fn rmdir(&self, parent: u64, name: &[u8]) -> Result<(), FsError> {
-        if self.read_only() {
-            return Err(FsError::EROFS);
-        }
-        let mut g = self.lock();
-        g.fresh()?;
+        let mut g = self.begin_change(false)?;
         let path = g.child_path(parent, name)?;
         match g.classify(&path)? {
             // Gone already: a directory of the view exists while something is below it,
@@ -203,13 +190,8 @@ impl Shared {
         newname: &[u8],
         pid: u32,
     ) -> Result<(), FsError> {
-        if self.read_only() {
-            return Err(FsError::EROFS);
-        }
-        self.wait_staging_room();
         let actor = self.tgid(pid);
-        let mut g = self.lock();
-        g.fresh()?;
+        let mut g = self.begin_change(true)?;
         let from = g.child_path(parent, name)?;
         let to = g.child_path(newparent, newname)?;
         // Handles still open on the renamed file (a lock written and not yet closed).
