@@ -340,49 +340,6 @@ pub fn gogit_session(ctx: &Ctx) -> TestResult {
 }
 mount_test!(gogit_session, timeout = 900);
 
-/// Mounts a tmpfs of `size` on `dir` (root only; `None` otherwise), unmounted on drop.
-struct SmallFs(PathBuf);
-
-impl SmallFs {
-    fn mount(dir: &Path, size: &str) -> TestResult<Option<SmallFs>> {
-        // SAFETY: geteuid has no preconditions.
-        if unsafe { libc::geteuid() } != 0 {
-            return Ok(None);
-        }
-        fs::create_dir_all(dir)?;
-        let out = Command::new("mount")
-            .args(["-t", "tmpfs", "-o", &format!("size={size}"), "tmpfs"])
-            .arg(dir)
-            .output()?;
-        check(&out, "mount -t tmpfs")?;
-        Ok(Some(SmallFs(dir.to_path_buf())))
-    }
-
-    /// Grows a file until the file system is full.
-    fn fill(&self) -> TestResult<PathBuf> {
-        use std::io::Write;
-        let path = self.0.join("filler");
-        let mut f = fs::File::create(&path)?;
-        for chunk in [1 << 20, 4096, 512, 1] {
-            let buf = vec![b'x'; chunk];
-            loop {
-                match f.write_all(&buf) {
-                    Ok(()) => {}
-                    Err(e) if e.raw_os_error() == Some(libc::ENOSPC) => break,
-                    Err(e) => return Err(e.into()),
-                }
-            }
-        }
-        Ok(path)
-    }
-}
-
-impl Drop for SmallFs {
-    fn drop(&mut self) {
-        let _ = Command::new("umount").arg("-l").arg(&self.0).status();
-    }
-}
-
 /// `close(2)` of `f`, its error returned (a `File`'s drop ignores it).
 fn close(f: fs::File) -> std::io::Result<()> {
     use std::os::fd::IntoRawFd;
@@ -403,7 +360,7 @@ fn close(f: fs::File) -> std::io::Result<()> {
 pub fn config_written_in_place(ctx: &Ctx) -> TestResult {
     use std::io::Write;
     use std::os::unix::fs::FileExt;
-    let small = SmallFs::mount(&ctx.path("small"), "8m")?;
+    let small = crate::harness::SmallFs::mount(&ctx.path("small"), "8m")?;
     let base = match &small {
         Some(s) => s.0.clone(),
         None => ctx.path("plain"),

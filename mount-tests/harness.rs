@@ -975,3 +975,51 @@ pub fn strip_times(content: &[u8]) -> String {
         .collect::<Vec<_>>()
         .join("\n")
 }
+
+/// A tmpfs of a given size mounted on a directory (root only), unmounted on drop: a small
+/// file system to fill for the no-space tests.
+pub struct SmallFs(pub std::path::PathBuf);
+
+impl SmallFs {
+    /// Mounts a tmpfs of `size` (`"20m"`) on `dir`; `None` when not root.
+    pub fn mount(dir: &Path, size: &str) -> TestResult<Option<SmallFs>> {
+        // SAFETY: geteuid has no preconditions.
+        if unsafe { libc::geteuid() } != 0 {
+            return Ok(None);
+        }
+        std::fs::create_dir_all(dir)?;
+        let out = Command::new("mount")
+            .args(["-t", "tmpfs", "-o", &format!("size={size}"), "tmpfs"])
+            .arg(dir)
+            .output()?;
+        check(&out, "mount -t tmpfs")?;
+        Ok(Some(SmallFs(dir.to_path_buf())))
+    }
+
+    /// Fills the file system, to the last byte, with a file it returns; called again, it
+    /// takes what was freed since (say by the mount's compaction merging small tables).
+    pub fn fill(&self) -> TestResult<std::path::PathBuf> {
+        let path = self.0.join("filler");
+        let mut f = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&path)?;
+        for chunk in [1 << 20, 4096, 512, 1] {
+            let buf = vec![b'x'; chunk];
+            loop {
+                match f.write_all(&buf) {
+                    Ok(()) => {}
+                    Err(e) if e.raw_os_error() == Some(libc::ENOSPC) => break,
+                    Err(e) => return Err(e.into()),
+                }
+            }
+        }
+        Ok(path)
+    }
+}
+
+impl Drop for SmallFs {
+    fn drop(&mut self) {
+        let _ = Command::new("umount").arg("-l").arg(&self.0).status();
+    }
+}

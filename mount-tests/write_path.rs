@@ -2219,54 +2219,6 @@ pub fn never_refs_fail_at_the_call(ctx: &Ctx) -> TestResult {
 }
 mount_test!(never_refs_fail_at_the_call, timeout = 60);
 
-/// A size-limited tmpfs mounted for one test, unmounted (lazily) on every exit path.
-struct SmallFs(std::path::PathBuf);
-
-impl SmallFs {
-    /// Mounts a tmpfs of `size` (e.g. "20m") on `dir`; `None` when not root.
-    fn mount(dir: &Path, size: &str) -> TestResult<Option<SmallFs>> {
-        // SAFETY: geteuid has no preconditions.
-        if unsafe { libc::geteuid() } != 0 {
-            return Ok(None);
-        }
-        fs::create_dir_all(dir)?;
-        let out = Command::new("mount")
-            .args(["-t", "tmpfs", "-o", &format!("size={size}"), "tmpfs"])
-            .arg(dir)
-            .output()?;
-        crate::harness::check(&out, "mount -t tmpfs")?;
-        Ok(Some(SmallFs(dir.to_path_buf())))
-    }
-
-    /// Fills the file system: a file grown until the disk is full. Returns its path.
-    /// Fills the file system (again: what was freed since, say by the mount's compaction
-    /// merging many small tables, is taken too).
-    fn fill(&self) -> TestResult<std::path::PathBuf> {
-        let path = self.0.join("filler");
-        let mut f = fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(&path)?;
-        for chunk in [1 << 20, 4096, 512] {
-            let buf = vec![b'x'; chunk];
-            loop {
-                match f.write_all(&buf) {
-                    Ok(()) => {}
-                    Err(e) if e.raw_os_error() == Some(libc::ENOSPC) => break,
-                    Err(e) => return Err(e.into()),
-                }
-            }
-        }
-        Ok(path)
-    }
-}
-
-impl Drop for SmallFs {
-    fn drop(&mut self) {
-        let _ = Command::new("umount").arg("-l").arg(&self.0).status();
-    }
-}
-
 /// Issue 23, a full disk: with the git directory on a full 20 MiB file system, every
 /// update a client was told succeeded is in the stack and every other one failed at a
 /// system call — clients that never fsync (git 2.39, dulwich, pygit2) included. A
@@ -2275,7 +2227,7 @@ impl Drop for SmallFs {
 /// `update-ref`, `tag`), dulwich and pygit2 fail, `status` records ENOSPC, the stack
 /// holds exactly the acknowledged refs, and once there is room again a write succeeds.
 pub fn full_disk_fails_at_the_call(ctx: &Ctx) -> TestResult {
-    let Some(small) = SmallFs::mount(&ctx.path("small"), "20m")? else {
+    let Some(small) = crate::harness::SmallFs::mount(&ctx.path("small"), "20m")? else {
         note("SKIP: needs root to mount a size-limited tmpfs");
         return Ok(());
     };
