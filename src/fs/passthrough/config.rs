@@ -7,18 +7,28 @@
 //! name stands for while it is open, as a file's pages are: the served text
 //! (`config_view::served`) when first opened, then changed by the handles' writes and
 //! truncations. It is written to GITDIR (`config_view::restored` of it, to a temporary
-//! file in GITDIR, fsynced, renamed over `config`, the directory fsynced), if changed
-//! since last stored, when a handle opened for writing is closed (each `close`: FUSE
-//! `FLUSH`, whose error `close` returns) or released, when any handle is `fsync`ed, and
-//! at once for a `truncate` by name; so a reader never stores what a writer has not
-//! closed yet. While open, `stat` shows the open content's size. Whoever replaces `config`
-//! meanwhile — a rename over it through the mount (`config.lock`), `rm`, git 2.47 outside
-//! — leaves the open content orphaned, as an unlinked file: its handles keep reading and
-//! writing it and nothing of it is stored (the identity of GITDIR's file is checked under
-//! the config lock before each store). `rm config` stores `config_view::removed` (the
+//! file in GITDIR renamed over `config`: never torn), if changed since last stored, when
+//! a handle opened for writing is closed (each `close`: FUSE `FLUSH`, whose error `close`
+//! returns) or released, when any handle is `fsync`ed, and at once for a `truncate` by
+//! name; so a reader never stores what a writer has not closed yet. While open, `stat`
+//! shows the open content's size. Whoever replaces `config` meanwhile — a rename over
+//! it through the mount (`config.lock`), `rm`, git 2.47 outside — leaves the open
+//! content orphaned, as an unlinked file: its handles keep reading and writing it and
+//! nothing of it is stored (the identity of GITDIR's file is checked under the config
+//! lock before each store). `rm config` stores `config_view::removed` (the
 //! extension and format version only, under a tombstone line): the mount then shows no
 //! `config`, git 2.47 still reads a reftable repository, and the next create, write or
 //! rename over `config` stores the new content with them.
+//!
+//! **Durability** is a file's: content is durable after a client's `fsync` of it. A store
+//! is fsynced (the file, then GITDIR) when a client fsyncs an open `config` (with nothing
+//! left to store, GITDIR's config and GITDIR are fsynced) and when a file is renamed over
+//! `config`, unless the mount saw that file created empty and never fsynced since (git's
+//! `config.lock` with `core.fsync` at its default: nothing asked for an fsync, as on a
+//! disk; with `core.fsync=config` git fsyncs the lock first). A close, release or
+//! `truncate` by name does not fsync, as on a disk. The stores the mount makes of its own
+//! accord (`rm`'s tombstone, `config` moved away, an empty one created) are fsynced: a
+//! disk would keep the durable file there, the mount writes a new one.
 //!
 //! Bounds: one config at most [`CONFIG_MAX`] (`EFBIG`, refused and recorded: a client's
 //! write, a file renamed over it, GITDIR's own); all open contents together at most
@@ -222,15 +232,16 @@ impl Passthrough {
         Ok(self.served_config()?.map(|s| s.len() as u64))
     }
 
-    /// Writes `content` to a temporary file in GITDIR with `mode`, fsyncs it, renames it
-    /// to `to` (beneath GITDIR; `flags` of `renameat2`) and fsyncs GITDIR. Returns the
-    /// new file's attributes.
+    /// Writes `content` to a temporary file in GITDIR with `mode` and renames it to `to`
+    /// (beneath GITDIR; `flags` of `renameat2`); `durable`: the file fsynced before the
+    /// rename, GITDIR (and `to`'s directory) after it. Returns the new file's attributes.
     fn replace_atomically(
         &self,
         content: &[u8],
         mode: u32,
         to: &At<'_>,
         flags: u32,
+        durable: bool,
     ) -> Result<libc::stat, FsError> {
         let tmp = format!(
             "config.reftablefs-{}-{}.tmp",
@@ -261,7 +272,10 @@ impl Passthrough {
                 return Err(FsError::last_os_error());
             }
             f.write_all_at(content, 0).map_err(FsError::Io)?;
-            f.sync_all().map_err(FsError::Io)?;
+            if durable {
+                f.sync_all().map_err(FsError::Io)?;
+                self.config_syncs.fetch_add(1, Ordering::Relaxed);
+            }
             let st = Self::fstat(&f)?;
             // SAFETY: valid descriptors and NUL-terminated names.
             let r = unsafe {
@@ -287,8 +301,12 @@ impl Passthrough {
                 return Err(e);
             }
         };
+        if !durable {
+            return Ok(st);
+        }
         // SAFETY: an open directory descriptor.
         unsafe { libc::fsync(root) };
+        self.config_syncs.fetch_add(1, Ordering::Relaxed);
         if let Some(dir) = &to.dir {
             // The target's directory (an O_PATH descriptor: opened for the fsync).
             if let Ok(d) = openat(
@@ -305,15 +323,16 @@ impl Passthrough {
     }
 
     /// Stores `written` (what a client wrote as `config`) in GITDIR over `original` (its
-    /// config now), with the extension and format version kept; `op` names the call for
-    /// the refusal of a failed store. Returns the new file's attributes. The caller holds
-    /// the config lock.
+    /// config now), with the extension and format version kept, fsynced if `durable`;
+    /// `op` names the call for the refusal of a failed store. Returns the new file's
+    /// attributes. The caller holds the config lock.
     fn store_config(
         &self,
         op: &str,
         written: &[u8],
         original: &[u8],
         mode: u32,
+        durable: bool,
     ) -> Result<libc::stat, FsError> {
         let content = config_view::restored(written, original);
         if config_view::sets_extension(written) {
@@ -322,7 +341,7 @@ impl Passthrough {
             );
         }
         let to = self.at(CONFIG)?;
-        self.replace_atomically(&content, mode, &to, 0)
+        self.replace_atomically(&content, mode, &to, 0, durable)
             .map_err(|e| stored_failed(op, e))
     }
 
@@ -381,14 +400,27 @@ impl Passthrough {
         Ok(id)
     }
 
-    /// Stores `id`'s content if it changed since last stored (see the module docs). The
-    /// caller holds the config lock.
-    fn commit_config(&self, c: &mut Configs, id: u64, op: &str) -> Result<(), FsError> {
+    /// Stores `id`'s content if it changed since last stored (see the module docs);
+    /// `durable` (a client's `fsync`): fsynced, and if there was nothing to store, GITDIR's
+    /// config it stands for fsynced. The caller holds the config lock.
+    fn commit_config(
+        &self,
+        c: &mut Configs,
+        id: u64,
+        op: &str,
+        durable: bool,
+    ) -> Result<(), FsError> {
         let Some(f) = c.files.get(&id) else {
             return Ok(());
         };
-        if !f.dirty || f.orphan {
+        if f.orphan {
             return Ok(());
+        }
+        if !f.dirty {
+            return match (durable, f.real) {
+                (true, Some(real)) => self.sync_config(real).map_err(|e| stored_failed(op, e)),
+                _ => Ok(()),
+            };
         }
         let real = self.real_config()?;
         let now = real.as_ref().map(|(_, st)| identity(st));
@@ -401,7 +433,7 @@ impl Passthrough {
             Some((raw, st)) => (&raw[..], st.st_mode),
             None => (&[][..], f.st.st_mode),
         };
-        let st = self.store_config(op, &f.data, original, mode)?;
+        let st = self.store_config(op, &f.data, original, mode, durable)?;
         if let Some(f) = c.files.get_mut(&id) {
             f.real = Some(identity(&st));
             f.st = st;
@@ -469,7 +501,7 @@ impl Passthrough {
         }
         let old = real.as_ref().map(|(_, st)| identity(st));
         let original = real.map(|(raw, _)| raw).unwrap_or_default();
-        let st = self.store_config("create", b"", &original, mode)?;
+        let st = self.store_config("create", b"", &original, mode, true)?;
         c.orphan_current();
         if let Some(old) = old {
             self.lock().gone(old);
@@ -555,7 +587,7 @@ impl Passthrough {
         let r = c.change(id, "truncate", |_| Some(len), |buf| buf.resize(len, 0));
         let r = r.and_then(|()| {
             if now {
-                self.commit_config(&mut c, id, "truncate")
+                self.commit_config(&mut c, id, "truncate", false)
             } else {
                 Ok(())
             }
@@ -576,11 +608,38 @@ impl Passthrough {
     }
 
     /// `close` (FUSE `FLUSH`) or `fsync` of an open config: stores what its handles
-    /// changed; a failure is refused and recorded, and the content stays changed (the
-    /// next close, fsync or release tries again).
+    /// changed (fsynced for an `fsync`); a failure is refused and recorded, and the
+    /// content stays changed (the next close, fsync or release tries again).
     pub(super) fn flush_config(&self, id: u64, op: &str) -> Result<(), FsError> {
         let mut c = self.configs();
-        self.commit_config(&mut c, id, op)
+        self.commit_config(&mut c, id, op, op == "fsync")
+    }
+
+    /// fsyncs GITDIR's config if it is still the file `real`, then GITDIR (the name may
+    /// have been stored without an fsync).
+    fn sync_config(&self, real: (u64, u64)) -> Result<(), FsError> {
+        let f = match self.open_beneath(CONFIG, libc::O_RDONLY | libc::O_NONBLOCK, 0) {
+            Ok(f) => f,
+            // Gone meanwhile: nothing of it to make durable.
+            Err(e) if e.errno() == libc::ENOENT => return Ok(()),
+            Err(e) => return Err(e),
+        };
+        if identity(&Self::fstat(&f)?) != real {
+            return Ok(());
+        }
+        f.sync_all().map_err(FsError::Io)?;
+        // SAFETY: an open directory descriptor.
+        if unsafe { libc::fsync(self.root.as_raw_fd()) } != 0 {
+            return Err(FsError::last_os_error());
+        }
+        self.config_syncs.fetch_add(2, Ordering::Relaxed);
+        Ok(())
+    }
+
+    /// fsyncs made by stores of `config` so far.
+    #[cfg(test)]
+    pub(super) fn config_syncs(&self) -> u64 {
+        self.config_syncs.load(Ordering::Relaxed)
     }
 
     /// The last close of a handle: a writable one stores what is still unstored (a
@@ -589,7 +648,7 @@ impl Passthrough {
     pub(super) fn release_config(&self, id: u64, writable: bool) {
         let mut c = self.configs();
         if writable {
-            if let Err(e) = self.commit_config(&mut c, id, "release") {
+            if let Err(e) = self.commit_config(&mut c, id, "release", false) {
                 crate::fs::record::log_error("release", CONFIG, &e);
             }
         }
@@ -605,7 +664,7 @@ impl Passthrough {
         let mut c = self.configs();
         let (raw, st) = self.shown_config()?;
         let to = self.at(CONFIG)?;
-        self.replace_atomically(&config_view::removed(&raw), st.st_mode, &to, 0)
+        self.replace_atomically(&config_view::removed(&raw), st.st_mode, &to, 0, true)
             .map_err(|e| stored_failed("unlink", e))?;
         c.orphan_current();
         self.lock().gone(identity(&st));
@@ -641,7 +700,12 @@ impl Passthrough {
         )?;
         let old = real.as_ref().map(|(_, st)| identity(st));
         let original = real.map(|(raw, _)| raw).unwrap_or_default();
-        self.store_config("rename", &written, &original, src.st_mode)?;
+        let unsynced = {
+            let g = self.lock();
+            let node = g.by_real.get(&identity(src)).and_then(|i| g.nodes.get(i));
+            node.is_some_and(|n| n.unsynced)
+        };
+        self.store_config("rename", &written, &original, src.st_mode, !unsynced)?;
         c.orphan_current();
         // SAFETY: valid descriptor and name.
         if unsafe { libc::unlinkat(from.dirfd(), from.name(), 0) } != 0 {
@@ -676,9 +740,10 @@ impl Passthrough {
         let mut c = self.configs();
         let (raw, st) = self.shown_config()?;
         let old_target = to.lstat().ok();
-        let moved = self.replace_atomically(&config_view::served(&raw), st.st_mode, to, flags)?;
+        let moved =
+            self.replace_atomically(&config_view::served(&raw), st.st_mode, to, flags, true)?;
         let root = self.at(CONFIG)?;
-        self.replace_atomically(&config_view::removed(&raw), st.st_mode, &root, 0)
+        self.replace_atomically(&config_view::removed(&raw), st.st_mode, &root, 0, true)
             .map_err(|e| stored_failed("rename", e))?;
         c.orphan_current();
         let mut g = self.lock();

@@ -109,7 +109,17 @@ impl Passthrough {
         let path = self.child_path(parent, name)?;
         let file = self.open_beneath(&path, flags & CLIENT_OPEN_FLAGS | libc::O_CREAT, n.perm())?;
         let st = Self::fstat(&file)?;
-        let ino = self.lock().remember(parent, name, &st);
+        let ino = {
+            let mut g = self.lock();
+            let ino = g.remember(parent, name, &st);
+            // Empty: whatever it will hold is written through the mount from here on.
+            if st.st_size == 0 {
+                if let Some(n) = g.nodes.get_mut(&ino) {
+                    n.unsynced = true;
+                }
+            }
+            ino
+        };
         let attr = self.attr(ino, &st, None);
         Ok((attr, self.opened(ino, file, open_backing)?))
     }
@@ -177,13 +187,13 @@ impl Passthrough {
     pub fn fsync(&self, fh: u64, datasync: bool) -> Result<(), FsError> {
         // As in `write`: the lock dropped before a config is stored.
         let handle = match self.lock().handles.get(&fh) {
-            Some(PHandle::File { file, .. }) => Ok(Some(file.clone())),
+            Some(PHandle::File { file, ino, .. }) => Ok(Some((file.clone(), *ino))),
             Some(&PHandle::Config { id, .. }) => Err(id),
             Some(_) => Ok(None),
             None => return Err(FsError::EBADF),
         };
-        let file = match handle {
-            Ok(Some(file)) => file,
+        let (file, ino) = match handle {
+            Ok(Some(h)) => h,
             Ok(None) => return Ok(()),
             Err(id) => return self.flush_config(id, "fsync"),
         };
@@ -192,7 +202,11 @@ impl Passthrough {
         } else {
             file.sync_all()
         };
-        r.map_err(FsError::Io)
+        r.map_err(FsError::Io)?;
+        if let Some(n) = self.lock().nodes.get_mut(&ino) {
+            n.unsynced = false;
+        }
+        Ok(())
     }
 
     pub fn release(&self, fh: u64) {

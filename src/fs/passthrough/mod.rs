@@ -95,6 +95,11 @@ struct Node {
     real: (u64, u64),
     /// `S_IFMT` bits.
     fmt: u32,
+    /// Created empty through the mount (`create`) and not `fsync`ed through it since:
+    /// what it holds is what a client wrote and never asked to be durable, so `config`
+    /// stored from it (renamed over `config`) is not fsynced either (`config.rs`).
+    /// `false` for every other node (not known: such a store is fsynced).
+    unsynced: bool,
 }
 
 enum PHandle {
@@ -149,6 +154,9 @@ pub struct Passthrough {
     configs: Mutex<config::Configs>,
     kernel: AtomicBool,
     tmp_seq: AtomicU64,
+    /// fsyncs made by stores of `config` (files and GITDIR), for the tests.
+    #[cfg_attr(not(test), allow(dead_code))]
+    config_syncs: AtomicU64,
     uid: u32,
     gid: u32,
 }
@@ -237,6 +245,7 @@ impl Inner {
                 nlookup: 1,
                 real,
                 fmt,
+                unsynced: false,
             },
         );
         self.by_real.insert(real, ino);
@@ -321,6 +330,7 @@ impl Passthrough {
             configs: Mutex::new(config::Configs::default()),
             kernel: AtomicBool::new(false),
             tmp_seq: AtomicU64::new(0),
+            config_syncs: AtomicU64::new(0),
             uid,
             gid,
         })

@@ -533,3 +533,82 @@ fn config_writes_are_bounded() {
     p.release(fh);
     assert_eq!(std::fs::read(t.path().join("config")).unwrap(), b"[core]\n");
 }
+
+/// A store of `config` is fsynced when a client asks for it, as a file's content is
+/// durable after its fsync: git's `config.lock` written and renamed over `config`
+/// (`core.fsync` at its default) is stored without an fsync, and with an fsync when
+/// the lock was fsynced first; a close does not fsync, a client's fsync of an open
+/// `config` does (what it holds, or GITDIR's file when nothing is left to store); a
+/// file the mount did not see created empty is taken as durable. Every store keeps the
+/// extension and leaves no temporary file.
+#[test]
+fn config_stores_are_fsynced_when_the_client_asks() {
+    let t = tempfile::tempdir().unwrap();
+    let dir = t.path();
+    let init = b"[core]\n\trepositoryformatversion = 1\n[extensions]\n\trefStorage = reftable\n";
+    std::fs::write(dir.join("config"), init).unwrap();
+    let real = || String::from_utf8(std::fs::read(dir.join("config")).unwrap()).unwrap();
+    let has_ext = |s: &str| s.contains("\trefStorage = reftable\n");
+    let p = Passthrough::new(dir).unwrap();
+    let none = |_: &File| -> io::Result<BackingId> { Err(io::Error::other("no")) };
+
+    // git's rewrite: config.lock created, written, closed, renamed: no fsync.
+    put(
+        &p,
+        node(ROOT, b"config.lock", 0o644, 0),
+        libc::O_RDWR | libc::O_EXCL,
+        b"[one]\n",
+    );
+    rename(&p, ROOT, b"config.lock", ROOT, b"config").unwrap();
+    assert!(
+        real().starts_with("[one]\n") && has_ext(&real()),
+        "{}",
+        real()
+    );
+    assert_eq!(p.config_syncs(), 0);
+
+    // The same with the lock fsynced first (core.fsync=config): file and GITDIR.
+    let (_, fh) = create(
+        &p,
+        node(ROOT, b"config.lock", 0o644, 0),
+        libc::O_RDWR | libc::O_EXCL,
+    );
+    p.write(fh, 0, b"[two]\n").unwrap();
+    p.fsync(fh, false).unwrap();
+    p.release(fh);
+    rename(&p, ROOT, b"config.lock", ROOT, b"config").unwrap();
+    assert!(real().starts_with("[two]\n") && has_ext(&real()));
+    assert_eq!(p.config_syncs(), 2);
+
+    // A file that was there before the mount saw it (not known to be unsynced).
+    std::fs::write(dir.join("config.new"), b"[three]\n").unwrap();
+    p.lookup(ROOT, b"config.new").unwrap();
+    rename(&p, ROOT, b"config.new", ROOT, b"config").unwrap();
+    assert!(real().starts_with("[three]\n") && has_ext(&real()));
+    assert_eq!(p.config_syncs(), 4);
+
+    // Written in place and closed: stored, not fsynced; then fsynced with nothing left
+    // to store: GITDIR's config and GITDIR.
+    let ino = p.lookup(ROOT, b"config").unwrap().ino.0;
+    let fh = plain(p.open(ino, libc::O_WRONLY | libc::O_APPEND, none).unwrap());
+    p.write(fh, 0, b"[four]\n").unwrap();
+    p.flush(fh).unwrap();
+    assert!(real().starts_with("[three]\n[four]\n") && has_ext(&real()));
+    assert_eq!(p.config_syncs(), 4);
+    p.fsync(fh, false).unwrap();
+    assert_eq!(p.config_syncs(), 6);
+    // Written and fsynced: stored with its fsyncs; the release stores nothing more.
+    p.write(fh, 0, b"[five]\n").unwrap();
+    p.fsync(fh, true).unwrap();
+    assert!(real().starts_with("[three]\n[four]\n[five]\n") && has_ext(&real()));
+    assert_eq!(p.config_syncs(), 8);
+    p.release(fh);
+    assert_eq!(p.config_syncs(), 8);
+
+    let left: Vec<_> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| n != "config")
+        .collect();
+    assert!(left.is_empty(), "{left:?}");
+}
