@@ -2,14 +2,19 @@
 # Deletions at scale (issue 26 item 3): git 2.39's `fetch --prune` pruning 200 of 5,000
 # remote-tracking branches (after the same fetch with --dry-run, which only reads: the
 # part of the time that is not deleting), then `branch -D` of 100 of 5,000 local
-# branches, on a files clone on the local disk (its remote-tracking refs packed, as `git
-# clone` leaves them; the local branches loose), on a copy of it with every ref loose (as
-# fetches leave them before a gc: what the mount shows, since its refs never leave the
-# loose view), and through the mount over a reftable clone in the same state, in one
-# interleaved run (mount, loose, files for the dry run; files, loose, mount for the
-# fetch; mount, loose, files for branch -D). Prints each time, the ratios mount/files and
-# mount/loose and the goal (within 2× files), and checks that the three sides end with
-# the same refs.
+# branches, on four sides in one interleaved run:
+#   files   a files clone on the local disk (its remote-tracking refs packed, as `git
+#           clone` leaves them; the local branches loose)
+#   loose   a copy of it with every ref loose (as fetches leave them before a gc)
+#   mount   the mount in its default layout (`--layout=loose`: every ref a loose file)
+#           over a reftable clone in the same state: like with like is `loose`
+#   packed  the mount with `--layout=packed` (as after `git gc`: every ref in
+#           packed-refs) over another copy of that clone: like with like is `files`
+#           (fewer loose files than it: its local branches are packed too)
+# Order: mount, packed, loose, files for the dry run; files, loose, packed, mount for the
+# fetch; mount, packed, loose, files for branch -D. Prints each time, the ratios
+# packed/files, mount/loose and mount/files, the goal (within 2× files, the packed
+# layout against the files clone), and checks that the four sides end with the same refs.
 #
 #   bash benches/prune_bench.sh                 5,000 branches, 200 pruned, 100 deleted
 #   BENCH_SCALE=10 bash benches/prune_bench.sh  sizes divided by 10
@@ -40,18 +45,29 @@ else
 fi
 
 work="$(mktemp -d "${TMPDIR:-/tmp}/reftablefs-prune.XXXXXX")"
+# The two mounts: the default (loose) layout and the packed one.
 mnt="$work/mnt"
-mount_pid=""
+pmnt="$work/pmnt"
+mount_pids=()
+unmount_all() {
+    local m pid
+    for m in "$mnt" "$pmnt"; do
+        if grep -q " $m " /proc/self/mountinfo; then
+            timeout 60 "$bin" unmount "$m" || fusermount3 -uz "$m" || umount -l "$m"
+        fi
+    done
+    for pid in "${mount_pids[@]}"; do
+        for _ in $(seq 100); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+        kill -KILL "$pid" 2>/dev/null || true
+    done
+    mount_pids=()
+}
 cleanup() {
     set +e
-    if grep -q " $mnt " /proc/self/mountinfo; then
-        timeout 60 "$bin" unmount "$mnt" || fusermount3 -uz "$mnt" || umount -l "$mnt"
-    fi
-    if [ -n "$mount_pid" ]; then
-        for _ in $(seq 100); do kill -0 "$mount_pid" 2>/dev/null || break; sleep 0.1; done
-        kill -KILL "$mount_pid" 2>/dev/null
-    fi
-    grep -q " $mnt " /proc/self/mountinfo && echo "prune: WARNING: $mnt is still mounted" >&2
+    unmount_all
+    for m in "$mnt" "$pmnt"; do
+        grep -q " $m " /proc/self/mountinfo && echo "prune: WARNING: $m is still mounted" >&2
+    done
     rm -rf "$work"
 }
 trap cleanup EXIT
@@ -89,6 +105,8 @@ cp -a "$work/files" "$work/loose"
 (cd "$work/loose/.git" && grep -v '^[#^]' packed-refs | while read -r id name; do
     mkdir -p "$(dirname "$name")" && printf '%s\n' "$id" >"$name"
 done && rm packed-refs)
+# The packed layout's clone: the reftable clone in the same state.
+cp -a "$work/reftable" "$work/reftable-p"
 nloose=$(find "$work/files/.git/refs" -type f | wc -l)
 fstype=$(findmnt -no FSTYPE -T "$work/files/.git" 2>/dev/null || stat -f -c %T "$work/files/.git")
 echo "  files clone: $nloose loose refs on $fstype, packed-refs $(wc -l <"$work/files/.git/packed-refs" 2>/dev/null || echo 0) lines"
@@ -99,15 +117,21 @@ awk -v n="$nprune" -v s="$step" 'BEGIN { for (i = 0; i < n; i++) printf "delete 
 # The local branches deleted: ndel, offset from the pruned ones.
 dels=$(awk -v n="$ndel" -v s="$step" 'BEGIN { for (i = 0; i < n; i++) printf "b%05d ", i * s + 1 }')
 
-mkdir -p "$mnt"
-timeout "$limit" "$bin" mount "$work/reftable/.git" "$mnt" 2>>"$work/mount.log" &
-mount_pid=$!
-for _ in $(seq 300); do
-    grep -q " $mnt " /proc/self/mountinfo && break
-    kill -0 "$mount_pid" 2>/dev/null || { tail -5 "$work/mount.log"; echo "prune: mount failed"; exit 1; }
-    sleep 0.1
-done
-grep -q " $mnt " /proc/self/mountinfo || { echo "prune: mount not ready after 30 s"; exit 1; }
+# mount_at GITDIR MOUNTPOINT [OPTION...]: the mount in the background, ready.
+mount_at() {
+    local gitdir="$1" at="$2"; shift 2
+    mkdir -p "$at"
+    timeout "$limit" "$bin" mount "$@" "$gitdir" "$at" 2>>"$work/mount.log" &
+    mount_pids+=("$!")
+    for _ in $(seq 300); do
+        grep -q " $at " /proc/self/mountinfo && return 0
+        kill -0 "${mount_pids[-1]}" 2>/dev/null || { tail -5 "$work/mount.log"; echo "prune: mount failed"; exit 1; }
+        sleep 0.1
+    done
+    echo "prune: mount not ready after 30 s"; exit 1
+}
+mount_at "$work/reftable/.git" "$mnt"
+mount_at "$work/reftable-p/.git" "$pmnt" --layout=packed
 
 # side NAME: runs git 2.39 with the side's git directory; the elapsed µs in $took.
 took=0
@@ -115,6 +139,7 @@ run() {
     local side="$1"; shift
     local gitdir="$work/$side/.git" wt="$work/$side"
     [ "$side" = mount ] && { gitdir="$mnt"; wt="$work/reftable"; }
+    [ "$side" = packed ] && { gitdir="$pmnt"; wt="$work/reftable-p"; }
     local t0 t1
     t0=$(now_us)
     if ! (cd "$wt" && GIT_DIR="$gitdir" timeout "$limit" "$oldgit" "$@" >"$work/out.$side" 2>&1); then
@@ -127,27 +152,29 @@ load_before=$(load)
 echo "== prune: fetch --prune ($nprune of $nb), then branch -D ($ndel of $nb) (load: $load_before)"
 # What fetch --prune reads before it deletes: the same fetch with --dry-run.
 run mount fetch -q --dry-run --prune origin; m_dry=$took
+run packed fetch -q --dry-run --prune origin; p_dry=$took
 run loose fetch -q --dry-run --prune origin; l_dry=$took
 run files fetch -q --dry-run --prune origin; f_dry=$took
 run files fetch -q --prune origin; f_fetch=$took
 run loose fetch -q --prune origin; l_fetch=$took
+run packed fetch -q --prune origin; p_fetch=$took
 run mount fetch -q --prune origin; m_fetch=$took
 # shellcheck disable=SC2086
 run mount branch -q -D $dels; m_del=$took
+# shellcheck disable=SC2086
+run packed branch -q -D $dels; p_del=$took
 # shellcheck disable=SC2086
 run loose branch -q -D $dels; l_del=$took
 # shellcheck disable=SC2086
 run files branch -q -D $dels; f_del=$took
 load_after=$(load)
 
-# Both sides end with the same refs (the mount's written first).
-timeout 60 "$bin" unmount "$mnt"
-for _ in $(seq 100); do kill -0 "$mount_pid" 2>/dev/null || break; sleep 0.1; done
-mount_pid=""
-for f in files loose reftable; do
+# Every side ends with the same refs (the mounts' written first).
+unmount_all
+for f in files loose reftable reftable-p; do
     git -C "$work/$f" for-each-ref --format='%(refname) %(objectname)' >"$work/refs.$f"
 done
-for f in loose reftable; do
+for f in loose reftable reftable-p; do
     if ! cmp -s "$work/refs.files" "$work/refs.$f"; then
         echo "prune: the $f clone differs from the files clone after the run:"
         diff "$work/refs.files" "$work/refs.$f" | head; exit 1
@@ -156,10 +183,13 @@ done
 left=$(grep -c ' ' "$work/refs.files")
 
 echo
-echo "| step ($nb branches) | through the mount | files clone ($fstype) | all loose ($fstype) | mount / files | mount / loose | goal |"
-echo "| --- | --- | --- | --- | --- | --- | --- |"
-echo "| git 2.39 fetch --dry-run --prune (reads only) | $(ms "$m_dry") | $(ms "$f_dry") | $(ms "$l_dry") | $(ratio "$m_dry" "$f_dry") | $(ratio "$m_dry" "$l_dry") | — |"
-echo "| git 2.39 fetch --prune, $nprune pruned | $(ms "$m_fetch") | $(ms "$f_fetch") | $(ms "$l_fetch") | $(ratio "$m_fetch" "$f_fetch") | $(ratio "$m_fetch" "$l_fetch") | ≤ 2× files |"
-echo "| git 2.39 branch -D, $ndel deleted | $(ms "$m_del") | $(ms "$f_del") | $(ms "$l_del") | $(ratio "$m_del" "$f_del") | $(ratio "$m_del" "$l_del") | ≤ 2× files |"
+echo "| step ($nb branches) | mount, packed layout | files clone ($fstype) | **packed / files** | mount, loose layout | all loose ($fstype) | mount / loose | mount / files | goal |"
+echo "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"
+row() { # label mount packed loose files goal
+    echo "| $1 | $(ms "$3") | $(ms "$5") | **$(ratio "$3" "$5")** | $(ms "$2") | $(ms "$4") | $(ratio "$2" "$4") | $(ratio "$2" "$5") | $6 |"
+}
+row "git 2.39 fetch --dry-run --prune (reads only)" "$m_dry" "$p_dry" "$l_dry" "$f_dry" "—"
+row "git 2.39 fetch --prune, $nprune pruned" "$m_fetch" "$p_fetch" "$l_fetch" "$f_fetch" "packed ≤ 2× files"
+row "git 2.39 branch -D, $ndel deleted" "$m_del" "$p_del" "$l_del" "$f_del" "packed ≤ 2× files"
 echo
 echo "($left refs left on each side, identical; load average before: $load_before, after: $load_after; $(nproc) CPUs)"
