@@ -37,6 +37,15 @@ pub use packed_file::STATE_FILE;
 /// How long a reflog line waits in the open batch for the rename that commits its update.
 pub const LINE_WAITS_FOR_RENAME: std::time::Duration = std::time::Duration::from_millis(100);
 
+/// The directories a ref name lies in, outermost first: `refs`, `refs/heads` for
+/// `refs/heads/main`.
+pub(super) fn dir_prefixes(name: &[u8]) -> impl Iterator<Item = &[u8]> {
+    name.iter()
+        .enumerate()
+        .filter(|(_, &b)| b == b'/')
+        .map(move |(i, _)| name.get(..i).unwrap_or_default())
+}
+
 /// A source error as a refusal (EIO and the message).
 fn source_err(e: crate::Error) -> Refusal {
     Refusal {

@@ -630,12 +630,7 @@ impl WriteState {
             if self.effective(src, name)?.is_some() {
                 changes.push((name.clone(), Some(Packing::Loose(Some(*q))), None));
             } else {
-                let mut i = 0;
-                while let Some(pos) = name
-                    .get(i..)
-                    .and_then(|r| r.iter().position(|&b| b == b'/'))
-                {
-                    let dir = name.get(..i + pos).unwrap_or_default();
+                for dir in dir_prefixes(name) {
                     if created.contains(dir) && self.effective(src, dir)?.is_none() {
                         return Err(Refusal::new(
                             libc::EINVAL,
@@ -646,7 +641,6 @@ impl WriteState {
                             ),
                         ));
                     }
-                    i += pos + 1;
                 }
                 if seen.is_some_and(|s| s != self.packed.external) {
                     return Err(Refusal::new(
