@@ -518,7 +518,8 @@ mount_test!(packed_layout_is_a_gc_ed_files_git, timeout = 180);
 
 /// 25.3: `packed-refs` exists as in a files `.git`: absent on a fresh (loose-layout) mount,
 /// still absent after git 2.39 creates, updates and deletes a loose ref (it takes
-/// `packed-refs.lock` for a deletion and drops it), present once `pack-refs` wrote it.
+/// `packed-refs.lock` for a deletion and drops it), present once `pack-refs` wrote it,
+/// absent after `rm`, present and empty after a plain create, also after a kill -9.
 pub fn packed_refs_absent_until_written(ctx: &Ctx) -> TestResult {
     let t = Twins::new(ctx, &[])?;
     let absent = |what: &str| -> TestResult {
@@ -545,6 +546,24 @@ pub fn packed_refs_absent_until_written(ctx: &Ctx) -> TestResult {
         "no packed-refs after pack-refs"
     );
     t.stack_agrees("after packing")?;
+    // Removed, then made empty by a plain create (`: >packed-refs`): it exists, empty; so
+    // it stays after a kill -9 (that it exists is kept at the call, not within a second).
+    fs::remove_file(t.m.path("packed-refs"))?;
+    fs::remove_file(t.files.join("packed-refs"))?;
+    absent("after rm packed-refs")?;
+    File::create(t.m.path("packed-refs"))?;
+    File::create(t.files.join("packed-refs"))?;
+    t.same_trees("after an empty packed-refs was made")?;
+    File::open(t.m.path("HEAD"))?.sync_all()?;
+    t.m.kill9()?;
+    let m = Mount::start(&t.repo.gitdir, &ctx.path("mnt"), &[])?;
+    let t = Twins { m, ..t };
+    ensure!(
+        fs::read(t.m.path("packed-refs"))?.is_empty(),
+        "the empty packed-refs did not survive a kill -9"
+    );
+    t.same_trees("after a kill -9 and a mount")?;
+    t.stack_agrees("after a kill -9 and a mount")?;
     t.m.unmount()
 }
 mount_test!(packed_refs_absent_until_written, timeout = 180);

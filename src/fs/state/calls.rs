@@ -181,8 +181,12 @@ impl Shared {
                 }
             }
             view::Area::PackedRefs => {
-                // It did not exist (`protocol/packed_whole.rs`): created empty.
-                return self.create_packed_refs(&mut g, parent, name);
+                // It did not exist (`protocol/packed_whole.rs`): created empty, and that it
+                // exists kept now, not within a second.
+                let r = self.create_packed_refs(&mut g, parent, name);
+                drop(g);
+                self.save_packed_state(true);
+                return r;
             }
             _ => Target::Scratch,
         };

@@ -89,6 +89,10 @@ impl Shared {
             // unlinked after it (`pack-refs --prune`: unlink `x`, then `x.lock`).
             self.queue_changed_dirs(&[&path]);
         }
+        if kind == Kind::PackedRefs {
+            // That it is gone is kept now, not within a second.
+            self.save_packed_state(true);
+        }
         Ok(())
     }
 
@@ -247,10 +251,14 @@ impl Shared {
         // a new packed-refs may make or remove refs anywhere.
         g.name_went(&from);
         g.entries_changed(super::parent_dir(&to), true);
+        g.after_staging();
         if to == b"packed-refs" {
             g.all_entries_changed();
+            drop(g);
+            // That it exists (a `packed-refs` without entries) is kept now, not within a
+            // second.
+            self.save_packed_state(true);
         }
-        g.after_staging();
         Ok(())
     }
 }

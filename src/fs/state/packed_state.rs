@@ -1,10 +1,10 @@
 //! The packed layer kept across unmount and mount (`GITDIR/reftablefs-packed`,
 //! [`crate::fs::protocol::STATE_FILE`]): read once when the view starts, written
-//! by the watcher at most once a second after it changed and once more at unmount.
+//! by the watcher at most once a second after it changed, at once after `packed-refs` was
+//! created, renamed onto or unlinked (whether it exists), and once more at unmount.
 //! What it can lose: the changes of the last second when the daemon is killed (`kill -9`)
 //! — the refs' values are in the stack whatever happens; only whether a ref shows as a
-//! loose file or in `packed-refs` (and whether an empty `packed-refs` exists) falls back to
-//! the layout's default.
+//! loose file or in `packed-refs` falls back to the layout's default.
 //!
 //! A `packed-refs` that does not parse (`protocol/packed_whole.rs`) is kept in its own file
 //! ([`JUNK_FILE`]), written (`fsync`ed) before the call that wrote it returns, removed when
