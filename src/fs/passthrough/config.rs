@@ -61,7 +61,7 @@ pub const CONFIG_HELD_MAX: usize = 64 << 20;
 /// (st_dev, st_ino) of GITDIR's config, `None` where there is none.
 type Identity = Option<(u64, u64)>;
 
-fn identity(st: &libc::stat) -> (u64, u64) {
+pub(super) fn identity(st: &libc::stat) -> (u64, u64) {
     (st.st_dev, st.st_ino)
 }
 
@@ -105,7 +105,7 @@ impl Configs {
     }
 
     /// The current content is orphaned (the name was replaced or removed).
-    fn orphan_current(&mut self) {
+    pub(super) fn orphan_current(&mut self) {
         if let Some(id) = self.current {
             self.orphan(id);
         }
@@ -162,7 +162,7 @@ impl Configs {
 }
 
 /// Reads `f` to its end; more than [`CONFIG_MAX`] is refused (`EFBIG`), never cut.
-fn read_config_file(f: File, what: &[u8]) -> Result<Vec<u8>, FsError> {
+pub(super) fn read_config_file(f: File, what: &[u8]) -> Result<Vec<u8>, FsError> {
     use std::io::Read;
     let mut out = Vec::new();
     (&f).take(CONFIG_MAX as u64 + 1)
@@ -326,7 +326,7 @@ impl Passthrough {
     /// config now), with the extension and format version kept, fsynced if `durable`;
     /// `op` names the call for the refusal of a failed store. Returns the new file's
     /// attributes. The caller holds the config lock.
-    fn store_config(
+    pub(super) fn store_config(
         &self,
         op: &str,
         written: &[u8],
@@ -671,61 +671,6 @@ impl Passthrough {
         Ok(())
     }
 
-    /// `rename(X → config)`: X's content stored as the config, X removed.
-    pub(super) fn install_config(
-        &self,
-        from: &At<'_>,
-        src: &libc::stat,
-        flags: u32,
-    ) -> Result<(), FsError> {
-        if src.st_mode & libc::S_IFMT != libc::S_IFREG || flags & libc::RENAME_EXCHANGE != 0 {
-            return Err(FsError::EINVAL);
-        }
-        let mut c = self.configs();
-        let real = self.real_config()?;
-        let present = real
-            .as_ref()
-            .is_some_and(|(raw, _)| !config_view::is_removed(raw));
-        if present && flags & libc::RENAME_NOREPLACE != 0 {
-            return Err(FsError::EEXIST);
-        }
-        let written = read_config_file(
-            File::from(openat(
-                from.dirfd(),
-                &from.name,
-                libc::O_RDONLY | libc::O_NONBLOCK | libc::O_NOFOLLOW | libc::O_CLOEXEC,
-                0,
-            )?),
-            CONFIG,
-        )?;
-        let old = real.as_ref().map(|(_, st)| identity(st));
-        let original = real.map(|(raw, _)| raw).unwrap_or_default();
-        let unsynced = {
-            let g = self.lock();
-            let node = g.by_real.get(&identity(src)).and_then(|i| g.nodes.get(i));
-            node.is_some_and(|n| n.unsynced)
-        };
-        self.store_config("rename", &written, &original, src.st_mode, !unsynced)?;
-        c.orphan_current();
-        // SAFETY: valid descriptor and name.
-        if unsafe { libc::unlinkat(from.dirfd(), from.name(), 0) } != 0 {
-            return Err(FsError::last_os_error());
-        }
-        // The kernel now knows the renamed node as `config`: it resolves to the real one.
-        let mut g = self.lock();
-        if let Some(old) = old {
-            g.gone(old);
-        }
-        if let Some(&ino) = g.by_real.get(&identity(src)) {
-            if let Some(n) = g.nodes.get_mut(&ino) {
-                n.parent = ROOT;
-                n.name = CONFIG.into();
-            }
-        }
-        g.gone(identity(src));
-        Ok(())
-    }
-
     /// `rename(config → Y)`: Y becomes a file of GITDIR with the served config (written
     /// to a temporary file and renamed there), then `config` is removed as by `rm`.
     pub(super) fn move_config_away(
@@ -770,7 +715,7 @@ impl Passthrough {
 
 /// A store of GITDIR's config that failed: refused with the file system's errno (the
 /// client's call fails) and recorded.
-fn stored_failed(op: &str, e: FsError) -> FsError {
+pub(super) fn stored_failed(op: &str, e: FsError) -> FsError {
     if matches!(e, FsError::Refused { .. }) {
         return e;
     }

@@ -15,7 +15,8 @@
 //! symbolic link that is itself in GITDIR is still a link through the mount (listed,
 //! `readlink`, resolved by the client's kernel). The stack's own files (`reftable/`) are not
 //! visible and cannot be created; `config` is a file served without
-//! `extensions.refStorage` and stored with it (`config.rs`, `config_view.rs`).
+//! `extensions.refStorage` and stored with it (`config.rs`, `config_view.rs`; a file
+//! renamed over it in `config_rename.rs`).
 //!
 //! Inode numbers have the top bit set (`ino::PASS_BIT`), disjoint from the ref views'
 //! (`ino.rs`). A node is remembered as (parent, name) while the
@@ -41,6 +42,7 @@ use crate::fs::error::FsError;
 use crate::fs::ino::{pass_ino, ROOT};
 
 mod config;
+mod config_rename;
 mod dirs;
 mod files;
 mod resolve;

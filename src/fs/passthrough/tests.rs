@@ -552,13 +552,16 @@ fn config_stores_are_fsynced_when_the_client_asks() {
     let p = Passthrough::new(dir).unwrap();
     let none = |_: &File| -> io::Result<BackingId> { Err(io::Error::other("no")) };
 
-    // git's rewrite: config.lock created, written, closed, renamed: no fsync.
-    put(
+    // git's rewrite: config.lock created, written, closed, renamed: no fsync; the lock's
+    // file is the config now, as a rename on a disk keeps it.
+    use std::os::unix::fs::MetadataExt;
+    let a = put(
         &p,
         node(ROOT, b"config.lock", 0o644, 0),
         libc::O_RDWR | libc::O_EXCL,
         b"[one]\n",
     );
+    let lock_ino = std::fs::metadata(dir.join("config.lock")).unwrap().ino();
     rename(&p, ROOT, b"config.lock", ROOT, b"config").unwrap();
     assert!(
         real().starts_with("[one]\n") && has_ext(&real()),
@@ -566,6 +569,11 @@ fn config_stores_are_fsynced_when_the_client_asks() {
         real()
     );
     assert_eq!(p.config_syncs(), 0);
+    assert_eq!(
+        std::fs::metadata(dir.join("config")).unwrap().ino(),
+        lock_ino
+    );
+    assert_eq!(p.lookup(ROOT, b"config").unwrap().ino, a.ino);
 
     // The same with the lock fsynced first (core.fsync=config): file and GITDIR.
     let (_, fh) = create(
@@ -604,6 +612,25 @@ fn config_stores_are_fsynced_when_the_client_asks() {
     assert_eq!(p.config_syncs(), 8);
     p.release(fh);
     assert_eq!(p.config_syncs(), 8);
+
+    // A file with another link: stored as a new file, the other link keeps the text.
+    std::fs::write(dir.join("config.x"), b"[six]\n").unwrap();
+    std::fs::hard_link(dir.join("config.x"), dir.join("other")).unwrap();
+    p.lookup(ROOT, b"config.x").unwrap();
+    rename(&p, ROOT, b"config.x", ROOT, b"config").unwrap();
+    assert!(real().starts_with("[six]\n") && has_ext(&real()));
+    assert_eq!(std::fs::read(dir.join("other")).unwrap(), b"[six]\n");
+    assert!(!dir.join("config.x").exists());
+    std::fs::remove_file(dir.join("other")).unwrap();
+    // A file still open through the mount: stored as a new file; what the handle writes
+    // afterwards never reaches the config.
+    let (_, fh) = create(&p, node(ROOT, b"config.y", 0o644, 0), libc::O_RDWR);
+    p.write(fh, 0, b"[seven]\n").unwrap();
+    rename(&p, ROOT, b"config.y", ROOT, b"config").unwrap();
+    assert!(real().starts_with("[seven]\n") && has_ext(&real()));
+    p.write(fh, 0, b"[eight]\n").unwrap();
+    p.release(fh);
+    assert!(real().starts_with("[seven]\n") && has_ext(&real()));
 
     let left: Vec<_> = std::fs::read_dir(dir)
         .unwrap()
