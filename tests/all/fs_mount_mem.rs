@@ -385,9 +385,13 @@ fn files_backend_write_protocol() {
         assert!(main_log
             .iter()
             .any(|l| l.message == b"commit: two\n" && l.name == b"C O Mitter"));
+        // Five changes reached the store (main's rename with its reflog line, x, main
+        // again, HEAD, the delete): at most one table each, however the batcher's window
+        // fell on a loaded machine (it merges neighbours when it can, so an idle run
+        // makes fewer). A reflog line and the rename after it are one table, not two.
         assert!(
-            g.commits <= 3,
-            "{} tables for a handful of updates",
+            g.commits <= 5,
+            "{} tables for five updates",
             g.commits
         );
     }
