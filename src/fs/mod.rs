@@ -27,6 +27,7 @@
 //! | [`ref_backend`], [`pass_backend`], [`status`] | the trees as backends: a ref view, the passthrough, the status node |
 //! | [`router`] | each request to its tree, once; the root both share |
 //! | `fuse` | `impl Filesystem`: translation between the kernel's requests and the backends |
+//! | `test_support` | helpers the unit tests share (tests only) |
 //!
 //! # Errors
 //!
@@ -99,6 +100,8 @@ pub mod router;
 pub mod source;
 pub mod stack_source;
 pub mod status;
+#[cfg(test)]
+mod test_support;
 pub mod view;
 pub mod worktree;
 

@@ -586,35 +586,35 @@ impl Worktrees {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::fs::test_support::assert_splits;
 
     #[test]
     fn worktree_paths_follow_git() {
-        for ok in [
-            &b"HEAD"[..],
-            b"HEAD.lock",
-            b"ORIG_HEAD",
-            b"refs",
-            b"refs/bisect",
-            b"refs/bisect/bad",
-            b"refs/bisect/bad.lock",
-            b"refs/worktree/a/b",
-            b"refs/rewritten/onto",
-            b"logs",
-            b"logs/HEAD",
-            b"logs/refs",
-            b"logs/refs/bisect/bad",
-        ] {
-            assert!(is_worktree_path(ok), "{}", String::from_utf8_lossy(ok));
-        }
-        for no in [
-            &b"refs/heads"[..],
-            b"refs/heads/main",
-            b"refs/tags/v1",
-            b"refs/bisectx",
-            b"refs/bisectx/a",
-            b"logs/refs/heads/main",
-        ] {
-            assert!(!is_worktree_path(no), "{}", String::from_utf8_lossy(no));
-        }
+        assert_splits(
+            is_worktree_path,
+            &[
+                "HEAD",
+                "HEAD.lock",
+                "ORIG_HEAD",
+                "refs",
+                "refs/bisect",
+                "refs/bisect/bad",
+                "refs/bisect/bad.lock",
+                "refs/worktree/a/b",
+                "refs/rewritten/onto",
+                "logs",
+                "logs/HEAD",
+                "logs/refs",
+                "logs/refs/bisect/bad",
+            ],
+            &[
+                "refs/heads",
+                "refs/heads/main",
+                "refs/tags/v1",
+                "refs/bisectx",
+                "refs/bisectx/a",
+                "logs/refs/heads/main",
+            ],
+        );
     }
 }
