@@ -11,7 +11,7 @@ use fuser::Notifier;
 
 use crate::fs::attr::GitDirModes;
 use crate::fs::error::FsError;
-use crate::fs::source::{LogSettings, RefSource};
+use crate::fs::source::{LogSettings, RefSource, RefWriter};
 use crate::fs::state::{BatchSettings, Shared};
 use crate::fs::watch::InoMap;
 use crate::fs::{batch, watch, MountOptions};
@@ -55,7 +55,7 @@ pub struct Threads {
 /// which owns the writer.
 pub fn start(
     shared: &Arc<Shared>,
-    writer: Option<Box<dyn RefSource>>,
+    writer: Option<Box<dyn RefWriter>>,
     reftable_dir: &Path,
     notifier: Option<Notifier>,
     map: InoMap,

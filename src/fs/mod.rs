@@ -12,7 +12,7 @@
 //! | [`budget`], [`reserve`] | the bounds on what clients make the mount hold; disk space held for staged edits |
 //! | [`record`] | refusals, conflicts and commits recorded for `status`; the one place a refusal is made |
 //! | [`backend`] | the one trait every tree under the mount implements |
-//! | [`source`] | the seam to the stack (`RefSource`, batch edits), with an in-memory one for tests |
+//! | [`source`] | the seam to the stack: reading (`RefSource`) and writing (`RefWriter`, batch edits), with an in-memory store for tests |
 //! | [`view`] | pure path mapping, listing by reseek, rendering as the files backend stores |
 //! | [`attr`], [`config_view`], [`ref_times`] | attributes and GITDIR's modes; `config` without the extension; ref times |
 //! | [`inode`] | the ref view's inode table (stable numbers, sizes, the kernel's pages) |
@@ -268,7 +268,7 @@ pub const MOUNT_BLOCK_CACHE_BYTES: usize = 16 << 20;
 /// read-only mount) is used by the batcher only, so writing never blocks readers.
 pub fn mount(
     reader: Box<dyn source::RefSource>,
-    writer: Option<Box<dyn source::RefSource>>,
+    writer: Option<Box<dyn source::RefWriter>>,
     log: source::LogSettings,
     reftable_dir: &Path,
     mountpoint: &Path,

@@ -4,7 +4,7 @@ use super::*;
 use crate::format::{HashKind, ObjectId, RefValue};
 use crate::fs::protocol::Layout;
 use crate::fs::source::{Conflict, MemSource};
-use crate::fs::source::{LogSettings, RefSource};
+use crate::fs::source::{LogSettings, RefSource, RefWriter};
 use crate::fs::test_support::assert_splits;
 use crate::fs::view::{self, Kind, Scratch};
 use crate::transaction::Expected;

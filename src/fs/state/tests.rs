@@ -6,8 +6,9 @@ use crate::format::RefValue;
 use crate::fs::budget::STAGED_BYTES_MAX;
 use crate::fs::ino::ROOT;
 use crate::fs::inode::OpenMode;
-use crate::fs::source::{BatchEdit, MemSource};
+use crate::fs::source::{BatchEdit, MemSource, RefSource, RefWriter, SharedMem};
 use std::sync::atomic::Ordering;
+use std::sync::Mutex;
 use std::time::Duration;
 
 fn oid(b: u8) -> RefValue {
@@ -16,7 +17,12 @@ fn oid(b: u8) -> RefValue {
 
 /// A view of `mem` (`read_only`: whether writes are refused) whose batches wait
 /// `window` or hold `max` edits.
-fn view(mem: MemSource, read_only: bool, window: Duration, max: usize) -> Arc<Shared> {
+fn view(
+    mem: impl RefSource + 'static,
+    read_only: bool,
+    window: Duration,
+    max: usize,
+) -> Arc<Shared> {
     Shared::new(
         Box::new(mem),
         read_only,
@@ -98,9 +104,10 @@ fn staging_waits_while_too_much_is_staged() {
 /// never reads an older value from the page; an O_DIRECT read fills no page.
 #[test]
 fn pages_are_kept_only_for_the_content_last_filled() {
-    let mut mem = MemSource::new();
-    mem.set("refs/heads/x", oid(1));
-    let shared = view(mem, true, Duration::from_millis(1), 1);
+    // The store, also written by another writer.
+    let mut mem: SharedMem = Arc::new(Mutex::new(MemSource::new()));
+    mem.lock().unwrap().set("refs/heads/x", oid(1));
+    let shared = view(mem.clone(), true, Duration::from_millis(1), 1);
     let refs = shared.lookup(ROOT, b"refs").expect("refs").0.ino.0;
     let heads = shared.lookup(refs, b"heads").expect("heads").0.ino.0;
     let (a, _, cached) = shared.lookup(heads, b"x").expect("x");
@@ -111,14 +118,15 @@ fn pages_are_kept_only_for_the_content_last_filled() {
         view::render_ref(v, &mut out);
         out
     };
-    let set = |from: u8, to: u8| {
+    let mut commit = |edit: BatchEdit| mem.commit(&[edit]).expect("commit");
+    let mut set = |from: u8, to: u8| {
         let edit = BatchEdit {
             name: b"refs/heads/x".to_vec(),
             new: Some(oid(to)),
             expected_old: Some(oid(from)),
             ..BatchEdit::default()
         };
-        shared.lock().src.commit(&[edit]).expect("commit");
+        commit(edit);
     };
     // Opens the ref file, the kernel told `want` (`why`): the handle.
     let open = |want: OpenMode, why: &str| {
@@ -159,7 +167,7 @@ fn pages_are_kept_only_for_the_content_last_filled() {
         expected_old: Some(oid(3)),
         ..BatchEdit::default()
     };
-    shared.lock().src.commit(&[edit]).expect("commit");
+    commit(edit);
     assert_eq!(
         read(new_fh, false),
         rendered(&oid(2)),
