@@ -20,7 +20,7 @@ use std::time::{Duration, Instant};
 
 use crate::fs::procfs;
 use crate::fs::queue::{Batch, LostEdit};
-use crate::fs::record::log_error;
+use crate::fs::record::{log_error, Recorder};
 use crate::fs::source::{BatchEdit, CommitOutcome, RefWriter};
 use crate::fs::state::Shared;
 
@@ -65,10 +65,10 @@ fn maintain(writer: &mut Writer, urgent_only: bool) {
 /// Writes a batch through the writer source (the batcher's own, so no request waits for
 /// it). The source waits briefly for a `tables.list.lock` held by a live commit and gives
 /// up on one held for longer (see `stack_source.rs`).
-fn commit(writer: &mut Writer, batch: &Batch) -> crate::Result<CommitOutcome> {
+fn commit(writer: &mut Writer, batch: &Batch, rec: &Recorder) -> crate::Result<CommitOutcome> {
     let r = writer.commit(&batch.edits);
     if r.as_ref().is_ok_and(|o| o.applied > 0) {
-        crate::fs::record::recorder().committed(writer.last_table());
+        rec.committed(writer.last_table());
     }
     r
 }
@@ -177,7 +177,7 @@ fn run(shared: &Shared, writer: &mut Writer) {
     while let Some(batch) = next_batch(shared, writer) {
         // The space held for this batch goes back to the file system, for its table.
         shared.lock().reserve.make_room(batch.seq);
-        let result = commit(writer, &batch);
+        let result = commit(writer, &batch, &shared.rec);
         // Before the state lock: the request threads need it, and the diagnosis of a
         // held lock must never wait for them.
         let why_failed = result.as_ref().err().map(why_not_written);
@@ -202,7 +202,7 @@ fn run(shared: &Shared, writer: &mut Writer) {
                         show(mine.new.as_ref())
                     );
                     log_error("commit", &c.name, &why);
-                    crate::fs::record::recorder().conflict(&c.name, &why);
+                    shared.rec.conflict(&c.name, &why);
                     lost.push(mine);
                 }
                 for (name, why) in &out.failed {
@@ -211,7 +211,7 @@ fn run(shared: &Shared, writer: &mut Writer) {
                     };
                     let why = format!("not written: {why}");
                     log_error("commit", name, &why);
-                    crate::fs::record::recorder().conflict(name, &why);
+                    shared.rec.conflict(name, &why);
                     lost.push(mine);
                 }
             }
@@ -223,7 +223,8 @@ fn run(shared: &Shared, writer: &mut Writer) {
                 );
                 for edit in &batch.edits {
                     log_error("commit", &edit.name, &"not written (see above)");
-                    crate::fs::record::recorder()
+                    shared
+                        .rec
                         .conflict(&edit.name, &format!("not written: {why}"));
                 }
                 lost.extend(batch.edits.iter());

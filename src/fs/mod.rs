@@ -278,7 +278,9 @@ pub fn mount(
     crate::table::set_block_cache_bytes(MOUNT_BLOCK_CACHE_BYTES);
     let sigset = block_signals();
     let writer = if opts.read_only { None } else { writer };
-    crate::fs::record::recorder().mounted(
+    // What the mount records for `reftablefs status`, handed to every tree it serves.
+    let rec = std::sync::Arc::new(record::Recorder::default());
+    rec.mounted(
         reftable_dir
             .parent()
             .map(|g| g.canonicalize().unwrap_or_else(|_| g.to_path_buf()))
@@ -300,6 +302,7 @@ pub fn mount(
         reftable_dir,
         opts,
         modes.clone(),
+        rec.clone(),
     );
     shared.set_layout(opts.layout);
     if let Some(gitdir) = reftable_dir.parent() {
@@ -314,7 +317,9 @@ pub fn mount(
     // the mount.
     let pass = match (opts.refs_only, reftable_dir.parent()) {
         (false, Some(gitdir)) => Some(std::sync::Arc::new(
-            passthrough::Passthrough::new(gitdir).map_err(|e| Error::io(gitdir, e))?,
+            passthrough::Passthrough::new(gitdir)
+                .map_err(|e| Error::io(gitdir, e))?
+                .recording(rec.clone()),
         )),
         _ => None,
     };
@@ -322,7 +327,7 @@ pub fn mount(
     let wts =
         match (&pass, &modes, reftable_dir.parent()) {
             (Some(p), Some(m), Some(gitdir)) => Some(std::sync::Arc::new(
-                worktree::Worktrees::new(gitdir, p.clone(), m.clone(), opts)?,
+                worktree::Worktrees::new(gitdir, p.clone(), m.clone(), opts, rec.clone())?,
             )),
             _ => None,
         };

@@ -37,7 +37,7 @@ use fuser::Notifier;
 
 use crate::fs::error::FsError;
 use crate::fs::ino::{slot_of, Map, ROOT, SLOTS_MAX};
-use crate::fs::record::log_error;
+use crate::fs::record::{log_error, Recorder};
 use crate::fs::state::Shared;
 use crate::fs::{lifecycle, stack_source, MountOptions};
 
@@ -80,7 +80,7 @@ impl Worktree {
                    refs/rewritten/) and their reflogs live in a worktree's stack: shared refs \
                    are written in the common directory";
         log_error("create", &shown, &why);
-        crate::fs::record::recorder().refused("create", &shown, libc::EPERM, why);
+        self.shared.rec.refused("create", &shown, libc::EPERM, why);
         Err(FsError::EPERM)
     }
 
@@ -106,6 +106,8 @@ pub struct Worktrees {
     /// The repository's settings, read before mounting (`stack_source::open_dir`).
     repo: crate::repo::Repo,
     opts: MountOptions,
+    /// The mount's recorder, which every worktree's view records into.
+    rec: Arc<Recorder>,
     notifier: OnceLock<Notifier>,
     inner: Mutex<Inner>,
 }
@@ -243,12 +245,14 @@ impl Worktrees {
         pass: Arc<crate::fs::passthrough::Passthrough>,
         modes: Arc<crate::fs::attr::GitDirModes>,
         opts: &MountOptions,
+        rec: Arc<Recorder>,
     ) -> crate::Result<Worktrees> {
         Ok(Worktrees {
             pass,
             modes,
             repo: crate::repo::Repo::open(gitdir)?,
             opts: opts.clone(),
+            rec,
             notifier: OnceLock::new(),
             inner: Mutex::new(Inner::default()),
         })
@@ -525,6 +529,7 @@ impl Worktrees {
             stack,
             &self.opts,
             Some(self.modes.clone()),
+            self.rec.clone(),
         );
         shared.set_linked_worktree();
         let dir = Arc::new(AtomicU64::new(dir));

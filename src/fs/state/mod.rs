@@ -23,7 +23,7 @@ use crate::fs::inode::Inodes;
 use crate::fs::procfs;
 use crate::fs::protocol::WriteState;
 use crate::fs::queue::BatchQueue;
-use crate::fs::record::{log_error, refuse, refuse_for};
+use crate::fs::record::{log_error, Recorder};
 use crate::fs::reserve::Reserve;
 use crate::fs::source::LogSettings;
 use crate::fs::source::RefSource;
@@ -53,6 +53,8 @@ const DIR_CACHE_MAX_ENTRIES: usize = 1 << 18;
 /// Everything behind the state mutex.
 pub struct Inner {
     pub(crate) src: Box<dyn RefSource>,
+    /// The mount's recorder (as [`Shared::rec`]), for the calls made under the lock.
+    pub(crate) rec: Arc<Recorder>,
     scratch: Scratch,
     pub(crate) inodes: Inodes,
     dirs: LruCache<Vec<u8>, Arc<Listing>>,
@@ -128,6 +130,9 @@ pub struct BatchSettings {
 /// State shared by the request handlers and the helper threads.
 pub struct Shared {
     inner: Mutex<Inner>,
+    /// What the mount records for `reftablefs status`: the mount's one recorder, shared
+    /// by all its views (a view made alone, in tests, has its own).
+    pub(crate) rec: Arc<Recorder>,
     /// The batch queue (its own lock; see `batch.rs`), shared with the overlay, which
     /// seals batches into it.
     pub(crate) queue: Arc<BatchQueue>,
@@ -163,13 +168,25 @@ impl Drop for Shared {
 }
 
 impl Shared {
-    /// Wraps the reader source. A writable mount's writer source (another stack object
-    /// on the same stack) goes to the batcher thread (`batch::spawn`).
+    /// Wraps the reader source, recording into a recorder of its own. A writable mount's
+    /// writer source (another stack object on the same stack) goes to the batcher thread
+    /// (`batch::spawn`).
     pub fn new(
         src: Box<dyn RefSource>,
         read_only: bool,
         log: LogSettings,
         batch: BatchSettings,
+    ) -> Arc<Shared> {
+        Shared::recording(src, read_only, log, batch, Arc::default())
+    }
+
+    /// [`Shared::new`] recording into `rec` (the mount's).
+    pub fn recording(
+        src: Box<dyn RefSource>,
+        read_only: bool,
+        log: LogSettings,
+        batch: BatchSettings,
+        rec: Arc<Recorder>,
     ) -> Arc<Shared> {
         // SAFETY: getuid/getgid cannot fail and have no preconditions.
         let (uid, gid) = unsafe { (libc::getuid(), libc::getgid()) };
@@ -185,6 +202,7 @@ impl Shared {
         Arc::new(Shared {
             inner: Mutex::new(Inner {
                 src,
+                rec: rec.clone(),
                 scratch: Scratch::default(),
                 inodes: Inodes::new(),
                 dirs: LruCache::new(NonZeroUsize::new(DIR_CACHE_DIRS).unwrap_or(NonZeroUsize::MIN)),
@@ -211,6 +229,7 @@ impl Shared {
                 #[cfg(test)]
                 listings: 0,
             }),
+            rec,
             queue,
             read_only,
             tgids: Mutex::new(HashMap::new()),
@@ -539,7 +558,7 @@ impl Inner {
     fn promise(&mut self, op: &str, path: &[u8], bytes: u64) -> Result<(), FsError> {
         let seq = self.w.open.seq + 1;
         self.reserve.promise(seq, bytes).map_err(|errno| {
-            refuse_for(
+            self.rec.refuse_for(
                 op,
                 path,
                 errno,
@@ -577,7 +596,7 @@ impl Inner {
         } = self;
         let kind = w
             .classify(src.as_mut(), scratch, path)
-            .map_err(|r| refuse("lookup", path, r))?;
+            .map_err(|r| self.rec.refuse("lookup", path, r))?;
         match top_index(path) {
             Some(i) if self.gone_tops[i] => {
                 // Removed when empty: shown again (for good) once something is below it.
@@ -624,7 +643,7 @@ impl Inner {
                 let Inner { w, src, .. } = self;
                 let (data, fp) = w
                     .packed_refs_marked(src.as_mut())
-                    .map_err(|r| refuse("read", path, r))?;
+                    .map_err(|r| self.rec.refuse("read", path, r))?;
                 let n = data.len() as u64;
                 self.last_render = Some((key, n, fp));
                 return Ok(n);
@@ -669,7 +688,7 @@ impl Inner {
             Kind::PackedRefs => {
                 let data = w
                     .packed_refs(src.as_mut())
-                    .map_err(|r| refuse("read", path, r))?;
+                    .map_err(|r| self.rec.refuse("read", path, r))?;
                 out.extend_from_slice(&data);
                 Ok(())
             }
@@ -680,14 +699,14 @@ impl Inner {
             Kind::Ref => {
                 let v = w
                     .effective(src.as_mut(), path)
-                    .map_err(|r| refuse("read", path, r))?;
+                    .map_err(|r| self.rec.refuse("read", path, r))?;
                 view::render_ref(&v.ok_or(FsError::ENOENT)?, out);
                 Ok(())
             }
             Kind::Log => {
                 let name = path.strip_prefix(b"logs/").unwrap_or(path);
                 w.render_log(src.as_mut(), name, out)
-                    .map_err(|r| refuse("read", path, r))
+                    .map_err(|r| self.rec.refuse("read", path, r))
             }
         }
     }
@@ -696,7 +715,7 @@ impl Inner {
     pub(super) fn packed_refs(&mut self, path: &[u8]) -> Result<Arc<Vec<u8>>, FsError> {
         let Inner { w, src, .. } = self;
         w.packed_refs(src.as_mut())
-            .map_err(|r| refuse("read", path, r))
+            .map_err(|r| self.rec.refuse("read", path, r))
     }
 
     /// The listing of a directory: the stack part from the cache (or built now, by
@@ -733,7 +752,7 @@ impl Inner {
                 let mut out = Vec::new();
                 let Inner { w, src, .. } = self;
                 w.packed_layout_listing(src.as_mut(), path, &mut out)
-                    .map_err(|r| refuse("readdir", path, r))?;
+                    .map_err(|r| self.rec.refuse("readdir", path, r))?;
                 Arc::new(Listing::from_entries(&out))
             }
             Some(e) => e.clone(),
@@ -771,7 +790,7 @@ impl Inner {
             w, src, scratch, ..
         } = self;
         w.overlay_listing(src.as_mut(), scratch, path, &stack.to_entries(), &mut out)
-            .map_err(|r| refuse("readdir", path, r))?;
+            .map_err(|r| self.rec.refuse("readdir", path, r))?;
         Ok(Arc::new(Listing::from_entries(&out)))
     }
 }
