@@ -138,6 +138,9 @@ pub struct MountOptions {
     /// How many names the kernel may hold before the mount has it drop the oldest
     /// (`inode::INODE_CAP` by default; `--inode-cap`).
     pub inode_cap: usize,
+    /// The block cache every stack of the mount shares (by default one of
+    /// [`MOUNT_BLOCK_CACHE_BYTES`]).
+    pub block_cache: std::sync::Arc<crate::table::BlockCache>,
     /// Serve only the ref view (`HEAD`, `refs/`, `logs/`, `packed-refs`); by default
     /// everything else of the git directory is passed through (`passthrough.rs`).
     pub refs_only: bool,
@@ -178,6 +181,7 @@ impl Default for MountOptions {
             auto_unmount: false,
             layout: protocol::Layout::Loose,
             allow_other: false,
+            block_cache: crate::table::BlockCache::new(MOUNT_BLOCK_CACHE_BYTES),
         }
     }
 }
@@ -275,7 +279,6 @@ pub fn mount(
     opts: &MountOptions,
 ) -> Result<()> {
     check_mountpoint(mountpoint)?;
-    crate::table::set_block_cache_bytes(MOUNT_BLOCK_CACHE_BYTES);
     let sigset = block_signals();
     let writer = if opts.read_only { None } else { writer };
     // What the mount records for `reftablefs status`, handed to every tree it serves.

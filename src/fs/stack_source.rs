@@ -519,7 +519,7 @@ impl RefWriter for StackSource {
 const URGENT_COMPACTION_TABLES: usize = 16;
 
 /// Stack options from the repository's settings.
-fn stack_options(repo: &Repo, fsync: bool) -> StackOptions {
+fn stack_options(repo: &Repo, opts: &MountOptions) -> StackOptions {
     let s = &repo.settings;
     StackOptions {
         hash: s.hash,
@@ -531,12 +531,14 @@ fn stack_options(repo: &Repo, fsync: bool) -> StackOptions {
             ..WriteOptions::default()
         },
         lock_timeout: s.lock_timeout,
-        fsync,
+        fsync: opts.fsync,
         // The mount compacts from its batcher when idle (or when tables pile up), so that a
         // batch costs one fsync round and nothing more.
         auto_compact: false,
         compaction_factor: s.geometric_factor,
         default_permissions: Some(s.default_permissions),
+        // The mount's one cache, shared by all the stacks it opens.
+        block_cache: opts.block_cache.clone(),
     }
 }
 
@@ -566,7 +568,7 @@ pub fn open_dir(repo: &Repo, dir: &Path, opts: &MountOptions) -> Result<Opened> 
         name: id.name,
         email: id.email,
     };
-    let sopts = stack_options(repo, opts.fsync);
+    let sopts = stack_options(repo, opts);
     let own: OwnTables = Arc::default();
     let reader = StackSource::new(Stack::open(dir, sopts.clone())?, log.clone(), own.clone());
     // (`auto_compact` only matters for the writer; the reader never commits.)
