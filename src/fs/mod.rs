@@ -33,7 +33,7 @@
 //!
 //! The layer's functions (`state`, [`passthrough`], `batch`, [`worktree`], `fuse`) fail
 //! with one type, [`error::FsError`]: a plain errno (`FsError::ENOENT`, …), a refusal
-//! (errno and reason, logged and recorded for `reftablefs status` by `record::refuse`,
+//! (errno and reason, logged and recorded for `reftablefs status` by `Recorder::refuse`,
 //! the only place that makes one), a storage error ([`crate::Error`]) or an I/O error of the
 //! real git directory. [`error::FsError::errno`] is the one mapping to the errno the
 //! kernel gets; `fuse.rs` replies with it. The protocol's own checks (`protocol/`)
