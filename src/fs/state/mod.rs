@@ -6,12 +6,15 @@
 
 use std::collections::HashMap;
 use std::num::NonZeroUsize;
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use fuser::FileAttr;
 use lru::LruCache;
+use rustix::event::EventfdFlags;
+use rustix::process::{getgid, getuid};
 
 use crate::format::HashKind;
 use crate::fs::attr::attr;
@@ -102,8 +105,8 @@ pub struct Inner {
     /// shows an older time (the mount does not diff the tables to know whose entries
     /// changed).
     dir_epoch: u64,
-    /// The watcher's wake-up descriptor (`Shared::wake_fd`; `-1` if none).
-    wake_fd: libc::c_int,
+    /// The watcher's wake-up descriptor (`Shared::wake`).
+    wake: Wake,
     /// Broken refs kept beside the stack (`fs/broken.rs`; disabled in linked views).
     pub(crate) broken_refs: crate::fs::broken::BrokenRefs,
     /// Where a `packed-refs` that does not parse is kept (`packed_state.rs`).
@@ -152,20 +155,19 @@ pub struct Shared {
     /// are over [`STAGED_BYTES_MAX`].
     staged: Arc<std::sync::atomic::AtomicU64>,
     /// An eventfd that wakes the watcher when a request handler found a stale kernel
-    /// entry (`-1` if none could be made: the watcher then finds it at its next tick).
-    wake_fd: libc::c_int,
+    /// entry (`None` if none could be made: the watcher then finds it at its next tick).
+    wake: Wake,
     /// Where the packed layer is kept across mounts (`packed_state.rs`; unset: nowhere).
     packed_file: OnceLock<packed_state::PackedFile>,
 }
 
-impl Drop for Shared {
-    fn drop(&mut self) {
-        if self.wake_fd >= 0 {
-            // SAFETY: closing the descriptor we own, once.
-            unsafe {
-                libc::close(self.wake_fd);
-            }
-        }
+/// The watcher's wake-up eventfd, shared by the view's state and its lock's contents.
+type Wake = Option<Arc<OwnedFd>>;
+
+/// Wakes the watcher waiting on `wake` (best effort: a full counter wakes it already).
+fn wake_watcher(wake: &Wake) {
+    if let Some(fd) = wake {
+        let _ = rustix::io::write(fd, &1u64.to_ne_bytes());
     }
 }
 
@@ -190,8 +192,7 @@ impl Shared {
         batch: BatchSettings,
         rec: Arc<Recorder>,
     ) -> Arc<Shared> {
-        // SAFETY: getuid/getgid cannot fail and have no preconditions.
-        let (uid, gid) = unsafe { (libc::getuid(), libc::getgid()) };
+        let (uid, gid) = (getuid().as_raw(), getgid().as_raw());
         let generation = src.generation();
         let hash: HashKind = src.hash_kind();
         let log_index_seen = src.max_update_index();
@@ -199,8 +200,8 @@ impl Shared {
         let queue = w.queue().clone();
         let reserve = Reserve::none();
         let staged = reserve.staged();
-        // SAFETY: a plain syscall; the descriptor is owned by `Shared`.
-        let wake_fd = unsafe { libc::eventfd(0, libc::EFD_NONBLOCK | libc::EFD_CLOEXEC) };
+        let flags = EventfdFlags::NONBLOCK | EventfdFlags::CLOEXEC;
+        let wake: Wake = rustix::event::eventfd(0, flags).ok().map(Arc::new);
         Arc::new(Shared {
             inner: Mutex::new(Inner {
                 src,
@@ -228,7 +229,7 @@ impl Shared {
                 dir_epoch: 0,
                 broken_refs: Default::default(),
                 junk_file: None,
-                wake_fd,
+                wake: wake.clone(),
                 #[cfg(test)]
                 listings: 0,
             }),
@@ -242,7 +243,7 @@ impl Shared {
             gitdir_modes: OnceLock::new(),
             stopping: AtomicBool::new(false),
             staged,
-            wake_fd,
+            wake,
             packed_file: OnceLock::new(),
         })
     }
@@ -430,18 +431,12 @@ impl Shared {
 
     /// Wakes the watcher thread.
     pub(crate) fn wake_watcher(&self) {
-        if self.wake_fd >= 0 {
-            let one: u64 = 1;
-            // SAFETY: writing 8 bytes from a local to our eventfd.
-            unsafe {
-                libc::write(self.wake_fd, (&one as *const u64).cast(), 8);
-            }
-        }
+        wake_watcher(&self.wake);
     }
 
-    /// The watcher's wake-up descriptor (`-1` if none).
-    pub(crate) fn wake_fd(&self) -> libc::c_int {
-        self.wake_fd
+    /// The watcher's wake-up descriptor, if one could be made.
+    pub(crate) fn wake_fd(&self) -> Option<BorrowedFd<'_>> {
+        self.wake.as_deref().map(AsFd::as_fd)
     }
 
     /// Asks the batcher to seal and write everything staged so far and waits until it is
