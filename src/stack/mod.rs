@@ -45,7 +45,7 @@ use std::time::{Duration, Instant};
 
 use crate::format::{HashKind, LogRecord, RefValue};
 use crate::merged::MergedRefIter;
-use crate::table::{Table, TableWriter, WriteOptions};
+use crate::table::{BlockCache, Table, TableWriter, WriteOptions};
 
 /// Options of a stack. `Default` matches git's ref backend with fsync off.
 #[derive(Clone, Debug)]
@@ -66,6 +66,10 @@ pub struct StackOptions {
     pub compaction_factor: u8,
     /// Mode for new tables and `tables.list`; `None` is `0666 & ~umask`.
     pub default_permissions: Option<u32>,
+    /// The block cache the stack's tables share (clones of the options share it too: a
+    /// mount hands one to every stack it opens). `Default`: a new one of
+    /// [`DEFAULT_BLOCK_CACHE_BYTES`](crate::table::DEFAULT_BLOCK_CACHE_BYTES).
+    pub block_cache: Arc<BlockCache>,
 }
 
 impl Default for StackOptions {
@@ -78,6 +82,7 @@ impl Default for StackOptions {
             auto_compact: true,
             compaction_factor: 2,
             default_permissions: None,
+            block_cache: BlockCache::new(crate::table::DEFAULT_BLOCK_CACHE_BYTES),
         }
     }
 }

@@ -51,7 +51,7 @@ impl Passthrough {
             // Replaced since the kernel looked it up: as if it had gone.
             return Err(FsError::ENOENT);
         }
-        let written = read_config_file(file.try_clone().map_err(FsError::Io)?, CONFIG)?;
+        let written = read_config_file(&self.rec, file.try_clone().map_err(FsError::Io)?, CONFIG)?;
         let old = real.as_ref().map(|(_, st)| identity(st));
         let (original, old_owner) = match real {
             Some((raw, st)) => (raw, Some((st.st_uid, st.st_gid))),
@@ -99,7 +99,7 @@ impl Passthrough {
         }
         let to = self.at(CONFIG)?;
         self.rename_rewritten(&file, from, &to, &content, &written, old_owner, durable)
-            .map_err(|e| stored_failed("rename", e))?;
+            .map_err(|e| stored_failed(&self.rec, "rename", e))?;
         c.orphan_current();
         let mut g = self.lock();
         if let Some(old) = old {

@@ -8,7 +8,6 @@ use crate::fs::budget::{HANDLES_MAX, HELD_BYTES_MAX};
 use crate::fs::error::FsError;
 use crate::fs::inode::OpenMode;
 use crate::fs::protocol::Caller;
-use crate::fs::record::{refuse, refuse_for, too_big};
 use crate::fs::reserve;
 use crate::fs::view::{Kind, Listing};
 
@@ -245,7 +244,12 @@ impl Shared {
                 // The last close came from another process than the one that wrote the
                 // piece (its own close would have been refused): nobody can be told now,
                 // so it is logged and recorded.
-                let _ = refuse_for("release", &path, libc::EINVAL, unfinished_line(data.len()));
+                let _ = self.rec.refuse_for(
+                    "release",
+                    &path,
+                    libc::EINVAL,
+                    unfinished_line(data.len()),
+                );
             }
             _ => {}
         }
@@ -257,7 +261,7 @@ impl Inner {
     /// its content would take the bytes held beyond [`HELD_BYTES_MAX`] (`budget.rs`).
     pub(super) fn add_handle(&mut self, path: &[u8], h: Handle) -> Result<u64, FsError> {
         if self.handles.len() >= HANDLES_MAX {
-            return Err(refuse_for(
+            return Err(self.rec.refuse_for(
                 "open",
                 path,
                 libc::ENFILE,
@@ -266,7 +270,7 @@ impl Inner {
         }
         let held = h.held();
         if self.w.files.bytes() + self.handle_bytes + held > HELD_BYTES_MAX {
-            return Err(refuse_for(
+            return Err(self.rec.refuse_for(
                 "open",
                 path,
                 libc::ENOMEM,
@@ -399,14 +403,16 @@ impl Inner {
         let others = self.w.files.bytes() + self.handle_bytes - before;
         if unfinished > LOG_LINE_MAX || others + kept + data.len() > HELD_BYTES_MAX {
             put_back(self, text, None);
-            return Err(too_big("append", &path, FsError::EFBIG, LOG_LINE_MAX));
+            return Err(self
+                .rec
+                .too_big("append", &path, FsError::EFBIG, LOG_LINE_MAX));
         }
         text.extend_from_slice(data);
         let Some(i) = last_nl.map(|i| kept + i) else {
             if let Err(why) = crate::files::reflog_line_prefix_ok(&text, self.w.hash) {
                 text.truncate(kept);
                 put_back(self, text, None);
-                return Err(refuse_for("append", &path, libc::EINVAL, why));
+                return Err(self.rec.refuse_for("append", &path, libc::EINVAL, why));
             }
             put_back(self, text, Some(actor));
             return Ok(());
@@ -415,7 +421,7 @@ impl Inner {
         if let Err(why) = crate::files::reflog_line_prefix_ok(&rest, self.w.hash) {
             text.truncate(kept);
             put_back(self, text, None);
-            return Err(refuse_for("append", &path, libc::EINVAL, why));
+            return Err(self.rec.refuse_for("append", &path, libc::EINVAL, why));
         }
         let who = Caller::new(actor, vec![fh]);
         let staged = self
@@ -423,7 +429,7 @@ impl Inner {
             .and_then(|()| {
                 self.w
                     .append_log(&who, &name, &text)
-                    .map_err(|r| refuse("append", &path, r))
+                    .map_err(|r| self.rec.refuse("append", &path, r))
             });
         if let Err(e) = staged {
             text.truncate(kept);
@@ -454,12 +460,9 @@ impl Inner {
         }
         let (path, dropped) = (path.clone(), std::mem::take(tail));
         self.handle_bytes -= dropped.capacity();
-        Err(refuse_for(
-            "close",
-            &path,
-            libc::EINVAL,
-            unfinished_line(dropped.len()),
-        ))
+        Err(self
+            .rec
+            .refuse_for("close", &path, libc::EINVAL, unfinished_line(dropped.len())))
     }
 }
 
