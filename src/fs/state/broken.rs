@@ -301,10 +301,12 @@ impl Inner {
         r
     }
 
-    /// A write into a reflog open as `fh` that is no reflog lines (`echo <id> >
-    /// logs/refs/x`): where the view keeps broken refs, the reflog becomes a kept file
-    /// holding what it held and what was written (`None`: not kept here, refuse as
-    /// before). The stack's reflog of that name is deleted (the file replaced it).
+    /// A write into an empty reflog open as `fh` that is no reflog lines (`echo <id> >
+    /// logs/refs/x`, t1407): where the view keeps broken refs, the reflog becomes a kept
+    /// file holding what was written (`None`: not kept here, refuse as before). A reflog
+    /// holding lines is never turned into a file by a bad line appended to it (the
+    /// append is refused, and its lines stay in the stack). The stack's empty reflog of
+    /// that name is deleted (the file replaced it).
     pub(super) fn broken_log_junk(
         &mut self,
         fh: u64,
@@ -327,6 +329,9 @@ impl Inner {
         let Inner { w, src, .. } = self;
         if let Err(r) = w.render_log(src.as_mut(), &name, &mut content) {
             return Some(Err(refuse("append", &path, r)));
+        }
+        if !content.is_empty() {
+            return None;
         }
         content.extend_from_slice(&tail);
         content.extend_from_slice(data);
@@ -802,6 +807,26 @@ mod tests {
         );
         shared.unlink(lheads, b"main", me).unwrap();
         assert!(shared.lookup(lheads, b"main").is_err());
+        assert!(BrokenRefs::open(d.path()).unwrap().is_empty());
+
+        // A bad line appended to a reflog that holds lines is refused; its lines stay.
+        let line = format!("{} {id} A <a@b.c> 1700000000 +0000\tx\n", "0".repeat(40));
+        let (_, fh) = shared.create(lheads, b"side", flags, me).unwrap();
+        shared.write(fh, 0, line.as_bytes(), 0, me).unwrap();
+        shared.flush(fh, me).unwrap();
+        shared.release(fh);
+        let append = libc::O_WRONLY | libc::O_APPEND;
+        let (_, fh) = shared.create(lheads, b"side", append, me).unwrap();
+        assert_eq!(
+            shared
+                .write(fh, 0, zero.as_bytes(), append, me)
+                .unwrap_err()
+                .errno(),
+            libc::EINVAL
+        );
+        shared.release(fh);
+        assert_eq!(read(lheads, b"side"), line.as_bytes());
+        assert_eq!(shared.lookup(lheads, b"side").unwrap().1, Kind::Log);
         assert!(BrokenRefs::open(d.path()).unwrap().is_empty());
     }
 }
