@@ -473,15 +473,7 @@ pub fn boundaries_and_bad_input(ctx: &Ctx) -> TestResult {
         .map(|e| e.map(|e| e.file_name().to_string_lossy().into_owned()))
         .collect::<Result<_, _>>()?;
     names.sort();
-    for want in [
-        "HEAD",
-        "config",
-        "index",
-        "logs",
-        "objects",
-        "packed-refs",
-        "refs",
-    ] {
+    for want in ["HEAD", "config", "index", "logs", "objects", "refs"] {
         ensure!(
             names.iter().any(|n| n == want),
             "root lacks {want}: {names:?}"

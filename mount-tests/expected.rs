@@ -1,6 +1,6 @@
 //! The expected loose-ref tree of a repository, derived from git itself: what git's files
 //! backend would store for the same refs and reflogs (`HEAD`, root refs, `refs/**`,
-//! `logs/**`). The mount must show exactly this (plus a `packed-refs`).
+//! `logs/**`). The mount must show exactly this (no `packed-refs` until something is packed).
 //!
 //! Sources: `git for-each-ref --include-root-refs` (values and symref targets),
 //! `git reflog list` (which refs have reflogs) and `git log -g --date=raw` (reflog

@@ -16,6 +16,13 @@
 //! * `packed_refs_rewritten_in_place`: `packed-refs` opened read-write and locked with
 //!   `flock` (go-git), rewritten in place without one entry: that ref is deleted; go-git's
 //!   other way (a `._packed-refs*` temporary file renamed over it) works too.
+//! * `packed_refs_absent_until_written`: no `packed-refs` on a fresh mount, nor after
+//!   git 2.39 writes and deletes loose refs; `pack-refs` makes it.
+//! * `junk_in_packed_refs_is_kept_and_read_back`: junk appended to `packed-refs` reads
+//!   back byte for byte (git 2.39 fails on it as on the twin), the stack unchanged, across
+//!   a remount; `mv` of a saved copy over it (across devices) restores it.
+//! * `rm_packed_refs_deletes_packed_only_refs`: `rm packed-refs` deletes the packed-only
+//!   refs (reflogs stay), keeps loose ones, and it stays absent across a remount.
 //! * `packed_layout_is_a_gc_ed_files_git`: `mount --layout=packed` shows what git 2.39's
 //!   `pack-refs --all` makes of the files twin; git 2.39's `for-each-ref`, `branch -a`,
 //!   `show-ref -d` and `rev-parse` print the same; a write shows loose, a prune packs it.
@@ -28,8 +35,8 @@ use std::process::Command;
 
 use crate::expected::{build_scenario, expected_tree};
 use crate::harness::{
-    check, ensure_same_tree, expect_errno, git_env, read_tree, stage, Ctx, Mount, Repo, TestResult,
-    Tree,
+    check, ensure_same_tree, expect_errno, git_env, read_tree, run_cmd, stage, Ctx, Mount, Repo,
+    TestResult, Tree,
 };
 
 /// Debian's git 2.39: the files-only git the mount is for.
@@ -106,6 +113,32 @@ impl Twins {
         Ok(String::from_utf8_lossy(&out.stdout).into_owned())
     }
 
+    /// git 2.39 with `dir` as its git directory, which must fail. Returns stderr with `dir`
+    /// written as `GITDIR`.
+    fn git239_fails(&self, dir: &Path, args: &[&str]) -> TestResult<String> {
+        stage(&format!(
+            "git 2.39 {} in {} (must fail)",
+            args.join(" "),
+            dir.display()
+        ));
+        let mut cmd = Command::new("timeout");
+        git_env(&mut cmd, &self.home, "1700000000 +0000")
+            .arg("120")
+            .arg(GIT239)
+            .args(args)
+            .env("GIT_DIR", dir)
+            .current_dir(&self.repo.work);
+        let out = cmd.output()?;
+        ensure!(
+            !out.status.success() && out.status.code() != Some(124),
+            "git 2.39 {} in {}: {:?}, expected a failure",
+            args.join(" "),
+            dir.display(),
+            out.status
+        );
+        Ok(String::from_utf8_lossy(&out.stderr).replace(&*dir.to_string_lossy(), "GITDIR"))
+    }
+
     /// The same git 2.39 command through the mount and on the twin; their output must be
     /// equal.
     fn both(&self, args: &[&str]) -> TestResult<String> {
@@ -124,11 +157,6 @@ impl Twins {
         let (mut view, mut files) = (Tree::new(), Tree::new());
         read_tree(&self.m.mnt, "", &mut view)?;
         read_tree(&self.files, "", &mut files)?;
-        // The mount always shows packed-refs (its header alone until git packs); a files
-        // .git has none until then.
-        if !files.contains_key("packed-refs") {
-            view.remove("packed-refs");
-        }
         ensure_same_tree(
             &files,
             &view,
@@ -364,8 +392,7 @@ fn without(content: &str, name: &str) -> String {
 /// rewritten in place (truncated, written) without one entry: at the close that ref is
 /// deleted from the stack, and `packed-refs` is what was written. go-git's rename of a
 /// temporary `._packed-refs*` over it, with `packed-refs` held open and locked, deletes
-/// another. Content that is no `packed-refs` is refused at the close (EINVAL), changing
-/// nothing.
+/// another.
 pub fn packed_refs_rewritten_in_place(ctx: &Ctx) -> TestResult {
     let t = Twins::new(ctx, &[])?;
     t.pack_both("pack-refs --all --prune")?;
@@ -422,27 +449,6 @@ pub fn packed_refs_rewritten_in_place(ctx: &Ctx) -> TestResult {
     ensure!(
         !on_stack(&t.repo, "refs/tags/v1.1")?,
         "the entry dropped by go-git's rename is still in the stack"
-    );
-    // Junk written in place is refused at the close; nothing changes.
-    let before = fs::read(t.m.path("packed-refs"))?;
-    let mut pr = OpenOptions::new()
-        .append(true)
-        .open(t.m.path("packed-refs"))?;
-    pr.write_all(b"bogus content\n")?;
-    let closed = pr.sync_all();
-    expect_errno(
-        closed,
-        &[libc::EINVAL],
-        "fsync of junk written into packed-refs",
-    )?;
-    drop(pr);
-    ensure!(
-        fs::read(t.m.path("packed-refs"))? == before,
-        "refused content changed packed-refs"
-    );
-    ensure!(
-        on_stack(&t.repo, "refs/heads/main")?,
-        "refused content lost a ref"
     );
     t.m.unmount()
 }
@@ -509,3 +515,173 @@ pub fn packed_layout_is_a_gc_ed_files_git(ctx: &Ctx) -> TestResult {
     m.unmount()
 }
 mount_test!(packed_layout_is_a_gc_ed_files_git, timeout = 180);
+
+/// 25.3: `packed-refs` exists as in a files `.git`: absent on a fresh (loose-layout) mount,
+/// still absent after git 2.39 creates, updates and deletes a loose ref (it takes
+/// `packed-refs.lock` for a deletion and drops it), present once `pack-refs` wrote it,
+/// absent after `rm`, present and empty after a plain create, also after a kill -9.
+pub fn packed_refs_absent_until_written(ctx: &Ctx) -> TestResult {
+    let t = Twins::new(ctx, &[])?;
+    let absent = |what: &str| -> TestResult {
+        expect_errno(
+            fs::metadata(t.m.path("packed-refs")),
+            &[libc::ENOENT],
+            &format!("stat of packed-refs {what}"),
+        )?;
+        let listed = fs::read_dir(&t.m.mnt)?
+            .filter_map(Result::ok)
+            .any(|e| e.file_name() == "packed-refs");
+        ensure!(!listed, "packed-refs listed at the root {what}");
+        t.same_trees(what)
+    };
+    absent("on a fresh mount")?;
+    let main = t.repo.rev_parse("refs/heads/main")?;
+    t.both(&["update-ref", "refs/heads/foo", &main])?;
+    t.both(&["update-ref", "refs/heads/foo", &main, &main])?;
+    t.both(&["update-ref", "-d", "refs/heads/foo"])?;
+    absent("after update-ref of a loose ref and its deletion")?;
+    t.pack_both("pack-refs --all --prune")?;
+    ensure!(
+        t.m.path("packed-refs").is_file(),
+        "no packed-refs after pack-refs"
+    );
+    t.stack_agrees("after packing")?;
+    // Removed, then made empty by a plain create (`: >packed-refs`): it exists, empty; so
+    // it stays after a kill -9 (that it exists is kept at the call, not within a second).
+    fs::remove_file(t.m.path("packed-refs"))?;
+    fs::remove_file(t.files.join("packed-refs"))?;
+    absent("after rm packed-refs")?;
+    File::create(t.m.path("packed-refs"))?;
+    File::create(t.files.join("packed-refs"))?;
+    t.same_trees("after an empty packed-refs was made")?;
+    File::open(t.m.path("HEAD"))?.sync_all()?;
+    t.m.kill9()?;
+    let m = Mount::start(&t.repo.gitdir, &ctx.path("mnt"), &[])?;
+    let t = Twins { m, ..t };
+    ensure!(
+        fs::read(t.m.path("packed-refs"))?.is_empty(),
+        "the empty packed-refs did not survive a kill -9"
+    );
+    t.same_trees("after a kill -9 and a mount")?;
+    t.stack_agrees("after a kill -9 and a mount")?;
+    t.m.unmount()
+}
+mount_test!(packed_refs_absent_until_written, timeout = 180);
+
+/// 25.3: content written to `packed-refs` that does not parse (a line of junk appended,
+/// as t3210 does) is kept and read back byte for byte: git 2.39 fails on it as on the
+/// files twin, while the stack keeps every packed ref (git 2.47 reads them). It survives
+/// an unmount and a mount (kept beside the stack, never shown); `mv` of the saved copy
+/// back over it (across devices: `mv` removes it, then writes a new one) restores the refs
+/// and drops the junk.
+pub fn junk_in_packed_refs_is_kept_and_read_back(ctx: &Ctx) -> TestResult {
+    let t = Twins::new(ctx, &[])?;
+    t.pack_both("pack-refs --all --prune")?;
+    let fmt = "--format=%(refname) %(objectname)";
+    let stack_before = t.repo.git(&["for-each-ref", fmt])?;
+    let good = fs::read(t.m.path("packed-refs"))?;
+    let (bak, twin_bak) = (
+        ctx.path("packed-refs.bak"),
+        ctx.path("twin-packed-refs.bak"),
+    );
+    fs::write(&bak, &good)?;
+    fs::copy(t.files.join("packed-refs"), &twin_bak)?;
+    for dir in [&t.m.mnt, &t.files] {
+        OpenOptions::new()
+            .append(true)
+            .open(dir.join("packed-refs"))?
+            .write_all(b"bogus content\n")?;
+    }
+    let mut junk = good.clone();
+    junk.extend_from_slice(b"bogus content\n");
+    ensure!(
+        fs::read(t.m.path("packed-refs"))? == junk,
+        "packed-refs does not read back what was appended"
+    );
+    let via = t.git239_fails(&t.m.mnt, &["for-each-ref"])?;
+    let files = t.git239_fails(&t.files, &["for-each-ref"])?;
+    ensure!(
+        via == files && via.contains("unexpected line in GITDIR/packed-refs: bogus content"),
+        "git 2.39 on junk: through the mount\n{via}\non the files twin\n{files}"
+    );
+    File::open(t.m.path("HEAD"))?.sync_all()?;
+    ensure!(
+        t.repo.git(&["for-each-ref", fmt])? == stack_before,
+        "the junk changed the refs of the stack"
+    );
+    // Unmounted and mounted again: still the junk, kept beside the stack, never shown.
+    t.m.unmount()?;
+    let kept = t.repo.gitdir.join("reftablefs-packed.junk");
+    ensure!(kept.is_file(), "no {} after the unmount", kept.display());
+    let m = Mount::start(&t.repo.gitdir, &ctx.path("mnt"), &[])?;
+    ensure!(
+        fs::read(m.path("packed-refs"))? == junk,
+        "the junk did not survive a remount"
+    );
+    ensure!(
+        fs::symlink_metadata(m.path("reftablefs-packed.junk")).is_err(),
+        "the junk's file shows through the mount"
+    );
+    // Restored by mv across devices (through the mount) and by mv on the twin.
+    run_cmd(
+        &t.repo.work,
+        "mv",
+        &[
+            &*bak.to_string_lossy(),
+            &*m.path("packed-refs").to_string_lossy(),
+        ],
+    )?;
+    fs::rename(&twin_bak, t.files.join("packed-refs"))?;
+    ensure!(
+        fs::read(m.path("packed-refs"))? == good,
+        "packed-refs is not what mv wrote"
+    );
+    let t = Twins { m, ..t };
+    t.both(&["for-each-ref"])?;
+    t.same_trees("after mv of the saved packed-refs")?;
+    t.stack_agrees("after mv of the saved packed-refs")?;
+    ensure!(
+        !kept.exists(),
+        "{} stays after a valid packed-refs",
+        kept.display()
+    );
+    t.m.unmount()
+}
+mount_test!(junk_in_packed_refs_is_kept_and_read_back, timeout = 180);
+
+/// 25.3: `rm packed-refs` does what it does to a files `.git`: every ref that is packed
+/// only is deleted from the stack (their reflogs stay), a loose ref written after packing
+/// keeps its value, and `packed-refs` is absent, also after an unmount and a mount, until
+/// `pack-refs` writes it again.
+pub fn rm_packed_refs_deletes_packed_only_refs(ctx: &Ctx) -> TestResult {
+    let t = Twins::new(ctx, &[])?;
+    t.pack_both("pack-refs --all --prune")?;
+    let main = t.repo.rev_parse("refs/heads/main")?;
+    t.both(&["update-ref", "refs/heads/with-dash_under.score", &main])?;
+    fs::remove_file(t.m.path("packed-refs"))?;
+    fs::remove_file(t.files.join("packed-refs"))?;
+    t.same_trees("after rm packed-refs")?;
+    t.stack_agrees("after rm packed-refs")?;
+    ensure!(
+        !on_stack(&t.repo, "refs/tags/v1.0")?
+            && on_stack(&t.repo, "refs/heads/with-dash_under.score")?,
+        "rm packed-refs: a packed-only ref stayed or the loose one went"
+    );
+    ensure!(
+        t.m.path("logs/refs/heads/main").is_file(),
+        "the reflog of a deleted packed-only ref went"
+    );
+    expect_errno(
+        fs::remove_file(t.m.path("packed-refs")),
+        &[libc::ENOENT],
+        "a second rm of packed-refs",
+    )?;
+    t.m.unmount()?;
+    let m = Mount::start(&t.repo.gitdir, &ctx.path("mnt"), &[])?;
+    let t = Twins { m, ..t };
+    t.same_trees("after rm packed-refs and a remount")?;
+    t.pack_both("pack-refs --all --prune after rm packed-refs")?;
+    t.stack_agrees("after packing again")?;
+    t.m.unmount()
+}
+mount_test!(rm_packed_refs_deletes_packed_only_refs, timeout = 180);

@@ -237,7 +237,12 @@ pub fn tree_matches_git(ctx: &Ctx) -> TestResult {
         "write on --read-only",
     )?;
 
-    check_packed_refs(&m, &repo)?;
+    // Nothing was packed: no packed-refs, as in a files repository that never packed.
+    expect_errno(
+        fs::metadata(m.path("packed-refs")),
+        &[libc::ENOENT],
+        "stat of packed-refs in a fresh loose view",
+    )?;
 
     // A files-backend git resolves every ref through the mount as its GIT_DIR.
     let through = repo
@@ -264,7 +269,15 @@ pub fn tree_matches_git(ctx: &Ctx) -> TestResult {
         repo.tables_list()? == tables_before,
         "a read-only mount changed tables.list"
     );
-    Ok(())
+    // The packed layout renders every ref git's pack-refs --all packs.
+    let m = Mount::start(
+        &repo.gitdir,
+        &ctx.path("mnt"),
+        &["--read-only", "--layout=packed"],
+    )?;
+    let r = check_packed_refs(&m, &repo);
+    m.unmount()?;
+    r
 }
 mount_test!(tree_matches_git, timeout = 120);
 

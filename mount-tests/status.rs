@@ -292,9 +292,9 @@ pub fn shows_pending_and_refused_writes(ctx: &Ctx) -> TestResult {
         )?;
     }
     expect_errno(
-        std::fs::remove_file(mnt.join("packed-refs")),
+        std::fs::create_dir(mnt.join("packed-refs")),
         &[libc::EPERM],
-        "rm packed-refs",
+        "mkdir packed-refs",
     )?;
     expect_errno(
         std::fs::write(mnt.join("refs/heads/huge.lock"), vec![b'0'; 70_000]),
@@ -329,7 +329,7 @@ pub fn shows_pending_and_refused_writes(ctx: &Ctx) -> TestResult {
         (".reftablefs/status", "unlink", "EACCES"),
         (".reftablefs/d", "mkdir", "EACCES"),
         ("config", "write", "EFBIG"),
-        ("packed-refs", "unlink", "EPERM"),
+        ("packed-refs", "mkdir", "EPERM"),
         ("refs/heads/huge.lock", "write", "EFBIG"),
     ] {
         ensure!(

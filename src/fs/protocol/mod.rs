@@ -5,7 +5,9 @@
 //! files-backend commit points turned into validated edits, and the open batch those edits
 //! go into (see `batch.rs` for the batcher). Its files: this one (the overlay's state and
 //! small helpers), `read.rs` (reads through the overlay), `stage.rs` (commit points as
-//! edits), `packed.rs` (the packed layer).
+//! edits), `packed.rs` (the packed layer), `packed_file.rs` (its state kept across
+//! mounts), `packed_whole.rs` (`packed-refs` as a whole: whether it exists, content that
+//! does not parse, its unlink).
 //!
 //! Effective values follow git's files backend: `effective = loose ?? packed`. The stack
 //! always holds effective values; which refs are loose files and which live in
@@ -26,6 +28,7 @@ use crate::refname::check_for_update;
 
 mod packed;
 mod packed_file;
+mod packed_whole;
 mod read;
 mod stage;
 #[cfg(test)]
@@ -33,9 +36,19 @@ mod tests;
 
 pub use packed::{packable, Layout, Packed, PackedLayer, Packing};
 pub use packed_file::STATE_FILE;
+pub use packed_whole::{JUNK_FILE, PACKED_JUNK_MAX};
 
 /// How long a reflog line waits in the open batch for the rename that commits its update.
 pub const LINE_WAITS_FOR_RENAME: std::time::Duration = std::time::Duration::from_millis(100);
+
+/// The directories a ref name lies in, outermost first: `refs`, `refs/heads` for
+/// `refs/heads/main`.
+pub(super) fn dir_prefixes(name: &[u8]) -> impl Iterator<Item = &[u8]> {
+    name.iter()
+        .enumerate()
+        .filter(|(_, &b)| b == b'/')
+        .map(move |(i, _)| name.get(..i).unwrap_or_default())
+}
 
 /// A source error as a refusal (EIO and the message).
 fn source_err(e: crate::Error) -> Refusal {

@@ -20,7 +20,9 @@
 //! * a new `packed-refs` (renamed over it, or written in place) becomes the packed entries:
 //!   a packed-only ref it drops is deleted, one it changes takes the new value, a name it
 //!   adds that does not exist is created — the changes of effective values, staged as
-//!   edits — while a loose ref only gets another shadowed entry.
+//!   edits — while a loose ref only gets another shadowed entry; content that does not
+//!   parse is kept and shown as written instead (`packed_whole.rs`, with whether
+//!   `packed-refs` exists and its `unlink`).
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -111,6 +113,13 @@ pub fn packable(name: &[u8], v: &RefValue) -> bool {
         && matches!(v, RefValue::Val1(_) | RefValue::Val2 { .. })
 }
 
+/// A 64-bit FNV-1a fingerprint of `data` (the mark of a `packed-refs` content's time).
+pub(super) fn fingerprint(data: &[u8]) -> u64 {
+    data.iter().fold(0xcbf2_9ce4_8422_2325_u64, |h, &b| {
+        (h ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01b3)
+    })
+}
+
 /// A rendering of `packed-refs`, shared by every reader of its generation.
 #[derive(Debug)]
 struct Rendered {
@@ -143,7 +152,7 @@ pub struct PackedLayer {
     pub(super) header: Option<Vec<u8>>,
     /// Bumped by every change of what `packed-refs` shows other than by the stack's own
     /// (a new `packed-refs`, another writer's change, a lost edit).
-    epoch: u64,
+    pub(super) epoch: u64,
     /// Bumped by every change another writer made to the stack.
     external: u64,
     /// [`Self::external`] when `packed-refs.lock` was last created.
@@ -153,6 +162,14 @@ pub struct PackedLayer {
     /// Bumped by every change of [`Self::refs`] or the header: what [`Self::save`] writes
     /// changed.
     pub(super) revision: u64,
+    /// `packed-refs` exists because it was written (or created) through the mount and not
+    /// unlinked since; it exists too while it has entries (`packed_whole.rs`).
+    pub(super) present: bool,
+    /// What was last written to `packed-refs` when it is no valid `packed-refs`, shown byte
+    /// for byte (with its fingerprint) instead of the rendering (`packed_whole.rs`).
+    pub(super) junk: Option<(Arc<Vec<u8>>, u64)>,
+    /// Bumped by every change of [`Self::junk`].
+    pub(super) junk_revision: u64,
 }
 
 impl PackedLayer {
@@ -403,6 +420,9 @@ impl WriteState {
     /// [`Self::packed_refs`] with the content's fingerprint (FNV-1a of every byte, made
     /// once per rendering).
     pub fn packed_refs_marked(&mut self, src: &mut dyn RefSource) -> R<(Arc<Vec<u8>>, u64)> {
+        if let Some((bytes, fp)) = &self.packed.junk {
+            return Ok((bytes.clone(), *fp));
+        }
         let generation = src.generation();
         if let Some(r) = &self.packed.rendered {
             let same_stack = self.packed.layout == Layout::Loose || r.generation == generation;
@@ -436,9 +456,7 @@ impl WriteState {
             ));
         }
         out.shrink_to_fit();
-        let fp = out.iter().fold(0xcbf2_9ce4_8422_2325_u64, |h, &b| {
-            (h ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01b3)
-        });
+        let fp = fingerprint(&out);
         let bytes = Arc::new(out);
         self.packed.rendered = Some(Rendered {
             generation,
@@ -466,7 +484,7 @@ impl WriteState {
     }
 
     /// What `packed-refs` lists, sorted (see [`Self::visit_packed_entries`]).
-    fn packed_entries(&mut self, src: &mut dyn RefSource) -> R<Entries> {
+    pub(super) fn packed_entries(&mut self, src: &mut dyn RefSource) -> R<Entries> {
         let mut out: Entries = Vec::new();
         self.visit_packed_entries(src, &mut |name, p, only| out.push((name.to_vec(), p, only)))?;
         Ok(out)
@@ -559,8 +577,10 @@ impl WriteState {
     /// A new `packed-refs` (renamed over it, or written in place): its entries become the
     /// packed entries and the changes of effective values are staged — a packed-only ref
     /// it drops is deleted, one it changes takes the new value, a name it adds that does
-    /// not exist is created; a loose ref only gets another shadowed entry. Validated first;
-    /// on refusal nothing changes. `seen`: [`PackedLayer::external_changes`] when the
+    /// not exist is created; a loose ref only gets another shadowed entry. Content that
+    /// does not parse (or names a bad ref) is kept and shown as written, the entries
+    /// unchanged ([`Self::keep_packed_junk`]). Validated first; on refusal nothing
+    /// changes. `seen`: [`PackedLayer::external_changes`] when the
     /// writer took its lock (`packed-refs.lock`, or the in-place open): a name it would
     /// create is refused (`EBUSY`) if another writer changed the stack since, as that
     /// writer may have deleted it after this one read `packed-refs`.
@@ -571,12 +591,19 @@ impl WriteState {
         content: &[u8],
         seen: Option<u64>,
     ) -> R<()> {
-        let parsed = files::parse_packed_refs(content, self.hash)
-            .map_err(|e| Refusal::new(libc::EINVAL, format!("packed-refs: {e}")))?;
+        let parsed = match files::parse_packed_refs(content, self.hash) {
+            Ok(p) => p,
+            Err(e) => return self.keep_packed_junk(content, &e.to_string()),
+        };
+        if let Some(Err(e)) = parsed
+            .iter()
+            .map(|p| check_refname_format(&p.name, RefnameFlags::default()))
+            .find(Result::is_err)
+        {
+            return self.keep_packed_junk(content, &e.to_string());
+        }
         let mut new: BTreeMap<Vec<u8>, Packed> = BTreeMap::new();
         for p in parsed {
-            check_refname_format(&p.name, RefnameFlags::default())
-                .map_err(|e| Refusal::new(libc::EINVAL, format!("packed-refs: {e}")))?;
             new.insert(
                 p.name,
                 Packed {
@@ -630,12 +657,7 @@ impl WriteState {
             if self.effective(src, name)?.is_some() {
                 changes.push((name.clone(), Some(Packing::Loose(Some(*q))), None));
             } else {
-                let mut i = 0;
-                while let Some(pos) = name
-                    .get(i..)
-                    .and_then(|r| r.iter().position(|&b| b == b'/'))
-                {
-                    let dir = name.get(..i + pos).unwrap_or_default();
+                for dir in dir_prefixes(name) {
                     if created.contains(dir) && self.effective(src, dir)?.is_none() {
                         return Err(Refusal::new(
                             libc::EINVAL,
@@ -646,7 +668,6 @@ impl WriteState {
                             ),
                         ));
                     }
-                    i += pos + 1;
                 }
                 if seen.is_some_and(|s| s != self.packed.external) {
                     return Err(Refusal::new(
@@ -676,6 +697,10 @@ impl WriteState {
             }
         }
         self.packed.header = (header != view::PACKED_REFS_HEADER).then_some(header);
+        self.packed.present = true;
+        if self.packed.junk.take().is_some() {
+            self.packed.junk_revision += 1;
+        }
         self.packed.epoch += 1;
         self.packed.revision += 1;
         Ok(())

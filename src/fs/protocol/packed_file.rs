@@ -13,8 +13,9 @@ use super::*;
 /// The file beside the stack (`GITDIR/reftablefs-packed`, never in `reftable/`, which git
 /// 2.47 owns) that keeps the packed layer across unmount and mount: which refs are in
 /// `packed-refs` only, which loose files shadow an entry, which are loose against the
-/// layout, and the header of the last `packed-refs` written. git never reads it: the stack
-/// always holds every ref's effective value.
+/// layout, whether `packed-refs` exists, and the header of the last `packed-refs` written
+/// (a `packed-refs` that does not parse is kept in [`super::JUNK_FILE`]). git never reads
+/// it: the stack always holds every ref's effective value.
 pub const STATE_FILE: &str = "reftablefs-packed";
 
 /// The first line of [`STATE_FILE`].
@@ -28,10 +29,12 @@ impl PackedLayer {
 
     /// Whether there is nothing to save (the layout's default for every ref).
     pub fn is_default(&self) -> bool {
-        self.refs.is_empty() && self.header.is_none()
+        self.refs.is_empty() && self.header.is_none() && !self.present
     }
 
-    /// Appends the saved form of the layer to `out`: the magic line, `H <header>` when
+    /// Appends the saved form of the layer to `out`: the magic line, `E` when
+    /// `packed-refs` exists though it may have no entries (it was written and not
+    /// unlinked since), `H <header>` when
     /// `packed-refs` was written with another first line, then one line per ref whose files
     /// differ from the layout's default, in name order: `P <id> <peeled|-> <name>` (in
     /// `packed-refs` only), `L <id> <peeled|-> <name>` (a loose file over that entry),
@@ -39,6 +42,9 @@ impl PackedLayer {
     /// layout: a mount with another layout reads it the same.
     pub fn save(&self, out: &mut Vec<u8>) {
         out.extend_from_slice(STATE_MAGIC);
+        if self.present {
+            out.extend_from_slice(b"E\n");
+        }
         if let Some(h) = &self.header {
             out.extend_from_slice(b"H ");
             out.extend_from_slice(h.strip_suffix(b"\n").unwrap_or(h));
@@ -106,10 +112,19 @@ impl WriteState {
         };
         let mut taken = 0;
         for line in body.split(|&b| b == b'\n') {
+            if line == b"E" {
+                self.packed.present = true;
+                continue;
+            }
             if let Some(h) = line.strip_prefix(b"H ") {
+                // A header is a line of `#…` or nothing (a `packed-refs` without one).
                 let mut h = h.to_vec();
-                h.push(b'\n');
+                if !h.is_empty() {
+                    h.push(b'\n');
+                }
                 self.packed.header = (h != view::PACKED_REFS_HEADER).then_some(h);
+                // Written with its own first line: it existed (a state saved before `E`).
+                self.packed.present = true;
                 continue;
             }
             let Some((name, packing)) = parse_state_line(line, self.hash) else {

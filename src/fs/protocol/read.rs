@@ -129,6 +129,8 @@ impl WriteState {
                     key.push(NEXT_NAME);
                 }
             }
+            // Absent until written, as in a files repository (`packed_whole.rs`).
+            view::Area::PackedRefs => Ok(self.packed_refs_exists(src)?.then_some(Kind::PackedRefs)),
             _ => view::classify(src, s, path).map_err(source_err),
         }
     }

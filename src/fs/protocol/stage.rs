@@ -177,9 +177,7 @@ impl WriteState {
     /// Checks a new ref name and the D/F rules against the effective view.
     pub(super) fn check_new_name(&mut self, src: &mut dyn RefSource, name: &[u8]) -> R<()> {
         check_for_update(name, true).map_err(|e| Refusal::new(libc::EINVAL, e.to_string()))?;
-        let mut i = 0;
-        while let Some(pos) = name[i..].iter().position(|&b| b == b'/') {
-            let prefix = &name[..i + pos];
+        for prefix in dir_prefixes(name) {
             if prefix != b"refs" && self.effective(src, prefix)?.is_some() {
                 return Err(Refusal::new(
                     libc::ENOTDIR,
@@ -190,7 +188,6 @@ impl WriteState {
                     ),
                 ));
             }
-            i += pos + 1;
         }
         let mut sub = name.to_vec();
         sub.push(b'/');
@@ -236,21 +233,21 @@ impl WriteState {
         name: &[u8],
         value: RefValue,
     ) -> R<()> {
-        let old = self.effective(src, name)?;
-        self.stage_value(src, who, name, value.clone())?;
+        let old = self.stage_value(src, who, name, value.clone())?;
         self.written_loose(name, old.as_ref(), &value);
         Ok(())
     }
 
     /// Stages `name` taking `value` (a commit point's change of its effective value),
-    /// validated first; on refusal nothing changes.
+    /// validated first; on refusal nothing changes. Returns the ref's effective value
+    /// before.
     pub(super) fn stage_value(
         &mut self,
         src: &mut dyn RefSource,
         who: &Caller,
         name: &[u8],
         value: RefValue,
-    ) -> R<()> {
+    ) -> R<Option<RefValue>> {
         let old = self.effective(src, name)?;
         if !matches!(value, RefValue::Deletion) {
             if old.is_none() {
@@ -287,16 +284,16 @@ impl WriteState {
             // Nothing to write; a line the writer appended just before stays the
             // log-only edit it is.
             self.open.awaiting.remove(name);
-            return Ok(());
+            return Ok(old);
         }
         let i = self.edit_for(who, name, true, false);
         self.open.awaiting.remove(name);
         let seq = self.open.seq;
         let e = &mut self.open.edits[i];
         e.new = Some(value.clone());
-        e.expected_old = old;
+        e.expected_old = old.clone();
         self.pending.insert(name.to_vec(), Pending { value, seq });
-        Ok(())
+        Ok(old)
     }
 
     /// A lock was created (`open(x.lock, O_CREAT|O_EXCL)`): if `x` is a ref name,

@@ -182,12 +182,12 @@ impl Shared {
                 }
             }
             view::Area::PackedRefs => {
-                return Err(refuse_for(
-                    "create",
-                    &path,
-                    libc::EPERM,
-                    "packed-refs is replaced by renaming packed-refs.lock onto it, as git does",
-                ))
+                // It did not exist (`protocol/packed_whole.rs`): created empty, and that it
+                // exists kept now, not within a second.
+                let r = self.create_packed_refs(&mut g, parent, name);
+                drop(g);
+                self.save_packed_state(true);
+                return r;
             }
             _ => Target::Scratch,
         };
@@ -528,6 +528,8 @@ impl Inner {
             self.promise("write", &path, reserve::edit_bytes(path.len(), data.len()))?;
             let Inner { w, src, .. } = self;
             w.commit_packed_refs(src.as_mut(), who, &data, Some(seen))
+                .map_err(|r| refuse("write", &path, r))?;
+            self.sync_packed_junk()
                 .map_err(|r| refuse("write", &path, r))?;
             self.all_entries_changed();
             self.after_staging();

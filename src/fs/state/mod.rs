@@ -105,6 +105,8 @@ pub struct Inner {
     /// Broken refs and symbolic links kept beside the stack (`fs/broken.rs`; disabled
     /// until [`Shared::keep_broken_refs`]).
     pub(crate) broken_refs: crate::fs::broken::BrokenRefs,
+    /// Where a `packed-refs` that does not parse is kept (`packed_state.rs`).
+    pub(crate) junk_file: Option<packed_state::JunkFile>,
     /// Listings made (each a pass over the overlay at least), for tests.
     #[cfg(test)]
     pub(crate) listings: u64,
@@ -208,6 +210,7 @@ impl Shared {
                 last_render: None,
                 dir_epoch: 0,
                 broken_refs: Default::default(),
+                junk_file: None,
                 wake_fd,
                 #[cfg(test)]
                 listings: 0,
@@ -713,14 +716,16 @@ impl Inner {
     fn listing(&mut self, path: &[u8]) -> Result<Arc<Listing>, FsError> {
         self.still(path, Kind::Dir)?;
         let listing = self.unchecked_listing(path)?;
-        if !path.is_empty() || !self.gone_tops.contains(&true) {
+        if !path.is_empty() || (!self.gone_tops.contains(&true) && self.packed_refs_exists()?) {
             return Ok(listing);
         }
-        // The root without what `rmdir` removed (`refs`, `logs` while they are empty).
+        // The root without what `rmdir` removed (`refs`, `logs` while they are empty) and
+        // without `packed-refs` while it does not exist (`protocol/packed_whole.rs`).
         let mut entries = listing.to_entries();
         let mut shown = Vec::with_capacity(entries.len());
         for e in entries.drain(..) {
-            if top_index(&e.name).is_some() && self.classify(&e.name)?.is_none() {
+            let may_be_gone = top_index(&e.name).is_some() || e.kind == Kind::PackedRefs;
+            if may_be_gone && self.classify(&e.name)?.is_none() {
                 continue;
             }
             shown.push(e);

@@ -48,6 +48,11 @@ impl Shared {
         if matches!(kind, Kind::Ref | Kind::Log) || kept {
             g.promise("unlink", &path, reserve::edit_bytes(path.len(), 0))?;
         }
+        if kind == Kind::PackedRefs {
+            // Deletes every packed-only ref: about the names it lists.
+            let size = g.size_of(&path, kind)? as usize;
+            g.promise("unlink", &path, reserve::edit_bytes(path.len(), size))?;
+        }
         let who = Caller::new(actor, Vec::new());
         // A broken ref or link kept beside the stack, with what the stack holds beneath
         // it (`broken.rs`).
@@ -69,16 +74,14 @@ impl Shared {
                 Ok(())
             }
             Kind::Dir => return Err(FsError::EISDIR),
-            Kind::PackedRefs => {
-                return Err(refuse_for(
-                    "unlink",
-                    &path,
-                    libc::EPERM,
-                    "removing packed-refs would delete every packed ref; the mount keeps it",
-                ))
-            }
+            Kind::PackedRefs => w.unlink_packed_refs(src.as_mut(), &who),
         };
         r.map_err(|r| refuse("unlink", &path, r))?;
+        if kind == Kind::PackedRefs {
+            g.sync_packed_junk()
+                .map_err(|r| refuse("unlink", &path, r))?;
+            g.all_entries_changed();
+        }
         if kind == Kind::Scratch {
             // A broken ref removed (`broken.rs`).
             g.broken_sync(&path)
@@ -93,6 +96,10 @@ impl Shared {
             // unlinked after it (`pack-refs --prune`: unlink `x`, then `x.lock`).
             self.queue_changed_dirs(&[&path]);
         }
+        if kind == Kind::PackedRefs {
+            // That it is gone is kept now, not within a second.
+            self.save_packed_state(true);
+        }
         Ok(())
     }
 
@@ -101,6 +108,15 @@ impl Shared {
         let path = g.child_path(parent, name)?;
         if g.classify(&path)?.is_some() {
             return Err(FsError::EEXIST);
+        }
+        if path == b"packed-refs" {
+            // Absent (`protocol/packed_whole.rs`), but never a directory.
+            return Err(refuse_for(
+                "mkdir",
+                &path,
+                libc::EPERM,
+                "packed-refs is a file of the ref view, never a directory",
+            ));
         }
         // Where broken refs are kept (`broken.rs`), a directory of bad names may hold them.
         if path.starts_with(b"refs/") && !g.broken_refs.enabled() {
@@ -231,6 +247,9 @@ impl Shared {
         for p in [&from, &to] {
             g.broken_sync(p).map_err(|r| refuse("rename", p, r))?;
         }
+        if to == b"packed-refs" {
+            g.sync_packed_junk().map_err(|r| refuse("rename", &to, r))?;
+        }
         // The kernel moved its dentry (and inode) to the new name: follow it.
         let new_kind = g.classify(&to).ok().flatten().unwrap_or(kind);
         g.inodes
@@ -239,10 +258,14 @@ impl Shared {
         // a new packed-refs may make or remove refs anywhere.
         g.name_went(&from);
         g.entries_changed(super::parent_dir(&to), true);
+        g.after_staging();
         if to == b"packed-refs" {
             g.all_entries_changed();
+            drop(g);
+            // That it exists (a `packed-refs` without entries) is kept now, not within a
+            // second.
+            self.save_packed_state(true);
         }
-        g.after_staging();
         Ok(())
     }
 }
@@ -347,7 +370,7 @@ impl Inner {
                     w.delete_log(who, &name);
                     w.replace_log(who, n, entries);
                 } else if to_kind.is_none_or(is_scratch_kind)
-                    && !matches!(view::area(to), view::Area::Refs(_))
+                    && !matches!(view::area(to), view::Area::Refs(_) | view::Area::PackedRefs)
                 {
                     if over_link {
                         let file = crate::fs::broken::Entry::file(text.clone(), None);

@@ -1,18 +1,77 @@
 //! The packed layer kept across unmount and mount (`GITDIR/reftablefs-packed`,
-//! [`crate::fs::protocol::packed::STATE_FILE`]): read once when the view starts, written
-//! by the watcher at most once a second after it changed and once more at unmount.
+//! [`crate::fs::protocol::STATE_FILE`]): read once when the view starts, written
+//! by the watcher at most once a second after it changed, at once after `packed-refs` was
+//! created, renamed onto or unlinked (whether it exists), and once more at unmount.
 //! What it can lose: the changes of the last second when the daemon is killed (`kill -9`)
 //! — the refs' values are in the stack whatever happens; only whether a ref shows as a
 //! loose file or in `packed-refs` falls back to the layout's default.
+//!
+//! A `packed-refs` that does not parse (`protocol/packed_whole.rs`) is kept in its own file
+//! ([`JUNK_FILE`]), written (`fsync`ed) before the call that wrote it returns, removed when
+//! a valid one replaces it or it is unlinked. `create` of `packed-refs` when it does not
+//! exist is here too.
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use crate::fs::protocol::STATE_FILE;
+use fuser::FileAttr;
 
-use super::Shared;
+use crate::fs::error::{FsError, Refusal};
+use crate::fs::protocol::{JUNK_FILE, PACKED_JUNK_MAX, STATE_FILE};
+use crate::fs::view::Kind;
+
+use super::handles::{Handle, Target};
+use super::{Inner, Shared};
+
+/// Where a `packed-refs` that does not parse is kept, and the junk revision it holds.
+pub(crate) struct JunkFile {
+    path: PathBuf,
+    saved: u64,
+}
+
+impl Inner {
+    /// Whether `packed-refs` exists in the view.
+    pub(super) fn packed_refs_exists(&mut self) -> Result<bool, FsError> {
+        let Inner { w, src, .. } = self;
+        w.packed_refs_exists(src.as_mut())
+            .map_err(|r| crate::fs::record::refuse("lookup", b"packed-refs", r))
+    }
+
+    /// Writes (or removes) [`JUNK_FILE`] if the content kept as `packed-refs` changed since:
+    /// a failure is the caller's error (`EIO`; the content shows meanwhile, and the next
+    /// change or the watcher writes it again).
+    pub(crate) fn sync_packed_junk(&mut self) -> Result<(), Refusal> {
+        let Some(f) = self.junk_file.as_mut() else {
+            return Ok(());
+        };
+        let revision = self.w.packed.junk_revision();
+        if revision == f.saved {
+            return Ok(());
+        }
+        let r = match self.w.packed.junk() {
+            Some(j) => write_replace(&f.path, j),
+            None => match std::fs::remove_file(&f.path) {
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+                r => r.and_then(|()| sync_dir(&f.path)),
+            },
+        };
+        match r {
+            Ok(()) => {
+                f.saved = revision;
+                Ok(())
+            }
+            Err(e) => Err(Refusal::new(
+                libc::EIO,
+                format!(
+                    "keeping packed-refs that does not parse in {}: {e}",
+                    f.path.display()
+                ),
+            )),
+        }
+    }
+}
 
 /// How often at most the file is rewritten while refs are packed and unpacked.
 const SAVE_INTERVAL: Duration = Duration::from_secs(1);
@@ -46,11 +105,22 @@ impl Shared {
                 Vec::new()
             }
         };
+        let junk_path = gitdir.join(JUNK_FILE);
+        let junk = read_junk(&junk_path);
         let revision = {
             let mut g = self.lock();
             let super::Inner { w, src, .. } = &mut *g;
             if !content.is_empty() {
                 w.load_packed_state(src.as_mut(), &content);
+            }
+            if junk.is_some() {
+                w.set_packed_junk(junk);
+            }
+            if !self.read_only() {
+                g.junk_file = Some(JunkFile {
+                    path: junk_path,
+                    saved: g.w.packed.junk_revision(),
+                });
             }
             g.w.packed.revision()
         };
@@ -75,7 +145,11 @@ impl Shared {
         }
         let mut out = Vec::new();
         let (revision, default) = {
-            let g = self.lock();
+            let mut g = self.lock();
+            // A junk file a call failed to write (or remove) is tried again.
+            if let Err(r) = g.sync_packed_junk() {
+                log::error!("reftablefs: {}", r.reason);
+            }
             if g.w.packed.revision() == saved.0 {
                 return;
             }
@@ -102,7 +176,62 @@ impl Shared {
     }
 }
 
-/// Writes `path` through a temporary file beside it, fsynced, renamed over it.
+impl Shared {
+    /// `create` of `packed-refs` when it does not exist (`mv` across devices removes it,
+    /// then creates it): it exists from now on, empty, and what is written through the
+    /// handle replaces it at flush, as in place.
+    pub(super) fn create_packed_refs(
+        &self,
+        g: &mut Inner,
+        parent: u64,
+        name: &[u8],
+    ) -> Result<(FileAttr, u64), FsError> {
+        let path = b"packed-refs".to_vec();
+        let seen = g.w.packed.external_changes();
+        let fh = g.add_handle(
+            &path,
+            Handle::Write {
+                path: path.clone(),
+                target: Target::Packed { seen },
+                data: Vec::new(),
+                dirty: false,
+                failed: false,
+            },
+        )?;
+        g.w.create_packed_refs();
+        g.entries_changed(b"", true);
+        let ino = g
+            .inodes
+            .remember(parent, name, &path, Kind::PackedRefs, None);
+        Ok((self.attr_timed(g, ino, &path, Kind::PackedRefs, 0), fh))
+    }
+}
+
+/// The content of [`JUNK_FILE`], if it exists and is within [`PACKED_JUNK_MAX`] (a larger
+/// one, which the mount never writes, is left where it is and not shown).
+fn read_junk(path: &Path) -> Option<Vec<u8>> {
+    let warn = |e: &dyn std::fmt::Display| {
+        log::warn!(
+            "reftablefs: {}: {e}; packed-refs shows its entries",
+            path.display()
+        );
+    };
+    match std::fs::metadata(path) {
+        Ok(m) if m.len() > PACKED_JUNK_MAX as u64 => {
+            warn(&format!("larger than {PACKED_JUNK_MAX} bytes"));
+            None
+        }
+        Ok(_) => std::fs::read(path).map_err(|e| warn(&e)).ok(),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
+        Err(e) => {
+            warn(&e);
+            None
+        }
+    }
+}
+
+/// Writes `path` through a temporary file beside it, fsynced, renamed over it, the
+/// directory fsynced.
 fn write_replace(path: &Path, content: &[u8]) -> std::io::Result<()> {
     let mut tmp = path.as_os_str().to_owned();
     tmp.push(".tmp");
@@ -113,5 +242,13 @@ fn write_replace(path: &Path, content: &[u8]) -> std::io::Result<()> {
         let _ = std::fs::remove_file(&tmp);
         return Err(e);
     }
-    Ok(())
+    sync_dir(path)
+}
+
+/// Fsyncs the directory of `path` (a name in it was made or removed).
+fn sync_dir(path: &Path) -> std::io::Result<()> {
+    match path.parent() {
+        Some(dir) => std::fs::File::open(dir)?.sync_all(),
+        None => Ok(()),
+    }
 }
