@@ -559,6 +559,31 @@ impl Mount {
         self.child.as_ref().map(|c| c.id())
     }
 
+    /// How many of the mount process's threads are named `name` (as the kernel keeps a
+    /// thread's name: its first 15 bytes), counted once the mount has started every
+    /// thread it starts at mount time (its signal thread, started last, runs; 10 s at most).
+    pub fn threads_named(&self, name: &str) -> TestResult<usize> {
+        let pid = self.pid().ok_or("the mount process is gone")?;
+        let count = |name: &str| -> usize {
+            let short = &name.as_bytes()[..name.len().min(15)];
+            let Ok(tasks) = fs::read_dir(format!("/proc/{pid}/task")) else {
+                return 0;
+            };
+            tasks
+                .flatten()
+                .filter_map(|t| fs::read(t.path().join("comm")).ok())
+                .filter(|comm| comm.strip_suffix(b"\n").unwrap_or(comm) == short)
+                .count()
+        };
+        wait_for(Duration::from_secs(10), || {
+            match count("reftablefs-signals") {
+                0 => Err("the mount's signal thread never started".into()),
+                _ => Ok(()),
+            }
+        })?;
+        Ok(count(name))
+    }
+
     /// The mount's log so far (stderr and stdout).
     pub fn log(&self) -> String {
         fs::read_to_string(&self.log).unwrap_or_else(|e| format!("(no log: {e})"))

@@ -99,6 +99,16 @@ pub fn tree_matches_git(ctx: &Ctx) -> TestResult {
     let tables_before = repo.tables_list()?;
 
     let m = Mount::start(&repo.gitdir, &ctx.path("mnt"), &["--read-only"])?;
+    // A read-only mount has no writer: no batcher thread (a writable one has one, see
+    // updates_visible_within_bound); its watcher runs.
+    let threads = (
+        m.threads_named("reftablefs-batch")?,
+        m.threads_named("reftablefs-watch")?,
+    );
+    ensure!(
+        threads == (0, 1),
+        "read-only mount: (batchers, watchers) = {threads:?}"
+    );
     let actual = mount_tree(&m)?; // also checks d_type vs stat and stat size vs content
     ensure_same_tree(&expected, &actual, "mount vs git's files-backend view")?;
 
@@ -293,6 +303,11 @@ fn updates_visible_within_bound_once(ctx: &Ctx) -> TestResult {
     build_scenario(&repo)?;
     let c1 = repo.rev_parse("HEAD~2")?;
     let m = Mount::start(&repo.gitdir, &ctx.path("mnt"), &[])?;
+    let batchers = m.threads_named("reftablefs-batch")?;
+    ensure!(
+        batchers == 1,
+        "a writable mount has one batcher thread, not {batchers}"
+    );
     // Warm the kernel caches so stale entries would show.
     let _ = mount_tree(&m)?;
     let bound = freshness_bound();

@@ -2,6 +2,9 @@
 //! fuser's — as one line on stderr (the mount's log file under `--daemon` and `exec`),
 //! `YYYY-MM-DDTHH:MM:SS.mmmZ LEVEL message` in UTC, so a log says when.
 //!
+//! One line is dropped: fuser's `Failed to umount filesystem: EINVAL` warning, which it
+//! logs after every clean unmount (the mount is gone already: [`is_already_unmounted`]).
+//!
 //! The level: `info` by default; `RUST_LOG` set to a level name (`error`, `warn`, `info`,
 //! `debug`, `trace`, `off`) sets it; `mount --debug` (`-o debug`) raises it to at least
 //! `debug`.
@@ -9,7 +12,7 @@
 use std::io::Write;
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use log::{LevelFilter, Log, Metadata, Record};
+use log::{Level, LevelFilter, Log, Metadata, Record};
 
 /// Writes each record as one line on stderr.
 struct Logger;
@@ -20,7 +23,7 @@ impl Log for Logger {
     }
 
     fn log(&self, record: &Record<'_>) {
-        if !self.enabled(record.metadata()) {
+        if !self.enabled(record.metadata()) || is_already_unmounted(record) {
             return;
         }
         let millis = SystemTime::now()
@@ -40,6 +43,21 @@ impl Log for Logger {
     fn flush(&self) {
         let _ = std::io::stderr().flush();
     }
+}
+
+/// Whether `record` is fuser's warning that its own unmount, when its session ends, found
+/// no mount (`EINVAL`): after a clean unmount (`reftablefs unmount`, `fusermount3 -u`, a
+/// signal) the kernel has unmounted it already, so this says nothing. Only that warning
+/// of fuser's, with that errno: any other failure to unmount is still logged.
+fn is_already_unmounted(record: &Record<'_>) -> bool {
+    let target = record.target();
+    record.level() == Level::Warn
+        && (target == "fuser" || target.starts_with("fuser::"))
+        && record.args().to_string()
+            == format!(
+                "Failed to umount filesystem: {}",
+                std::io::Error::from_raw_os_error(libc::EINVAL)
+            )
 }
 
 /// Installs the logger for this process (once; later calls change nothing).
@@ -73,5 +91,32 @@ mod tests {
         assert_eq!(level(Some("warn"), true), LevelFilter::Debug);
         assert_eq!(level(Some("trace"), true), LevelFilter::Trace);
         assert_eq!(level(Some("off"), false), LevelFilter::Off);
+    }
+
+    /// fuser's EINVAL after a clean unmount is dropped; the same words from another
+    /// target, at another level or with another errno are kept.
+    #[test]
+    fn only_fusers_einval_at_unmount_is_dropped() {
+        let dropped = |target: &str, level: Level, errno: i32| {
+            let e = std::io::Error::from_raw_os_error(errno);
+            is_already_unmounted(
+                &Record::builder()
+                    .args(format_args!("Failed to umount filesystem: {e}"))
+                    .level(level)
+                    .target(target)
+                    .build(),
+            )
+        };
+        assert!(dropped("fuser::session", Level::Warn, libc::EINVAL));
+        assert!(!dropped("fuser::session", Level::Warn, libc::EBUSY));
+        assert!(!dropped("fuser::session", Level::Error, libc::EINVAL));
+        assert!(!dropped("reftablefs", Level::Warn, libc::EINVAL));
+        assert!(!dropped("fuserx", Level::Warn, libc::EINVAL));
+        let other = Record::builder()
+            .args(format_args!("Failed to umount filesystem"))
+            .level(Level::Warn)
+            .target("fuser::session")
+            .build();
+        assert!(!is_already_unmounted(&other));
     }
 }

@@ -1,31 +1,21 @@
 //! The attributes a ref view's nodes (and the mount's root) show: their kind, size and
 //! time (`attr`), and the real git directory's mode and owner ([`GitDirModes`]).
 
-use std::ffi::CString;
 use std::io;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::fd::OwnedFd;
 use std::path::Path;
 use std::sync::Mutex;
 use std::time::{Duration, SystemTime};
 
 use fuser::{FileAttr, FileType, INodeNo};
+use rustix::fs::{fstat, open, Mode, OFlags};
+use rustix::process::{getgid, getuid};
 
 use crate::fs::view::Kind;
 
 /// How long GITDIR's mode and owner are shown before they are read again (the
 /// passthrough's attribute TTL).
 pub const MODES_TTL: Duration = Duration::from_secs(1);
-
-/// `fstat` of a descriptor (an `O_PATH` one too).
-fn fstat_fd(fd: RawFd) -> io::Result<libc::stat> {
-    // SAFETY: zeroed plain-data struct filled by the kernel.
-    let mut st: libc::stat = unsafe { std::mem::zeroed() };
-    // SAFETY: an open descriptor and a valid out pointer.
-    if unsafe { libc::fstat(fd, &mut st) } != 0 {
-        return Err(io::Error::last_os_error());
-    }
-    Ok(st)
-}
 
 pub(crate) fn attr(
     ino: u64,
@@ -94,23 +84,11 @@ impl GitDirModes {
         } else {
             gitdir
         };
-        let c = CString::new(std::os::unix::ffi::OsStrExt::as_bytes(gitdir.as_os_str()))
-            .map_err(io::Error::other)?;
-        // SAFETY: a NUL-terminated path.
-        let fd = unsafe {
-            libc::open(
-                c.as_ptr(),
-                libc::O_PATH | libc::O_DIRECTORY | libc::O_CLOEXEC,
-            )
-        };
-        if fd < 0 {
-            return Err(io::Error::last_os_error());
-        }
-        // SAFETY: a descriptor just opened, owned by nobody else.
-        let dir = unsafe { OwnedFd::from_raw_fd(fd) };
-        let st = fstat_fd(dir.as_raw_fd())?;
-        // SAFETY: getuid/getgid cannot fail.
-        let (uid, gid) = unsafe { (libc::getuid(), libc::getgid()) };
+        let flags = OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC;
+        let dir = open(gitdir, flags, Mode::empty())?;
+        // `fstat` of an `O_PATH` descriptor.
+        let st = fstat(&dir)?;
+        let (uid, gid) = (getuid().as_raw(), getgid().as_raw());
         Ok(GitDirModes {
             dir,
             seen: Mutex::new((std::time::Instant::now(), st.st_mode, st.st_uid, st.st_gid)),
@@ -124,7 +102,7 @@ impl GitDirModes {
     fn current(&self) -> (u32, u32, u32) {
         let mut seen = self.seen.lock().unwrap_or_else(|p| p.into_inner());
         if seen.0.elapsed() >= MODES_TTL {
-            if let Ok(st) = fstat_fd(self.dir.as_raw_fd()) {
+            if let Ok(st) = fstat(&self.dir) {
                 *seen = (std::time::Instant::now(), st.st_mode, st.st_uid, st.st_gid);
             }
         }
@@ -177,9 +155,8 @@ mod tests {
             m.apply(&mut a);
             (a.perm, a.uid, a.gid)
         };
-        let st = fstat_fd(m.dir.as_raw_fd()).unwrap();
-        // SAFETY: getuid/getgid cannot fail.
-        let (me, my_group) = unsafe { (libc::getuid(), libc::getgid()) };
+        let st = fstat(&m.dir).unwrap();
+        let (me, my_group) = (getuid().as_raw(), getgid().as_raw());
         let owner = if st.st_uid == 0 { me } else { st.st_uid };
         let group = if st.st_gid == 0 { my_group } else { st.st_gid };
         assert_eq!(shown(FileType::Directory), (0o700, owner, group));

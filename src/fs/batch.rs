@@ -1,8 +1,10 @@
 //! The batcher: one thread that turns sealed batches of the pending layer into reftable
 //! commits — one table and one fsync round per batch, however many refs — through the
-//! writer source (one stack object with one writer and its scratch buffer, reused for
-//! every batch), which the thread owns: nothing else can wait for a commit's fsyncs. A batch is sealed when the window since its first edit has passed, when
-//! it holds `--batch-max` edits, or when someone waits for it (fsync, syncfs, unmount).
+//! writer source ([`RefWriter`]: one stack object with one writer and its scratch buffer,
+//! reused for every batch), which the thread owns: nothing else can wait for a commit's
+//! fsyncs. A read-only view has no writer and no batcher. A batch is sealed when the
+//! window since its first edit has passed, when it holds `--batch-max` edits, or when
+//! someone waits for it (fsync, syncfs, unmount).
 //! Commit points never wait for the batcher; only fsync-style calls do.
 //!
 //! The batch queue ([`BatchQueue`]) has its own lock: sealed batches waiting to be
@@ -18,8 +20,8 @@ use std::time::{Duration, Instant};
 
 use crate::fs::procfs;
 use crate::fs::queue::{Batch, LostEdit};
-use crate::fs::record::log_error;
-use crate::fs::source::{BatchEdit, CommitOutcome, RefSource};
+use crate::fs::record::{log_error, Recorder};
+use crate::fs::source::{BatchEdit, CommitOutcome, RefWriter};
 use crate::fs::state::Shared;
 
 /// How long the batcher must be idle before it compacts the stack.
@@ -45,15 +47,14 @@ fn lost_by_process(edits: &[&BatchEdit]) -> Vec<LostEdit> {
     out
 }
 
-/// The batcher's writer source: `None` on a read-only mount.
-type Writer = Option<Box<dyn RefSource>>;
+/// The batcher's writer source (a read-only mount has no batcher).
+type Writer = Box<dyn RefWriter>;
 
 /// Runs deferred compaction when due (`urgent_only`: only when tables pile up).
 fn maintain(writer: &mut Writer, urgent_only: bool) {
-    let Some(src) = writer.as_mut() else { return };
-    match src.maintenance_due() {
+    match writer.maintenance_due() {
         Some(urgent) if urgent || !urgent_only => {
-            if let Err(e) = src.maintain() {
+            if let Err(e) = writer.maintain() {
                 log_error("compact", b"tables.list", &e);
             }
         }
@@ -64,17 +65,12 @@ fn maintain(writer: &mut Writer, urgent_only: bool) {
 /// Writes a batch through the writer source (the batcher's own, so no request waits for
 /// it). The source waits briefly for a `tables.list.lock` held by a live commit and gives
 /// up on one held for longer (see `stack_source.rs`).
-fn commit(writer: &mut Writer, batch: &Batch) -> crate::Result<CommitOutcome> {
-    match writer.as_mut() {
-        Some(src) => {
-            let r = src.commit(&batch.edits);
-            if r.as_ref().is_ok_and(|o| o.applied > 0) {
-                crate::fs::record::recorder().committed(src.last_table());
-            }
-            r
-        }
-        None => Err(crate::Error::Api("read-only mount".into())),
+fn commit(writer: &mut Writer, batch: &Batch, rec: &Recorder) -> crate::Result<CommitOutcome> {
+    let r = writer.commit(&batch.edits);
+    if r.as_ref().is_ok_and(|o| o.applied > 0) {
+        rec.committed(writer.last_table());
     }
+    r
 }
 
 /// Why a whole batch could not be written, for its log line: a held `tables.list.lock`
@@ -98,13 +94,12 @@ fn why_not_written(e: &crate::Error) -> String {
     }
 }
 
-/// Starts the batcher thread, which owns `writer` (another source over the same stack as
-/// the reader; `None` for a read-only mount).
-pub fn spawn(shared: Arc<Shared>, writer: Box<dyn RefSource>) -> std::io::Result<JoinHandle<()>> {
+/// Starts the batcher thread, which owns `writer` (another stack object over the same
+/// stack as the reader; a read-only view starts none).
+pub fn spawn(shared: Arc<Shared>, mut writer: Writer) -> std::io::Result<JoinHandle<()>> {
     std::thread::Builder::new()
         .name("reftablefs-batch".into())
         .spawn(move || {
-            let mut writer = Some(writer);
             run(&shared, &mut writer);
             shared.queue.set_batcher_gone();
         })
@@ -182,7 +177,7 @@ fn run(shared: &Shared, writer: &mut Writer) {
     while let Some(batch) = next_batch(shared, writer) {
         // The space held for this batch goes back to the file system, for its table.
         shared.lock().reserve.make_room(batch.seq);
-        let result = commit(writer, &batch);
+        let result = commit(writer, &batch, &shared.rec);
         // Before the state lock: the request threads need it, and the diagnosis of a
         // held lock must never wait for them.
         let why_failed = result.as_ref().err().map(why_not_written);
@@ -207,7 +202,7 @@ fn run(shared: &Shared, writer: &mut Writer) {
                         show(mine.new.as_ref())
                     );
                     log_error("commit", &c.name, &why);
-                    crate::fs::record::recorder().conflict(&c.name, &why);
+                    shared.rec.conflict(&c.name, &why);
                     lost.push(mine);
                 }
                 for (name, why) in &out.failed {
@@ -216,7 +211,7 @@ fn run(shared: &Shared, writer: &mut Writer) {
                     };
                     let why = format!("not written: {why}");
                     log_error("commit", name, &why);
-                    crate::fs::record::recorder().conflict(name, &why);
+                    shared.rec.conflict(name, &why);
                     lost.push(mine);
                 }
             }
@@ -228,7 +223,8 @@ fn run(shared: &Shared, writer: &mut Writer) {
                 );
                 for edit in &batch.edits {
                     log_error("commit", &edit.name, &"not written (see above)");
-                    crate::fs::record::recorder()
+                    shared
+                        .rec
                         .conflict(&edit.name, &format!("not written: {why}"));
                 }
                 lost.extend(batch.edits.iter());
@@ -289,7 +285,7 @@ mod tests {
     use crate::fs::ino::ROOT;
     use crate::fs::queue::{BatchQueue, FAILED_BATCHES_MAX};
     use crate::fs::source::LogSettings;
-    use crate::fs::source::MemSource;
+    use crate::fs::source::{MemSource, RefSource};
     use crate::fs::state::BatchSettings;
 
     /// Bound on every wait of these tests (generous: a loaded machine is slow, and a
@@ -502,9 +498,6 @@ mod tests {
         fn read_log(&mut self, name: &[u8], out: &mut Vec<LogRecord>) -> crate::Result<()> {
             self.snap.read_log(name, out)
         }
-        fn commit(&mut self, _: &[BatchEdit]) -> crate::Result<CommitOutcome> {
-            Err(crate::Error::Api("the reader does not write".into()))
-        }
         fn acknowledge_own_commit(&mut self) {
             self.mem.hold.store(false, Ordering::SeqCst);
         }
@@ -519,32 +512,7 @@ mod tests {
         }
     }
 
-    impl RefSource for SharedMem {
-        fn hash_kind(&self) -> HashKind {
-            HashKind::Sha1
-        }
-        fn reload(&mut self) -> crate::Result<bool> {
-            self.m().reload()
-        }
-        fn generation(&self) -> u64 {
-            self.m().generation()
-        }
-        fn max_update_index(&self) -> u64 {
-            self.m().max_update_index()
-        }
-        fn first_ref_at_or_after(
-            &mut self,
-            key: &[u8],
-            out: &mut RefRecord,
-        ) -> crate::Result<bool> {
-            self.m().first_ref_at_or_after(key, out)
-        }
-        fn first_log_at_or_after(&mut self, key: &[u8], out: &mut Vec<u8>) -> crate::Result<bool> {
-            self.m().first_log_at_or_after(key, out)
-        }
-        fn read_log(&mut self, name: &[u8], out: &mut Vec<LogRecord>) -> crate::Result<()> {
-            self.m().read_log(name, out)
-        }
+    impl RefWriter for SharedMem {
         fn commit(&mut self, edits: &[BatchEdit]) -> crate::Result<CommitOutcome> {
             self.hold.store(true, Ordering::SeqCst);
             self.gate.pass();

@@ -23,6 +23,8 @@ use std::cell::Cell;
 use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU32, Ordering};
 use std::sync::OnceLock;
 
+use rustix::thread::{sched_getaffinity, sched_setaffinity, CpuSet};
+
 use crate::fs::procfs;
 
 /// A thread checks its client's CPU at most once per this many requests (and at the
@@ -31,7 +33,7 @@ pub const CHECK_EVERY: u32 = 64;
 
 static ENABLED: AtomicBool = AtomicBool::new(false);
 /// The CPUs the mount may use, as it started.
-static ALLOWED: OnceLock<libc::cpu_set_t> = OnceLock::new();
+static ALLOWED: OnceLock<CpuSet> = OnceLock::new();
 /// The CPU to follow: the latest checked client's (-1: none yet, or that client runs away
 /// from its followers, see [`Chase`]).
 static LAST: AtomicI32 = AtomicI32::new(-1);
@@ -192,33 +194,22 @@ fn pin(cpu: usize) -> bool {
     let Some(allowed) = ALLOWED.get() else {
         return false;
     };
-    if cpu >= libc::CPU_SETSIZE as usize {
+    if cpu >= CpuSet::MAX_CPU || !allowed.is_set(cpu) {
         return false;
     }
-    // SAFETY: reads a bit of a cpu set we own; CPU_SET/CPU_ZERO write a local set.
-    unsafe {
-        if !libc::CPU_ISSET(cpu, allowed) {
-            return false;
-        }
-        let mut set: libc::cpu_set_t = std::mem::zeroed();
-        libc::CPU_ZERO(&mut set);
-        libc::CPU_SET(cpu, &mut set);
-        set_affinity(&set)
-    }
+    let mut set = CpuSet::new();
+    set.set(cpu);
+    set_affinity(&set)
 }
 
-fn set_affinity(set: &libc::cpu_set_t) -> bool {
-    // SAFETY: `set` is a valid cpu set of the size given; 0 is the calling thread.
-    unsafe { libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), set) == 0 }
+/// Pins the calling thread to `set`.
+fn set_affinity(set: &CpuSet) -> bool {
+    sched_setaffinity(None, set).is_ok()
 }
 
-fn affinity() -> Option<libc::cpu_set_t> {
-    // SAFETY: the kernel fills a zeroed set of the size given; 0 is the calling thread.
-    unsafe {
-        let mut set: libc::cpu_set_t = std::mem::zeroed();
-        (libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut set) == 0)
-            .then_some(set)
-    }
+/// The CPUs the calling thread may use.
+fn affinity() -> Option<CpuSet> {
+    sched_getaffinity(None).ok()
 }
 
 #[cfg(test)]
@@ -240,5 +231,25 @@ mod tests {
         }
         assert_eq!(c.runaways.len(), RUNAWAYS_KEPT, "the memory is bounded");
         assert_eq!(c.target(11, 1), 1, "the oldest runaway was forgotten");
+    }
+
+    /// The thread's CPUs are read, narrowed to one and given back through the calls
+    /// `pin` and `unpin` make (on a thread of its own: the others keep theirs).
+    #[test]
+    fn a_thread_is_pinned_and_unpinned() {
+        std::thread::spawn(|| {
+            let all = affinity().expect("the thread's CPUs");
+            let cpu = (0..CpuSet::MAX_CPU)
+                .find(|&c| all.is_set(c))
+                .expect("a CPU");
+            let mut one = CpuSet::new();
+            one.set(cpu);
+            assert!(set_affinity(&one));
+            assert_eq!(affinity(), Some(one));
+            assert!(set_affinity(&all));
+            assert_eq!(affinity(), Some(all));
+        })
+        .join()
+        .expect("the pinned thread");
     }
 }

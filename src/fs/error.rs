@@ -133,7 +133,7 @@ mod tests {
 }
 
 /// A refusal: the errno for the caller and the reason for the log line. Not recorded yet:
-/// `record::refuse` logs and records it with its operation and path, making it an
+/// `Recorder::refuse` logs and records it with its operation and path, making it an
 /// [`FsError::Refused`].
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Refusal {

@@ -44,6 +44,16 @@ fn handle_at(ino: INodeNo, fh: FileHandle, offset: u64) -> HandleAt {
     }
 }
 
+/// `parent/name`, to be made with `mode` less `umask`.
+fn new_node(parent: INodeNo, name: &OsStr, mode: u32, umask: u32) -> NewNode<'_> {
+    NewNode {
+        parent: parent.0,
+        name: name.as_bytes(),
+        mode,
+        umask,
+    }
+}
+
 /// A reply to the kernel that carries a backend's answer of type `T`, or its error.
 trait Answer<T> {
     fn answer(self, r: Result<T, FsError>);
@@ -166,6 +176,51 @@ impl RefFs {
         let target = self.router.child(parent.0, name.as_bytes(), create);
         reply.answer(target.and_then(|t| call(t.backend(), req(r))));
     }
+
+    /// Answers a request on the open file `fh` of `ino` at `offset` (read, write) with
+    /// what `call` asks of its tree's backend.
+    fn on_handle<T>(
+        &self,
+        r: &Request,
+        ino: INodeNo,
+        fh: FileHandle,
+        offset: u64,
+        reply: impl Answer<T>,
+        call: impl FnOnce(&dyn Backend, Req, HandleAt) -> Result<T, FsError>,
+    ) {
+        let at = handle_at(ino, fh, offset);
+        self.on_node(r, ino, reply, |b, q| call(b, q, at))
+    }
+}
+
+/// Handlers on the existing name `parent/name` (`lookup`, `unlink`, `rmdir`): each asks
+/// the backend's call of the same name.
+macro_rules! on_name {
+    ($($op:ident -> $reply:ty;)*) => {$(
+        fn $op(&self, r: &Request, parent: INodeNo, name: &OsStr, reply: $reply) {
+            self.on_child(r, parent, name, false, reply, |b, q| {
+                b.$op(q, parent.0, name.as_bytes())
+            })
+        }
+    )*};
+}
+
+/// Handlers on an open file at an offset (`read`, `write`): the trait's parameters after
+/// the offset, the reply, and the backend's call given where (`HandleAt`).
+macro_rules! at_offset {
+    ($(fn $op:ident($($arg:ident: $ty:ty),*) -> $reply:ty = $call:expr;)*) => {$(
+        fn $op(
+            &self,
+            r: &Request,
+            ino: INodeNo,
+            fh: FileHandle,
+            offset: u64,
+            $($arg: $ty,)*
+            reply: $reply,
+        ) {
+            self.on_handle(r, ino, fh, offset, reply, $call)
+        }
+    )*};
 }
 
 impl Filesystem for RefFs {
@@ -203,10 +258,10 @@ impl Filesystem for RefFs {
         self.router.flush_all();
     }
 
-    fn lookup(&self, r: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
-        self.on_child(r, parent, name, false, reply, |b, q| {
-            b.lookup(q, parent.0, name.as_bytes())
-        })
+    on_name! {
+        lookup -> ReplyEntry;
+        unlink -> ReplyEmpty;
+        rmdir -> ReplyEmpty;
     }
 
     fn forget(&self, _r: &Request, ino: INodeNo, nlookup: u64) {
@@ -233,19 +288,15 @@ impl Filesystem for RefFs {
         reply.answer(opened)
     }
 
-    fn read(
-        &self,
-        r: &Request,
-        ino: INodeNo,
-        fh: FileHandle,
-        offset: u64,
-        size: u32,
-        flags: OpenFlags,
-        _lock_owner: Option<LockOwner>,
-        reply: ReplyData,
-    ) {
-        let at = handle_at(ino, fh, offset);
-        self.on_node(r, ino, reply, |b, q| b.read(q, at, size, flags.0))
+    at_offset! {
+        fn read(size: u32, flags: OpenFlags, _lock_owner: Option<LockOwner>) -> ReplyData =
+            |b, q, at| b.read(q, at, size, flags.0);
+        fn write(
+            data: &[u8],
+            _write_flags: WriteFlags,
+            flags: OpenFlags,
+            _lock_owner: Option<LockOwner>
+        ) -> ReplyWrite = |b, q, at| b.write(q, at, data, flags.0);
     }
 
     fn release(
@@ -287,33 +338,12 @@ impl Filesystem for RefFs {
         reply: ReplyCreate,
     ) {
         cpu::on_request(r.pid());
-        let n = NewNode {
-            parent: parent.0,
-            name: name.as_bytes(),
-            mode,
-            umask,
-        };
+        let n = new_node(parent, name, mode, umask);
         let made = self.router.child(n.parent, n.name, true).and_then(|t| {
             let backing = &|f: &std::fs::File| reply.open_backing(f);
             t.backend().create(req(r), n, Opening { flags, backing })
         });
         reply.answer(made)
-    }
-
-    fn write(
-        &self,
-        r: &Request,
-        ino: INodeNo,
-        fh: FileHandle,
-        offset: u64,
-        data: &[u8],
-        _write_flags: WriteFlags,
-        flags: OpenFlags,
-        _lock_owner: Option<LockOwner>,
-        reply: ReplyWrite,
-    ) {
-        let at = handle_at(ino, fh, offset);
-        self.on_node(r, ino, reply, |b, q| b.write(q, at, data, flags.0))
     }
 
     fn setattr(
@@ -346,12 +376,6 @@ impl Filesystem for RefFs {
         self.on_node(r, ino, reply, |b, q| b.setattr(q, ino.0, &a))
     }
 
-    fn unlink(&self, r: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
-        self.on_child(r, parent, name, false, reply, |b, q| {
-            b.unlink(q, parent.0, name.as_bytes())
-        })
-    }
-
     fn mkdir(
         &self,
         r: &Request,
@@ -361,19 +385,8 @@ impl Filesystem for RefFs {
         umask: u32,
         reply: ReplyEntry,
     ) {
-        let n = NewNode {
-            parent: parent.0,
-            name: name.as_bytes(),
-            mode,
-            umask,
-        };
+        let n = new_node(parent, name, mode, umask);
         self.on_child(r, parent, name, true, reply, |b, q| b.mkdir(q, n))
-    }
-
-    fn rmdir(&self, r: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
-        self.on_child(r, parent, name, false, reply, |b, q| {
-            b.rmdir(q, parent.0, name.as_bytes())
-        })
     }
 
     fn rename(

@@ -11,12 +11,14 @@ use fuser::Notifier;
 
 use crate::fs::attr::GitDirModes;
 use crate::fs::error::FsError;
-use crate::fs::source::{LogSettings, RefSource};
+use crate::fs::record::Recorder;
+use crate::fs::source::{LogSettings, RefSource, RefWriter};
 use crate::fs::state::{BatchSettings, Shared};
 use crate::fs::watch::InoMap;
 use crate::fs::{batch, watch, MountOptions};
 
-/// A ref view's state: the reader serves requests; `read_only` when it has no writer.
+/// A ref view's state: the reader serves requests; `read_only` when it has no writer;
+/// `rec`, the mount's recorder.
 pub fn new_view(
     reader: Box<dyn RefSource>,
     read_only: bool,
@@ -24,8 +26,9 @@ pub fn new_view(
     reftable_dir: &Path,
     opts: &MountOptions,
     modes: Option<Arc<GitDirModes>>,
+    rec: Arc<Recorder>,
 ) -> Arc<Shared> {
-    let shared = Shared::new(
+    let shared = Shared::recording(
         reader,
         read_only,
         log,
@@ -33,6 +36,7 @@ pub fn new_view(
             window: opts.batch_window,
             max: opts.batch_max.max(1),
         },
+        rec,
     );
     shared.set_inode_cap(opts.inode_cap);
     shared.reserve_space_in(reftable_dir);
@@ -55,7 +59,7 @@ pub struct Threads {
 /// which owns the writer.
 pub fn start(
     shared: &Arc<Shared>,
-    writer: Option<Box<dyn RefSource>>,
+    writer: Option<Box<dyn RefWriter>>,
     reftable_dir: &Path,
     notifier: Option<Notifier>,
     map: InoMap,

@@ -12,7 +12,7 @@
 //! | [`budget`], [`reserve`] | the bounds on what clients make the mount hold; disk space held for staged edits |
 //! | [`record`] | refusals, conflicts and commits recorded for `status`; the one place a refusal is made |
 //! | [`backend`] | the one trait every tree under the mount implements |
-//! | [`source`] | the seam to the stack (`RefSource`, batch edits), with an in-memory one for tests |
+//! | [`source`] | the seam to the stack: reading (`RefSource`) and writing (`RefWriter`, batch edits), with an in-memory store for tests |
 //! | [`view`] | pure path mapping, listing by reseek, rendering as the files backend stores |
 //! | [`attr`], [`config_view`], [`ref_times`] | attributes and GITDIR's modes; `config` without the extension; ref times |
 //! | [`inode`] | the ref view's inode table (stable numbers, sizes, the kernel's pages) |
@@ -27,12 +27,13 @@
 //! | [`ref_backend`], [`pass_backend`], [`status`] | the trees as backends: a ref view, the passthrough, the status node |
 //! | [`router`] | each request to its tree, once; the root both share |
 //! | `fuse` | `impl Filesystem`: translation between the kernel's requests and the backends |
+//! | `test_support` | helpers the unit tests share (tests only) |
 //!
 //! # Errors
 //!
 //! The layer's functions (`state`, [`passthrough`], `batch`, [`worktree`], `fuse`) fail
 //! with one type, [`error::FsError`]: a plain errno (`FsError::ENOENT`, …), a refusal
-//! (errno and reason, logged and recorded for `reftablefs status` by `record::refuse`,
+//! (errno and reason, logged and recorded for `reftablefs status` by `Recorder::refuse`,
 //! the only place that makes one), a storage error ([`crate::Error`]) or an I/O error of the
 //! real git directory. [`error::FsError::errno`] is the one mapping to the errno the
 //! kernel gets; `fuse.rs` replies with it. The protocol's own checks (`protocol/`)
@@ -99,6 +100,8 @@ pub mod router;
 pub mod source;
 pub mod stack_source;
 pub mod status;
+#[cfg(test)]
+mod test_support;
 pub mod view;
 pub mod worktree;
 
@@ -135,6 +138,9 @@ pub struct MountOptions {
     /// How many names the kernel may hold before the mount has it drop the oldest
     /// (`inode::INODE_CAP` by default; `--inode-cap`).
     pub inode_cap: usize,
+    /// The block cache every stack of the mount shares (by default one of
+    /// [`MOUNT_BLOCK_CACHE_BYTES`]).
+    pub block_cache: std::sync::Arc<crate::table::BlockCache>,
     /// Serve only the ref view (`HEAD`, `refs/`, `logs/`, `packed-refs`); by default
     /// everything else of the git directory is passed through (`passthrough.rs`).
     pub refs_only: bool,
@@ -175,6 +181,7 @@ impl Default for MountOptions {
             auto_unmount: false,
             layout: protocol::Layout::Loose,
             allow_other: false,
+            block_cache: crate::table::BlockCache::new(MOUNT_BLOCK_CACHE_BYTES),
         }
     }
 }
@@ -265,17 +272,18 @@ pub const MOUNT_BLOCK_CACHE_BYTES: usize = 16 << 20;
 /// read-only mount) is used by the batcher only, so writing never blocks readers.
 pub fn mount(
     reader: Box<dyn source::RefSource>,
-    writer: Option<Box<dyn source::RefSource>>,
+    writer: Option<Box<dyn source::RefWriter>>,
     log: source::LogSettings,
     reftable_dir: &Path,
     mountpoint: &Path,
     opts: &MountOptions,
 ) -> Result<()> {
     check_mountpoint(mountpoint)?;
-    crate::table::set_block_cache_bytes(MOUNT_BLOCK_CACHE_BYTES);
     let sigset = block_signals();
     let writer = if opts.read_only { None } else { writer };
-    crate::fs::record::recorder().mounted(
+    // What the mount records for `reftablefs status`, handed to every tree it serves.
+    let rec = std::sync::Arc::new(record::Recorder::default());
+    rec.mounted(
         reftable_dir
             .parent()
             .map(|g| g.canonicalize().unwrap_or_else(|_| g.to_path_buf()))
@@ -297,6 +305,7 @@ pub fn mount(
         reftable_dir,
         opts,
         modes.clone(),
+        rec.clone(),
     );
     shared.set_layout(opts.layout);
     if let Some(gitdir) = reftable_dir.parent() {
@@ -312,7 +321,9 @@ pub fn mount(
     // the mount.
     let pass = match (opts.refs_only, reftable_dir.parent()) {
         (false, Some(gitdir)) => Some(std::sync::Arc::new(
-            passthrough::Passthrough::new(gitdir).map_err(|e| Error::io(gitdir, e))?,
+            passthrough::Passthrough::new(gitdir)
+                .map_err(|e| Error::io(gitdir, e))?
+                .recording(rec.clone()),
         )),
         _ => None,
     };
@@ -320,7 +331,7 @@ pub fn mount(
     let wts =
         match (&pass, &modes, reftable_dir.parent()) {
             (Some(p), Some(m), Some(gitdir)) => Some(std::sync::Arc::new(
-                worktree::Worktrees::new(gitdir, p.clone(), m.clone(), opts)?,
+                worktree::Worktrees::new(gitdir, p.clone(), m.clone(), opts, rec.clone())?,
             )),
             _ => None,
         };

@@ -1,12 +1,12 @@
 //! What the mount records for `reftablefs status`: refused operations, conflicts and
 //! commits, each list bounded to its last [`KEEP`] entries, in one [`Recorder`] per
-//! process (a `reftablefs mount` process serves one mount); and the one place that turns
-//! a refusal into a log line and a record (`refuse`). `status.rs` serves them as the
-//! status document.
+//! mount, made by the mount and handed to every tree it serves (its ref views, the
+//! passthrough); and the one place that turns a refusal into a log line and a record
+//! ([`Recorder::refuse`]). `status.rs` serves them as the status document.
 
 use std::collections::VecDeque;
 use std::path::PathBuf;
-use std::sync::{Mutex, OnceLock};
+use std::sync::Mutex;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use crate::fs::budget::HELD_BYTES_MAX;
@@ -55,16 +55,10 @@ pub(crate) struct Rec {
     pub refused: Events,
 }
 
-/// What the mount records for its status file.
+/// What the mount records for its status file (one per mount, shared by its trees).
 #[derive(Debug, Default)]
 pub struct Recorder {
     rec: Mutex<Rec>,
-}
-
-/// The process's recorder.
-pub fn recorder() -> &'static Recorder {
-    static R: OnceLock<Recorder> = OnceLock::new();
-    R.get_or_init(Recorder::default)
 }
 
 pub(crate) fn unix_now() -> u64 {
@@ -155,43 +149,51 @@ pub fn log_error(op: &str, path: &[u8], err: &dyn std::fmt::Display) {
     log::error!("reftablefs: {op} {}: {err}", String::from_utf8_lossy(path));
 }
 
-/// A refused request: logged, recorded for `reftablefs status`, and returned as
-/// [`FsError::Refused`] (so it is recorded once, here). Every refusal with a reason goes
-/// through here.
-pub(crate) fn refuse(op: &str, path: &[u8], r: Refusal) -> FsError {
-    // A refusal is the client's doing, not the mount's failure: a warning.
-    log::warn!(
-        "reftablefs: {op} {}: {}",
-        String::from_utf8_lossy(path),
-        r.reason
-    );
-    recorder().refused(op, path, r.errno, &r.reason);
-    FsError::Refused {
-        errno: r.errno,
-        reason: r.reason,
+impl Recorder {
+    /// A refused request: logged, recorded for `reftablefs status`, and returned as
+    /// [`FsError::Refused`] (so it is recorded once, here). Every refusal with a reason
+    /// goes through here.
+    pub(crate) fn refuse(&self, op: &str, path: &[u8], r: Refusal) -> FsError {
+        // A refusal is the client's doing, not the mount's failure: a warning.
+        log::warn!(
+            "reftablefs: {op} {}: {}",
+            String::from_utf8_lossy(path),
+            r.reason
+        );
+        self.refused(op, path, r.errno, &r.reason);
+        FsError::Refused {
+            errno: r.errno,
+            reason: r.reason,
+        }
     }
-}
 
-/// [`refuse`] with the errno and the reason given apart.
-pub(crate) fn refuse_for(op: &str, path: &[u8], errno: i32, reason: impl Into<String>) -> FsError {
-    refuse(op, path, Refusal::new(errno, reason))
-}
-
-/// An `EFBIG` from `budget::splice` or `budget::resize_bounded` as a recorded refusal (other errnos
-/// pass through).
-pub(crate) fn too_big(op: &str, path: &[u8], e: FsError, limit: usize) -> FsError {
-    if e.errno() != libc::EFBIG {
-        return e;
+    /// [`refuse`](Self::refuse) with the errno and the reason given apart.
+    pub(crate) fn refuse_for(
+        &self,
+        op: &str,
+        path: &[u8],
+        errno: i32,
+        reason: impl Into<String>,
+    ) -> FsError {
+        self.refuse(op, path, Refusal::new(errno, reason))
     }
-    refuse_for(
-        op,
-        path,
-        libc::EFBIG,
-        format!(
-            "a file here holds at most {limit} bytes, and all lock and scratch files \
+
+    /// An `EFBIG` from `budget::splice` or `budget::resize_bounded` as a recorded refusal
+    /// (other errnos pass through).
+    pub(crate) fn too_big(&self, op: &str, path: &[u8], e: FsError, limit: usize) -> FsError {
+        if e.errno() != libc::EFBIG {
+            return e;
+        }
+        self.refuse_for(
+            op,
+            path,
+            libc::EFBIG,
+            format!(
+                "a file here holds at most {limit} bytes, and all lock and scratch files \
                  together {HELD_BYTES_MAX}"
-        ),
-    )
+            ),
+        )
+    }
 }
 
 #[cfg(test)]
@@ -215,5 +217,28 @@ mod tests {
         assert_eq!(ev.last.front().map(|e| e.time), Some(7));
         assert_eq!(errno_name(libc::EACCES), "EACCES");
         assert_eq!(errno_name(12345), "12345");
+    }
+
+    /// Each mount records into its own recorder: a refusal made through one is in its
+    /// record only, with its errno, and is answered as a refusal.
+    #[test]
+    fn a_refusal_is_recorded_by_its_own_recorder_only() {
+        let (mine, other) = (Recorder::default(), Recorder::default());
+        let e = mine.refuse_for("create", b"refs/heads/x", libc::EPERM, "why");
+        assert_eq!(e.errno(), libc::EPERM);
+        assert!(matches!(e, FsError::Refused { .. }), "{e:?}");
+        {
+            let r = mine.rec();
+            assert_eq!(r.refused.total, 1);
+            let ev = r.refused.last.front().expect("recorded");
+            assert_eq!(
+                (ev.what.as_str(), ev.op.as_deref(), ev.errno),
+                ("refs/heads/x", Some("create"), Some(libc::EPERM))
+            );
+        }
+        assert_eq!(other.rec().refused.total, 0, "recorded by another mount");
+        // Not an EFBIG: passed through, not recorded.
+        let e = mine.too_big("write", b"refs/heads/x", FsError::EIO, 10);
+        assert_eq!((e.errno(), mine.rec().refused.total), (libc::EIO, 1));
     }
 }

@@ -131,11 +131,14 @@ impl Router {
         let across = match (&from, &to) {
             (Target::View(_), Target::View(_)) => "across the ref views of two worktrees",
             (Target::Status(_), _) | (_, Target::Status(_)) => {
-                return Err(status::node::refuse("rename", name))
+                let node = StatusNode {
+                    shared: self.main.clone(),
+                };
+                return Err(node.refuse("rename", name));
             }
             _ => "across the boundary between refs and passed-through files",
         };
-        Err(crate::fs::record::refuse_for(
+        Err(self.main.rec.refuse_for(
             "rename",
             name,
             libc::EXDEV,

@@ -1,11 +1,15 @@
 //! The seam between the FUSE adapter and the ref storage.
 //!
-//! [`RefSource`] is the small set of primitives the mount needs from a reftable stack: point
-//! and range reads through one cached, reseekable iterator, reflog reads, reload detection,
-//! and (for the write path) committing a batch. [`MemSource`] implements it in memory for
-//! unit tests; the real stack is adapted in `stack_source.rs`.
+//! Two roles, two traits. [`RefSource`] reads: the small set of primitives a ref view
+//! serves requests from (point and range reads through one cached, reseekable iterator,
+//! reflog reads, reload detection). [`RefWriter`] writes: committing a batch and the
+//! stack's maintenance, owned by the batcher alone; a read-only mount makes none.
+//! [`MemSource`] implements both in memory for unit tests (shared behind a mutex, one
+//! store for a reader and a writer, as a mount opens one stack twice); the real stack is
+//! adapted in `stack_source.rs`.
 
 use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex, MutexGuard};
 
 use crate::format::{HashKind, LogRecord, RefRecord, RefValue};
 use crate::transaction::{Expected, LogAllRefUpdates};
@@ -108,7 +112,7 @@ pub enum Step {
     Stop,
 }
 
-/// The primitives the mount needs from the ref storage.
+/// Reading the ref storage: what a ref view serves requests from.
 pub trait RefSource: Send {
     /// The repository's object hash.
     fn hash_kind(&self) -> HashKind;
@@ -146,10 +150,6 @@ pub trait RefSource: Send {
     fn first_log_at_or_after(&mut self, key: &[u8], out: &mut Vec<u8>) -> Result<bool>;
     /// The reflog of `name`, newest first, tombstones skipped (existence markers kept).
     fn read_log(&mut self, name: &[u8], out: &mut Vec<LogRecord>) -> Result<()>;
-    /// Writes `edits` as one table (one fsync round) if every expected old value still
-    /// holds under the stack lock; edits whose expectation fails are reported in
-    /// [`CommitOutcome::conflicts`] and not written, the others are.
-    fn commit(&mut self, edits: &[BatchEdit]) -> Result<CommitOutcome>;
     /// The batcher, holding the state lock, is about to reload this (reader) source and
     /// drop the pending entries of the batch it just committed: reloads may see the
     /// mount's own new table again (until now they kept the old table set, so that no
@@ -160,20 +160,6 @@ pub trait RefSource: Send {
     /// mount's own (its changes went through the kernel already).
     fn last_change_external(&self) -> bool {
         true
-    }
-    /// Whether deferred maintenance (compaction) is due, and how urgently: `Some(true)` when
-    /// it should run now (too many tables), `Some(false)` when it can wait for an idle
-    /// moment, `None` when nothing is due.
-    fn maintenance_due(&self) -> Option<bool> {
-        None
-    }
-    /// Runs deferred maintenance (geometric compaction). Best effort.
-    fn maintain(&mut self) -> Result<()> {
-        Ok(())
-    }
-    /// Number of fsync calls made so far (for the batching benchmark), if known.
-    fn fsync_count(&self) -> u64 {
-        0
     }
     /// The newest entry of `name`'s reflog, tombstones and existence markers skipped:
     /// its update index and time (Unix seconds); `None` when it has none. One seek of
@@ -196,6 +182,29 @@ pub trait RefSource: Send {
     /// The highest update index stored (0 when unknown: every reflog then counts as
     /// changed at each reload).
     fn max_update_index(&self) -> u64 {
+        0
+    }
+}
+
+/// Writing the ref storage: the batcher's alone (one per writable view; a read-only
+/// mount makes none).
+pub trait RefWriter: Send {
+    /// Writes `edits` as one table (one fsync round) if every expected old value still
+    /// holds under the stack lock; edits whose expectation fails are reported in
+    /// [`CommitOutcome::conflicts`] and not written, the others are.
+    fn commit(&mut self, edits: &[BatchEdit]) -> Result<CommitOutcome>;
+    /// Whether deferred maintenance (compaction) is due, and how urgently: `Some(true)` when
+    /// it should run now (too many tables), `Some(false)` when it can wait for an idle
+    /// moment, `None` when nothing is due.
+    fn maintenance_due(&self) -> Option<bool> {
+        None
+    }
+    /// Runs deferred maintenance (geometric compaction). Best effort.
+    fn maintain(&mut self) -> Result<()> {
+        Ok(())
+    }
+    /// Number of fsync calls made so far (for the batching benchmark), if known.
+    fn fsync_count(&self) -> u64 {
         0
     }
     /// The stack's last table: its highest update index and file name, if known.
@@ -327,7 +336,9 @@ impl RefSource for MemSource {
         }
         Ok(())
     }
+}
 
+impl RefWriter for MemSource {
     fn commit(&mut self, edits: &[BatchEdit]) -> Result<CommitOutcome> {
         self.check()?;
         let mut outcome = CommitOutcome::default();
@@ -389,6 +400,44 @@ impl RefSource for MemSource {
             self.generation += 1;
         }
         Ok(outcome)
+    }
+}
+
+/// One in-memory store shared by a reader and a writer source, as a mount's two stack
+/// objects share one directory (each call takes the lock for its moment).
+pub type SharedMem = Arc<Mutex<MemSource>>;
+
+fn locked(m: &SharedMem) -> MutexGuard<'_, MemSource> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+impl RefSource for SharedMem {
+    fn hash_kind(&self) -> HashKind {
+        locked(self).hash_kind()
+    }
+    fn reload(&mut self) -> Result<bool> {
+        locked(self).reload()
+    }
+    fn generation(&self) -> u64 {
+        locked(self).generation()
+    }
+    fn max_update_index(&self) -> u64 {
+        locked(self).max_update_index()
+    }
+    fn first_ref_at_or_after(&mut self, key: &[u8], out: &mut RefRecord) -> Result<bool> {
+        locked(self).first_ref_at_or_after(key, out)
+    }
+    fn first_log_at_or_after(&mut self, key: &[u8], out: &mut Vec<u8>) -> Result<bool> {
+        locked(self).first_log_at_or_after(key, out)
+    }
+    fn read_log(&mut self, name: &[u8], out: &mut Vec<LogRecord>) -> Result<()> {
+        locked(self).read_log(name, out)
+    }
+}
+
+impl RefWriter for SharedMem {
+    fn commit(&mut self, edits: &[BatchEdit]) -> Result<CommitOutcome> {
+        locked(self).commit(edits)
     }
 }
 

@@ -1,7 +1,8 @@
-//! The real [`RefSource`]: a reftable stack opened from a git directory. Point reads and
-//! range reads go through the stack's one cached reseekable merged iterator; reflog
-//! existence through one cached log iterator (rebuilt when the table set changes); a
-//! batch is one transaction (one table, one fsync round) through the stack's one writer.
+//! The real [`RefSource`] and [`RefWriter`]: a reftable stack opened from a git directory,
+//! twice (a reader, and unless read-only a writer). Point reads and range reads go through
+//! the stack's one cached reseekable merged iterator; reflog existence through one cached
+//! log iterator (rebuilt when the table set changes); a batch is one transaction (one
+//! table, one fsync round) through the stack's one writer.
 
 use std::collections::HashSet;
 use std::path::Path;
@@ -11,7 +12,7 @@ use std::time::{Duration, Instant};
 use crate::format::{HashKind, LogRecord, RefRecord, RefValue};
 use crate::fs::ref_times::RefTimes;
 use crate::fs::source::LogSettings;
-use crate::fs::source::{BatchEdit, CommitOutcome, Conflict, RefSource, Step, Visit};
+use crate::fs::source::{BatchEdit, CommitOutcome, Conflict, RefSource, RefWriter, Step, Visit};
 use crate::fs::MountOptions;
 use crate::merged::MergedLogIter;
 use crate::repo::Repo;
@@ -24,7 +25,7 @@ use crate::{Error, Result};
 /// generated reflog entries are written.
 pub struct Opened {
     pub reader: Box<dyn RefSource>,
-    pub writer: Option<Box<dyn RefSource>>,
+    pub writer: Option<Box<dyn RefWriter>>,
     pub log: LogSettings,
 }
 
@@ -93,7 +94,7 @@ pub fn lock_age(path: &Path) -> Option<Duration> {
         .and_then(|t| t.elapsed().ok())
 }
 
-/// A stack as a [`RefSource`].
+/// A stack as a [`RefSource`] (the reader) or a [`RefWriter`] (the writer).
 pub struct StackSource {
     stack: Stack,
     log_it: Option<(u64, MergedLogIter)>,
@@ -385,6 +386,40 @@ impl RefSource for StackSource {
         Ok(())
     }
 
+    fn ref_time(&mut self, name: &[u8]) -> Result<Option<u64>> {
+        if let Some(u) = self.times.looked_up(self.stack.generation(), name) {
+            if let Some(t) = self.times.index_time(self.stack.tables(), u)? {
+                return Ok(Some(t));
+            }
+        }
+        Ok(self.newest_log(name)?.map(|(_, t)| t))
+    }
+
+    fn newest_log(&mut self, name: &[u8]) -> Result<Option<(u64, u64)>> {
+        self.log_seeks += 1;
+        let gen = self.stack.generation();
+        let it = match &mut self.log_it {
+            Some((g, it)) if *g == gen => it,
+            slot => &mut slot.insert((gen, self.stack.log_iter())).1,
+        };
+        it.seek(name, u64::MAX)?;
+        while let Some(l) = it.next()? {
+            if l.refname != name {
+                break;
+            }
+            if !l.deleted && !crate::stack::is_existence_marker(l) {
+                return Ok(Some((l.update_index, l.time)));
+            }
+        }
+        Ok(None)
+    }
+
+    fn max_update_index(&self) -> u64 {
+        self.stack.next_update_index().saturating_sub(1)
+    }
+}
+
+impl RefWriter for StackSource {
     fn commit(&mut self, edits: &[BatchEdit]) -> Result<CommitOutcome> {
         self.stack.reload()?;
         let mut outcome = CommitOutcome::default();
@@ -452,38 +487,6 @@ impl RefSource for StackSource {
         Ok(outcome)
     }
 
-    fn ref_time(&mut self, name: &[u8]) -> Result<Option<u64>> {
-        if let Some(u) = self.times.looked_up(self.stack.generation(), name) {
-            if let Some(t) = self.times.index_time(self.stack.tables(), u)? {
-                return Ok(Some(t));
-            }
-        }
-        Ok(self.newest_log(name)?.map(|(_, t)| t))
-    }
-
-    fn newest_log(&mut self, name: &[u8]) -> Result<Option<(u64, u64)>> {
-        self.log_seeks += 1;
-        let gen = self.stack.generation();
-        let it = match &mut self.log_it {
-            Some((g, it)) if *g == gen => it,
-            slot => &mut slot.insert((gen, self.stack.log_iter())).1,
-        };
-        it.seek(name, u64::MAX)?;
-        while let Some(l) = it.next()? {
-            if l.refname != name {
-                break;
-            }
-            if !l.deleted && !crate::stack::is_existence_marker(l) {
-                return Ok(Some((l.update_index, l.time)));
-            }
-        }
-        Ok(None)
-    }
-
-    fn max_update_index(&self) -> u64 {
-        self.stack.next_update_index().saturating_sub(1)
-    }
-
     fn last_table(&self) -> Option<(u64, String)> {
         let name = self.stack.table_names().last()?.clone();
         let ui = self.stack.tables().last()?.max_update_index();
@@ -516,7 +519,7 @@ impl RefSource for StackSource {
 const URGENT_COMPACTION_TABLES: usize = 16;
 
 /// Stack options from the repository's settings.
-fn stack_options(repo: &Repo, fsync: bool) -> StackOptions {
+fn stack_options(repo: &Repo, opts: &MountOptions) -> StackOptions {
     let s = &repo.settings;
     StackOptions {
         hash: s.hash,
@@ -528,12 +531,14 @@ fn stack_options(repo: &Repo, fsync: bool) -> StackOptions {
             ..WriteOptions::default()
         },
         lock_timeout: s.lock_timeout,
-        fsync,
+        fsync: opts.fsync,
         // The mount compacts from its batcher when idle (or when tables pile up), so that a
         // batch costs one fsync round and nothing more.
         auto_compact: false,
         compaction_factor: s.geometric_factor,
         default_permissions: Some(s.default_permissions),
+        // The mount's one cache, shared by all the stacks it opens.
+        block_cache: opts.block_cache.clone(),
     }
 }
 
@@ -563,11 +568,11 @@ pub fn open_dir(repo: &Repo, dir: &Path, opts: &MountOptions) -> Result<Opened> 
         name: id.name,
         email: id.email,
     };
-    let sopts = stack_options(repo, opts.fsync);
+    let sopts = stack_options(repo, opts);
     let own: OwnTables = Arc::default();
     let reader = StackSource::new(Stack::open(dir, sopts.clone())?, log.clone(), own.clone());
     // (`auto_compact` only matters for the writer; the reader never commits.)
-    let writer: Option<Box<dyn RefSource>> = if opts.read_only {
+    let writer: Option<Box<dyn RefWriter>> = if opts.read_only {
         None
     } else {
         let mut stack = Stack::open(dir, sopts)?;

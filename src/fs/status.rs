@@ -16,7 +16,7 @@ use std::sync::{Mutex, OnceLock};
 use std::time::Duration;
 
 use crate::fs::ino::{STATUS_DIR as DIR_INO, STATUS_FILE as FILE_INO};
-use crate::fs::record::{errno_name, recorder, unix_now};
+use crate::fs::record::{errno_name, unix_now};
 use crate::fs::state::Shared;
 use crate::status_file::{Conflict, LastCommit, Refusal, Report, StaleLock};
 
@@ -82,11 +82,11 @@ pub(crate) fn document(shared: &Shared) -> Vec<u8> {
     let (pending, batch_age) = shared.pending_status();
     let (known, dropping, cap) = shared.inode_status();
     // Diagnosed without the recorder's lock, which request threads take.
-    let dir = recorder().rec().reftable_dir.clone();
+    let dir = shared.rec.rec().reftable_dir.clone();
     let stale = dir
         .map(|d| stale_locks(&d.join("tables.list.lock")))
         .unwrap_or_default();
-    let r = recorder().rec();
+    let r = shared.rec.rec();
     let doc = Report {
         version: crate::status_file::VERSION,
         repository: r.repository.clone(),
@@ -204,19 +204,22 @@ pub mod node {
         }
     }
 
-    /// A change in the status directory (create, write, rename, unlink, ...): refused.
-    pub fn refuse(op: &str, name: &[u8]) -> FsError {
-        let mut path = DIR_NAME.to_vec();
-        if name != DIR_NAME {
-            path.push(b'/');
-            path.extend_from_slice(name);
+    impl StatusNode {
+        /// A change in the status directory (create, write, rename, unlink, ...):
+        /// refused.
+        pub fn refuse(&self, op: &str, name: &[u8]) -> FsError {
+            let mut path = DIR_NAME.to_vec();
+            if name != DIR_NAME {
+                path.push(b'/');
+                path.extend_from_slice(name);
+            }
+            self.shared.rec.refuse_for(
+                op,
+                &path,
+                libc::EACCES,
+                "the mount's status directory is read-only",
+            )
         }
-        crate::fs::record::refuse_for(
-            op,
-            &path,
-            libc::EACCES,
-            "the mount's status directory is read-only",
-        )
     }
 
     /// The name of `ino` for a refusal.
@@ -248,7 +251,7 @@ pub mod node {
         }
 
         fn setattr(&self, _req: Req, ino: u64, _a: &SetAttr) -> Result<Attrs, FsError> {
-            Err(refuse("setattr", name_of(ino)))
+            Err(self.refuse("setattr", name_of(ino)))
         }
 
         /// Opens the status file for reading (its document is made now); anything else
@@ -259,7 +262,7 @@ pub mod node {
                 return Err(FsError::EISDIR);
             }
             if flags & libc::O_ACCMODE != libc::O_RDONLY || flags & libc::O_TRUNC != 0 {
-                return Err(refuse("open", FILE_NAME));
+                return Err(self.refuse("open", FILE_NAME));
             }
             Ok(Opened {
                 fh: super::open(&self.shared),
@@ -269,7 +272,7 @@ pub mod node {
         }
 
         fn create(&self, _req: Req, n: NewNode<'_>, _how: Opening<'_>) -> Result<Made, FsError> {
-            Err(refuse("create", n.name))
+            Err(self.refuse("create", n.name))
         }
 
         fn read(
@@ -287,19 +290,19 @@ pub mod node {
         }
 
         fn unlink(&self, _req: Req, _parent: u64, name: &[u8]) -> Result<(), FsError> {
-            Err(refuse("unlink", name))
+            Err(self.refuse("unlink", name))
         }
 
         fn mkdir(&self, _req: Req, n: NewNode<'_>) -> Result<Entry, FsError> {
-            Err(refuse("mkdir", n.name))
+            Err(self.refuse("mkdir", n.name))
         }
 
         fn rmdir(&self, _req: Req, _parent: u64, name: &[u8]) -> Result<(), FsError> {
-            Err(refuse("rmdir", name))
+            Err(self.refuse("rmdir", name))
         }
 
         fn rename(&self, _req: Req, r: &Rename<'_>) -> Result<(), FsError> {
-            Err(refuse("rename", r.name))
+            Err(self.refuse("rename", r.name))
         }
 
         fn opendir(&self, _req: Req, ino: u64) -> Result<u64, FsError> {
@@ -331,7 +334,7 @@ pub mod node {
             name: &[u8],
             _to: &[u8],
         ) -> Result<Entry, FsError> {
-            Err(refuse("symlink", name))
+            Err(self.refuse("symlink", name))
         }
     }
 }

@@ -412,12 +412,6 @@ mod tests {
         fn read_log(&mut self, name: &[u8], out: &mut Vec<LogRecord>) -> Result<()> {
             self.0.read_log(name, out)
         }
-        fn commit(
-            &mut self,
-            edits: &[crate::fs::source::BatchEdit],
-        ) -> Result<crate::fs::source::CommitOutcome> {
-            self.0.commit(edits)
-        }
     }
 
     fn sample() -> MemSource {

@@ -3,13 +3,16 @@
 //! stack and tells the kernel which cached names went stale. Notifications are sent from
 //! this thread only, never from a request handler (they could deadlock there).
 
-use std::ffi::{CString, OsStr};
+use std::ffi::OsStr;
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
 use std::sync::Arc;
 use std::thread::JoinHandle;
 
 use fuser::{INodeNo, Notifier};
+use rustix::event::{PollFd, PollFlags, Timespec};
+use rustix::fs::inotify::{self, CreateFlags, WatchFlags};
 
 use crate::fs::record::log_error;
 use crate::fs::state::Shared;
@@ -23,85 +26,54 @@ const INVALIDATE_SCAN_LIMIT: usize = 200_000;
 
 /// An inotify descriptor watching one directory.
 struct Inotify {
-    fd: libc::c_int,
+    fd: OwnedFd,
 }
 
 impl Inotify {
     fn new(dir: &Path) -> std::io::Result<Inotify> {
-        // SAFETY: plain syscalls on a descriptor we own; the path is NUL-terminated.
-        unsafe {
-            let fd = libc::inotify_init1(libc::IN_NONBLOCK | libc::IN_CLOEXEC);
-            if fd < 0 {
-                return Err(std::io::Error::last_os_error());
-            }
-            let c = CString::new(dir.as_os_str().as_bytes()).map_err(|_| {
-                std::io::Error::new(std::io::ErrorKind::InvalidInput, "NUL in path")
-            })?;
-            let mask = libc::IN_MOVED_TO
-                | libc::IN_CREATE
-                | libc::IN_CLOSE_WRITE
-                | libc::IN_DELETE
-                | libc::IN_MODIFY;
-            if libc::inotify_add_watch(fd, c.as_ptr(), mask) < 0 {
-                let e = std::io::Error::last_os_error();
-                libc::close(fd);
-                return Err(e);
-            }
-            Ok(Inotify { fd })
-        }
+        let fd = inotify::init(CreateFlags::NONBLOCK | CreateFlags::CLOEXEC)?;
+        let mask = WatchFlags::MOVED_TO
+            | WatchFlags::CREATE
+            | WatchFlags::CLOSE_WRITE
+            | WatchFlags::DELETE
+            | WatchFlags::MODIFY;
+        inotify::add_watch(&fd, dir, mask)?;
+        Ok(Inotify { fd })
     }
 
     /// Waits up to `timeout_ms` for events (or a wake-up on `wake_fd`); drains them.
     /// `true` if any arrived.
-    fn wait(&self, timeout_ms: i32, wake_fd: libc::c_int) -> bool {
-        let n = poll2(self.fd, wake_fd, timeout_ms);
-        if n <= 0 {
+    fn wait(&self, timeout_ms: i32, wake_fd: Option<BorrowedFd<'_>>) -> bool {
+        let n = poll2(Some(self.fd.as_fd()), wake_fd, timeout_ms);
+        if n == 0 {
             return false;
         }
         let mut buf = [0u8; 4096];
         let mut any = false;
-        loop {
-            // SAFETY: reading into a stack buffer of the given length.
-            let r = unsafe { libc::read(self.fd, buf.as_mut_ptr().cast(), buf.len()) };
-            if r <= 0 {
-                break;
-            }
+        while rustix::io::read(&self.fd, &mut buf).is_ok_and(|r| r > 0) {
             any = true;
         }
         any
     }
 }
 
-impl Drop for Inotify {
-    fn drop(&mut self) {
-        // SAFETY: closing the descriptor we own, once.
-        unsafe {
-            libc::close(self.fd);
-        }
-    }
-}
-
-/// Polls `fd` and (if `>= 0`) `wake_fd`; drains `wake_fd`. Returns poll's result.
-fn poll2(fd: libc::c_int, wake_fd: libc::c_int, timeout_ms: i32) -> libc::c_int {
-    let mut pfds = [
-        libc::pollfd {
-            fd,
-            events: libc::POLLIN,
-            revents: 0,
-        },
-        libc::pollfd {
-            fd: wake_fd,
-            events: libc::POLLIN,
-            revents: 0,
-        },
-    ];
-    // SAFETY: two valid pollfds (a negative fd is ignored by poll).
-    let n = unsafe { libc::poll(pfds.as_mut_ptr(), 2, timeout_ms) };
-    if wake_fd >= 0 && pfds[1].revents != 0 {
-        let mut v: u64 = 0;
-        // SAFETY: reading 8 bytes into a local from our eventfd.
-        unsafe {
-            libc::read(wake_fd, (&mut v as *mut u64).cast(), 8);
+/// Polls `fd` and `wake_fd` (those given); drains `wake_fd`. Returns how many are ready
+/// (0 on a timeout or an error).
+fn poll2(fd: Option<BorrowedFd<'_>>, wake_fd: Option<BorrowedFd<'_>>, timeout_ms: i32) -> usize {
+    let mut pfds: Vec<PollFd<'_>> = [fd, wake_fd]
+        .into_iter()
+        .flatten()
+        .map(|f| PollFd::from_borrowed_fd(f, PollFlags::IN))
+        .collect();
+    let timeout = Timespec {
+        tv_sec: i64::from(timeout_ms / 1000),
+        tv_nsec: i64::from(timeout_ms % 1000) * 1_000_000,
+    };
+    let n = rustix::event::poll(&mut pfds, Some(&timeout)).unwrap_or(0);
+    if let (Some(w), Some(p)) = (wake_fd, pfds.last()) {
+        if !p.revents().is_empty() {
+            let mut v = [0u8; 8];
+            let _ = rustix::io::read(w, &mut v);
         }
     }
     n
@@ -145,7 +117,7 @@ fn run(shared: Arc<Shared>, ino: Option<Inotify>, notifier: Notifier, map: InoMa
                 i.wait(interval * 4, shared.wake_fd());
             }
             None => {
-                poll2(-1, shared.wake_fd(), interval);
+                poll2(None, shared.wake_fd(), interval);
             }
         }
         if shared.stopping() {
@@ -206,5 +178,34 @@ pub fn invalidate_mapped(shared: &Shared, notifier: &Notifier, map: &dyn Fn(u64)
     // touched, so this never waits for a read in flight).
     for ino in stale.attrs {
         let _ = notifier.inval_inode(INodeNo(map(ino)), -1, 0);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::fs::source::{LogSettings, MemSource};
+    use crate::fs::state::BatchSettings;
+
+    /// A wake-up ends the watcher's wait at once and is drained by it; the next wait
+    /// times out.
+    #[test]
+    fn a_wake_up_ends_one_wait() {
+        let batch = BatchSettings {
+            window: std::time::Duration::from_secs(1),
+            max: 1,
+        };
+        let shared = Shared::new(
+            Box::new(MemSource::new()),
+            true,
+            LogSettings::default(),
+            batch,
+        );
+        assert!(shared.wake_fd().is_some(), "no eventfd");
+        shared.wake_watcher();
+        let start = std::time::Instant::now();
+        assert_eq!(poll2(None, shared.wake_fd(), 10_000), 1);
+        assert!(start.elapsed() < std::time::Duration::from_secs(5));
+        assert_eq!(poll2(None, shared.wake_fd(), 10), 0, "not drained");
     }
 }

@@ -37,7 +37,7 @@ use fuser::Notifier;
 
 use crate::fs::error::FsError;
 use crate::fs::ino::{slot_of, Map, ROOT, SLOTS_MAX};
-use crate::fs::record::log_error;
+use crate::fs::record::{log_error, Recorder};
 use crate::fs::state::Shared;
 use crate::fs::{lifecycle, stack_source, MountOptions};
 
@@ -80,7 +80,7 @@ impl Worktree {
                    refs/rewritten/) and their reflogs live in a worktree's stack: shared refs \
                    are written in the common directory";
         log_error("create", &shown, &why);
-        crate::fs::record::recorder().refused("create", &shown, libc::EPERM, why);
+        self.shared.rec.refused("create", &shown, libc::EPERM, why);
         Err(FsError::EPERM)
     }
 
@@ -106,6 +106,8 @@ pub struct Worktrees {
     /// The repository's settings, read before mounting (`stack_source::open_dir`).
     repo: crate::repo::Repo,
     opts: MountOptions,
+    /// The mount's recorder, which every worktree's view records into.
+    rec: Arc<Recorder>,
     notifier: OnceLock<Notifier>,
     inner: Mutex<Inner>,
 }
@@ -243,12 +245,14 @@ impl Worktrees {
         pass: Arc<crate::fs::passthrough::Passthrough>,
         modes: Arc<crate::fs::attr::GitDirModes>,
         opts: &MountOptions,
+        rec: Arc<Recorder>,
     ) -> crate::Result<Worktrees> {
         Ok(Worktrees {
             pass,
             modes,
             repo: crate::repo::Repo::open(gitdir)?,
             opts: opts.clone(),
+            rec,
             notifier: OnceLock::new(),
             inner: Mutex::new(Inner::default()),
         })
@@ -525,6 +529,7 @@ impl Worktrees {
             stack,
             &self.opts,
             Some(self.modes.clone()),
+            self.rec.clone(),
         );
         shared.set_linked_worktree();
         // Its broken refs and symbolic links, beside its stack (`broken.rs`).
@@ -591,35 +596,35 @@ impl Worktrees {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::fs::test_support::assert_splits;
 
     #[test]
     fn worktree_paths_follow_git() {
-        for ok in [
-            &b"HEAD"[..],
-            b"HEAD.lock",
-            b"ORIG_HEAD",
-            b"refs",
-            b"refs/bisect",
-            b"refs/bisect/bad",
-            b"refs/bisect/bad.lock",
-            b"refs/worktree/a/b",
-            b"refs/rewritten/onto",
-            b"logs",
-            b"logs/HEAD",
-            b"logs/refs",
-            b"logs/refs/bisect/bad",
-        ] {
-            assert!(is_worktree_path(ok), "{}", String::from_utf8_lossy(ok));
-        }
-        for no in [
-            &b"refs/heads"[..],
-            b"refs/heads/main",
-            b"refs/tags/v1",
-            b"refs/bisectx",
-            b"refs/bisectx/a",
-            b"logs/refs/heads/main",
-        ] {
-            assert!(!is_worktree_path(no), "{}", String::from_utf8_lossy(no));
-        }
+        assert_splits(
+            is_worktree_path,
+            &[
+                "HEAD",
+                "HEAD.lock",
+                "ORIG_HEAD",
+                "refs",
+                "refs/bisect",
+                "refs/bisect/bad",
+                "refs/bisect/bad.lock",
+                "refs/worktree/a/b",
+                "refs/rewritten/onto",
+                "logs",
+                "logs/HEAD",
+                "logs/refs",
+                "logs/refs/bisect/bad",
+            ],
+            &[
+                "refs/heads",
+                "refs/heads/main",
+                "refs/tags/v1",
+                "refs/bisectx",
+                "refs/bisectx/a",
+                "logs/refs/heads/main",
+            ],
+        );
     }
 }

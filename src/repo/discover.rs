@@ -163,6 +163,7 @@ impl Repo {
             auto_compact,
             compaction_factor: s.geometric_factor,
             default_permissions: Some(s.default_permissions),
+            ..crate::stack::StackOptions::default()
         }
     }
 

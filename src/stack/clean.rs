@@ -31,7 +31,7 @@ impl Stack {
             if fsio::before_open(&path).is_err() {
                 continue;
             }
-            if let Ok(t) = Table::open(&path) {
+            if let Ok(t) = Table::open_in(&path, &self.opts.block_cache) {
                 if t.max_update_index() <= max {
                     let _ = fsio::remove_file(&path);
                 }

@@ -458,7 +458,7 @@ impl Stack {
                 }
             }
             fsio::before_open(&path).map_err(|e| not_exist(Error::io(&path, e)))?;
-            let table = Table::open(&path).map_err(not_exist)?;
+            let table = Table::open_in(&path, &self.opts.block_cache).map_err(not_exist)?;
             if table.hash_kind() != self.opts.hash {
                 return Err(Error::format(
                     name.clone(),

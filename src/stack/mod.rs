@@ -5,7 +5,9 @@
 //!   dropped only when a reload changes the table set ([`Stack::generation`]).
 //! * **Writes** hold `tables.list.lock`, write one table through the stack's single
 //!   [`TableWriter`] (its buffers reused for every table), then run one fsync round: the
-//!   table, the new list, the directory. See [`crate::transaction`].
+//!   table, the new list, the directory. See [`crate::transaction`]. A transaction's
+//!   table that auto-compaction is certain to merge with the whole stack is written
+//!   merged at once (`direct.rs`).
 //! * **Compaction** follows git's geometric rule with table locks, so a concurrent git is
 //!   safe (§7.6, §7.7).
 //!
@@ -17,10 +19,13 @@
 //! * `read.rs`: lookups and iteration (the cached merged iterator, reflogs);
 //! * `write.rs`: git's write protocol (list lock, table file, list commit, fsync round);
 //! * `compact.rs`: geometric and explicit compaction with table locks;
+//! * `direct.rs`: a transaction's table written already compacted with the stack below
+//!   it, when git's auto-compaction is certain to merge them at once;
 //! * `clean.rs`: removal of unlisted tables and of leftovers proven to be garbage.
 
 mod clean;
 mod compact;
+mod direct;
 mod list;
 mod read;
 pub mod verify;
@@ -28,6 +33,7 @@ mod write;
 
 pub use clean::OrphanReport;
 pub use compact::suggest_compaction_segment;
+pub use direct::{min_ref_record_size, TableSink};
 pub use list::{missing_list_error, parse_tables_list};
 use list::{FileId, ListId};
 pub use write::ListLock;
@@ -39,7 +45,7 @@ use std::time::{Duration, Instant};
 
 use crate::format::{HashKind, LogRecord, RefValue};
 use crate::merged::MergedRefIter;
-use crate::table::{Table, TableWriter, WriteOptions};
+use crate::table::{BlockCache, Table, TableWriter, WriteOptions};
 
 /// Options of a stack. `Default` matches git's ref backend with fsync off.
 #[derive(Clone, Debug)]
@@ -60,6 +66,10 @@ pub struct StackOptions {
     pub compaction_factor: u8,
     /// Mode for new tables and `tables.list`; `None` is `0666 & ~umask`.
     pub default_permissions: Option<u32>,
+    /// The block cache the stack's tables share (clones of the options share it too: a
+    /// mount hands one to every stack it opens). `Default`: a new one of
+    /// [`DEFAULT_BLOCK_CACHE_BYTES`](crate::table::DEFAULT_BLOCK_CACHE_BYTES).
+    pub block_cache: Arc<BlockCache>,
 }
 
 impl Default for StackOptions {
@@ -72,6 +82,7 @@ impl Default for StackOptions {
             auto_compact: true,
             compaction_factor: 2,
             default_permissions: None,
+            block_cache: BlockCache::new(crate::table::DEFAULT_BLOCK_CACHE_BYTES),
         }
     }
 }

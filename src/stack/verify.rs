@@ -72,6 +72,8 @@ pub fn verify_stack(dir: &std::path::Path, hash: crate::HashKind) -> Result<Repo
         }
     };
     let mut tables = Vec::new();
+    // The tables stay open together: one cache for all of them.
+    let cache = crate::table::BlockCache::new(crate::table::DEFAULT_BLOCK_CACHE_BYTES);
     let mut last_max: Option<u64> = None;
     for name in &names {
         if !valid_table_name(name) {
@@ -79,7 +81,7 @@ pub fn verify_stack(dir: &std::path::Path, hash: crate::HashKind) -> Result<Repo
                 "{name}: badReftableTableName: invalid reftable table name"
             ));
         }
-        let t = match Table::open(dir.join(name)) {
+        let t = match Table::open_in(dir.join(name), &cache) {
             Ok(t) => t,
             Err(e) => {
                 rep.errors.push(format!("{name}: badReftable: {e}"));

@@ -4,6 +4,7 @@
 use std::fs::File;
 use std::path::Path;
 
+use super::direct::TableSink;
 use super::list::list_is;
 use super::{table_name, Stack};
 use crate::fsio;
@@ -255,6 +256,39 @@ impl Stack {
         let ListLock { lock, base } = lock;
         let mut w = self.take_writer();
         let r = w.begin(min, max).and_then(|()| build(&mut w));
+        let r = r.and_then(|()| self.add_finished_table(lock, base, &mut w, min, max));
+        self.put_writer(w);
+        r
+    }
+
+    /// [`add_table_locked`](Self::add_table_locked) for a table of at least `min_size`
+    /// bytes (git's size for compaction; see `min_ref_record_size`): when the geometric
+    /// auto-compaction is certain to merge it with every table below it, the records are
+    /// merged while the table is written and that one table is committed (the tables,
+    /// the list and the update-index range git's addition plus compaction leave; see
+    /// `direct.rs`). `build` may be called twice: a failure of that write before the
+    /// list is committed falls back to the ordinary addition.
+    pub fn add_table_locked_sized(
+        &mut self,
+        lock: ListLock,
+        min: u64,
+        max: u64,
+        min_size: u64,
+        mut build: impl FnMut(&mut TableSink) -> Result<()>,
+    ) -> Result<Option<String>> {
+        let ListLock { lock, base } = lock;
+        if self.names == base && min >= self.next_update_index() {
+            if let Some(direct) = self.plan_direct(min_size) {
+                if let Ok(written) = self.write_direct(&direct, max, &mut build) {
+                    return self.commit_direct(lock, &base, direct, written);
+                }
+                // Nothing listed, nothing left behind; the table locks go with `direct`.
+            }
+        }
+        let mut w = self.take_writer();
+        let r = w
+            .begin(min, max)
+            .and_then(|()| build(&mut TableSink::plain(&mut w)));
         let r = r.and_then(|()| self.add_finished_table(lock, base, &mut w, min, max));
         self.put_writer(w);
         r

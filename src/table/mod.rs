@@ -15,6 +15,7 @@
 //!   .output() -> &[u8]   .stats() -> &WriterStats     // the bytes also after EmptyTable
 //! Table::open(path) -> Result<Arc<Table>>             // validates header/footer/CRC; keeps
 //!                                                     // the file open, reads blocks on demand
+//! Table::open_in(path, &Arc<BlockCache>)              // its blocks in a cache shared with others
 //! Table::from_bytes(name, Vec<u8>) -> Result<Arc<Table>>
 //!   .hash_kind() .min_update_index() .max_update_index() .file_size() .name()
 //!   .block_size() .version() .header() .footer() .has_refs() .has_logs() .read_all()
@@ -22,11 +23,12 @@
 //!   .ref_iter() -> TableRefIter      // impl RefIter: seek(name), next() -> Option<&RefRecord>
 //!   .log_iter() -> TableLogIter      // impl LogIter: seek(name, ui), next() -> Option<&LogRecord>
 //!   .refs_for(&ObjectId) -> Result<Vec<RefRecord>>    // through the obj index when present
-//! set_block_cache_bytes(n) / block_cache_bytes()      // the one block cache of the process
+//! BlockCache::new(budget) -> Arc<BlockCache>   .bytes()   // a block cache and its bytes
 //! ```
-//! Blocks are read with `pread` and kept in one least-recently-used cache shared by all
-//! tables, bounded in bytes ([`DEFAULT_BLOCK_CACHE_BYTES`] unless set), so memory does not
-//! grow with the size of the stack.
+//! Blocks are read with `pread` and kept in a least-recently-used [`BlockCache`] bounded
+//! in bytes ([`DEFAULT_BLOCK_CACHE_BYTES`] unless its owner says otherwise) and shared by
+//! the tables of its owner (a stack's, a mount's), so memory does not grow with the size
+//! of the stack.
 //!
 //! Iterators are reseekable: `seek` may be called any number of times, and `next` lends
 //! a record from buffers reused between calls.
@@ -37,7 +39,6 @@ mod writer;
 
 pub use iter::{LogIter, RefIter};
 pub use reader::{
-    block_cache_bytes, set_block_cache_bytes, AnyRecord, BlockInfo, Table, TableLogIter,
-    TableRefIter, DEFAULT_BLOCK_CACHE_BYTES,
+    AnyRecord, BlockCache, BlockInfo, Table, TableLogIter, TableRefIter, DEFAULT_BLOCK_CACHE_BYTES,
 };
 pub use writer::{SectionStats, TableWriter, WriteOptions, WriterStats};

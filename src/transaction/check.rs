@@ -2,11 +2,9 @@
 //! expected old values and D/F conflicts (under the lock, against the stack and the
 //! batch).
 
-use std::collections::BTreeSet;
-
 use super::batch::Transaction;
 use super::edit::{Expected, NewValue, RefEdit};
-use super::update::{conflict, lossy, tx_err, Upd};
+use super::update::{conflict, lossy, tx_err, Affected, Upd};
 use crate::format::{ObjectId, RefValue};
 use crate::refname::{check_for_update, check_refname_format, RefnameFlags};
 use crate::stack::Stack;
@@ -72,13 +70,16 @@ impl Transaction<'_> {
 }
 
 /// What [`check_available`] keeps between calls: the seek key it builds, and the longest
-/// directory it found to be no ref of the stack (the stack does not change while a
-/// transaction is planned, so every directory above it is no ref either, and the next
-/// name under the same directories needs no seek for them: `refs`, `refs/heads`, ...).
+/// directory it found to be no ref of the stack and no name of the batch (the stack does
+/// not change while a transaction is planned, so every directory above it is no ref
+/// either, and the next name under the same directories needs no seek for them: `refs`,
+/// `refs/heads`, ...). The batch can grow (a symref split): the directory is trusted only
+/// while the batch is as it was (`generation`).
 #[derive(Default)]
 pub(super) struct DfScratch {
     key: Vec<u8>,
     free_dir: Vec<u8>,
+    generation: u64,
 }
 
 impl DfScratch {
@@ -93,30 +94,33 @@ impl DfScratch {
 pub(super) fn check_available(
     stack: &mut Stack,
     name: &[u8],
-    affected: &BTreeSet<Vec<u8>>,
+    affected: &Affected,
     scratch: &mut DfScratch,
 ) -> Result<()> {
     let lossy_name = || lossy(name).into_owned();
+    if scratch.generation != affected.generation() {
+        scratch.free_dir.clear();
+        scratch.generation = affected.generation();
+    }
     stack.with_cached_iter(|it| {
         // Ancestors: every proper prefix directory, read through the reseeked iterator
         // unless an earlier name's check showed it is no ref.
         let mut free_to = 0;
         for (pos, _) in name.iter().enumerate().filter(|(_, &b)| b == b'/') {
             let dir = &name[..pos];
+            free_to = pos;
             if scratch.known_free(dir) {
-                free_to = pos;
-            } else {
-                it.seek(dir)?;
-                if let Some(r) = it.next()? {
-                    if r.name == dir && !r.is_deletion() {
-                        return Err(tx_err(format!(
-                            "'{}' exists; cannot create '{}'",
-                            lossy(dir),
-                            lossy_name()
-                        )));
-                    }
+                continue;
+            }
+            it.seek(dir)?;
+            if let Some(r) = it.next()? {
+                if r.name == dir && !r.is_deletion() {
+                    return Err(tx_err(format!(
+                        "'{}' exists; cannot create '{}'",
+                        lossy(dir),
+                        lossy_name()
+                    )));
                 }
-                free_to = pos;
             }
             if affected.contains(dir) {
                 return Err(tx_err(format!(
@@ -149,17 +153,12 @@ pub(super) fn check_available(
                 lossy_name()
             )));
         }
-        let from: &[u8] = scratch;
-        let mut later = affected
-            .range::<[u8], _>((std::ops::Bound::Included(from), std::ops::Bound::Unbounded));
-        if let Some(d) = later.next() {
-            if d.starts_with(scratch) {
-                return Err(tx_err(format!(
-                    "cannot process '{}' and '{}' at the same time",
-                    lossy_name(),
-                    lossy(d)
-                )));
-            }
+        if affected.has_below(name) {
+            return Err(tx_err(format!(
+                "cannot process '{}' and '{}' at the same time",
+                lossy_name(),
+                lossy(&affected.first_below(name))
+            )));
         }
         Ok(())
     })

@@ -1,5 +1,5 @@
 //! A prepared transaction and its commit: the planned records written as one table
-//! through the stack's write protocol ([`Stack::add_table_locked`]).
+//! through the stack's write protocol ([`Stack::add_table_locked_sized`]).
 
 use std::path::{Path, PathBuf};
 
@@ -9,7 +9,7 @@ use super::reflog::{normalize_reflog_message, LogSrc};
 use super::update::Upd;
 use crate::format::{LogRecord, ObjectId, RefRecord, RefValue};
 use crate::merged::copy_log;
-use crate::stack::{ListLock, Stack};
+use crate::stack::{min_ref_record_size, ListLock, Stack};
 use crate::{Error, Result};
 
 /// What a committed transaction did.
@@ -18,7 +18,8 @@ pub struct Committed {
     /// The update index of the new table (the stack's next index when nothing was
     /// written).
     pub update_index: u64,
-    /// The new table's file name; `None` when every edit was a no-op.
+    /// The new table's file name (the merged one when it was written already compacted
+    /// with the stack below it); `None` when every edit was a no-op.
     pub table: Option<String>,
 }
 
@@ -72,22 +73,33 @@ impl PreparedTransaction {
         }
         let block_size = stack.options().write.block_size;
         let max_msg = (if block_size == 0 { 4096 } else { block_size } / 2) as usize;
-        let table = stack.add_table_locked(self.lock, self.ui, self.max_ui, |w| {
+        let value = |u: &Upd| match &self.edits[u.edit].new {
+            Some(NewValue::Oid(id)) => RefValue::Val1(*id),
+            Some(NewValue::Peeled { value, peeled }) => RefValue::Val2 {
+                value: *value,
+                peeled: *peeled,
+            },
+            Some(NewValue::Symref(t)) => RefValue::Symref(t.clone()),
+            Some(NewValue::Delete) | None => RefValue::Deletion,
+        };
+        // A lower bound of the table's size: its ref records alone.
+        let hash = stack.options().hash;
+        let min_size: u64 = self
+            .order
+            .iter()
+            .filter_map(|&i| self.updates.get(i))
+            .map(|u| min_ref_record_size(&value(u), hash))
+            .sum();
+        let (ui, max_ui) = (self.ui, self.max_ui);
+        let lock = self.lock;
+        let table = stack.add_table_locked_sized(lock, ui, max_ui, min_size, |w| {
             let mut rec = RefRecord::default();
             for &i in &self.order {
                 let u = &self.updates[i];
                 rec.name.clear();
                 rec.name.extend_from_slice(&u.name);
                 rec.update_index = self.ui;
-                rec.value = match &self.edits[u.edit].new {
-                    Some(NewValue::Oid(id)) => RefValue::Val1(*id),
-                    Some(NewValue::Peeled { value, peeled }) => RefValue::Val2 {
-                        value: *value,
-                        peeled: *peeled,
-                    },
-                    Some(NewValue::Symref(t)) => RefValue::Symref(t.clone()),
-                    Some(NewValue::Delete) | None => RefValue::Deletion,
-                };
+                rec.value = value(u);
                 w.add_ref(&rec)?;
             }
             let mut log = LogRecord::default();

@@ -20,7 +20,9 @@
 //!   `block_size / 2`, and end in one `\n`; callers may supply the complete log record
 //!   instead (the mount does, for reflog lines written by a files-backend git);
 //! * one fsync round (table, `tables.list`, directory) per transaction, then
-//!   auto-compaction.
+//!   auto-compaction; when that is certain to merge the new table with the whole stack,
+//!   the table is written already merged instead (`stack/direct.rs`: what git leaves, in
+//!   one pass).
 //!
 //! The files, each depending only on the ones listed before it: `edit` (what a caller
 //! asks for) and `identity`; `update` (what the stages share: one update being

@@ -4,15 +4,13 @@
 //! records the new table will hold. The top of the transaction's files: a
 //! [`Transaction`] ends here, in [`Transaction::prepare`] or [`Transaction::commit`].
 
-use std::collections::BTreeSet;
-
 use super::batch::Transaction;
 use super::check::{check_available, check_old_value, DfScratch};
 use super::commit::{Committed, PreparedTransaction};
 use super::edit::{Expected, NewValue, RefEdit};
 use super::reflog::sort_logs;
 use super::symref::split_symref;
-use super::update::{conflict, lossy, tx_err, Upd};
+use super::update::{conflict, lossy, tx_err, Affected, Upd};
 use crate::format::{ObjectId, RefValue};
 use crate::stack::{ref_value_id, Stack};
 use crate::Result;
@@ -79,7 +77,10 @@ impl Transaction<'_> {
             .enumerate()
             .map(|(i, e)| Upd::new(e.name.clone(), i, null))
             .collect();
-        let mut affected: BTreeSet<Vec<u8>> = updates.iter().map(|u| u.name.clone()).collect();
+        let mut affected = Affected::default();
+        for u in &updates {
+            affected.insert(&u.name);
+        }
         let head_referent = match self.stack.read_ref(b"HEAD")?.map(|r| r.value) {
             Some(RefValue::Symref(t)) => Some(t),
             _ => None,
@@ -111,14 +112,14 @@ impl Transaction<'_> {
 }
 
 /// The log-only HEAD entry for `u`, an update of HEAD's referent.
-fn head_copy(u: &Upd, affected: &mut BTreeSet<Vec<u8>>, null: ObjectId) -> Result<Upd> {
+fn head_copy(u: &Upd, affected: &mut Affected, null: ObjectId) -> Result<Upd> {
     if affected.contains(b"HEAD".as_slice()) {
         return Err(tx_err(format!(
             "multiple updates for 'HEAD' (including one via its referent '{}') are not allowed",
             lossy(&u.name)
         )));
     }
-    affected.insert(b"HEAD".to_vec());
+    affected.insert(b"HEAD");
     let mut copy = Upd::new(b"HEAD".to_vec(), u.edit, null);
     copy.log_only = true;
     copy.head_copy = true;
@@ -136,7 +137,7 @@ fn prepare_update(
     edit: &RefEdit,
     updates: &mut Vec<Upd>,
     i: usize,
-    affected: &mut BTreeSet<Vec<u8>>,
+    affected: &mut Affected,
     scratch: &mut DfScratch,
     null: ObjectId,
 ) -> Result<()> {

@@ -1,10 +1,8 @@
 //! Following symrefs (git's `refs_resolve_ref_unsafe`) and splitting an update through a
 //! symref: the referent gets the update, the symref a log-only entry.
 
-use std::collections::BTreeSet;
-
 use super::edit::{Expected, RefEdit};
-use super::update::{lossy, tx_err, Upd};
+use super::update::{lossy, tx_err, Affected, Upd};
 use crate::format::{ObjectId, RefValue};
 use crate::refname::SYMREF_MAXDEPTH;
 use crate::stack::{ref_value_id, Stack};
@@ -57,7 +55,7 @@ pub(super) fn split_symref(
     updates: &mut Vec<Upd>,
     i: usize,
     target: &[u8],
-    affected: &mut BTreeSet<Vec<u8>>,
+    affected: &mut Affected,
     null: ObjectId,
 ) -> Result<ObjectId> {
     let name = updates[i].name.clone();
@@ -89,7 +87,7 @@ pub(super) fn split_symref(
                 lossy(&name)
             )));
         }
-        affected.insert(target.to_vec());
+        affected.insert(target);
         let mut referent = Upd::new(target.to_vec(), edit_index, null);
         referent.via_head = name == b"HEAD";
         referent.check_old = check_old;

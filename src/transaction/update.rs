@@ -1,5 +1,8 @@
 //! What the stages of a commit share, below all of them: one update being prepared
-//! ([`Upd`]: an edit, or an update derived from one) and the errors they return.
+//! ([`Upd`]: an edit, or an update derived from one), the names the batch touches
+//! ([`Affected`]) and the errors they return.
+
+use std::collections::HashSet;
 
 use super::edit::RefEdit;
 use crate::format::{ObjectId, RefValue};
@@ -39,6 +42,60 @@ impl Upd {
             cur_oid: null,
             queued: false,
         }
+    }
+}
+
+/// The names a transaction touches (git's `affected_refnames`, growing as symrefs are
+/// split) and every directory above them, so that both D/F questions against the batch
+/// (is this directory one of its names? is this name a directory of one?) are one hash
+/// lookup each.
+#[derive(Debug, Default)]
+pub(super) struct Affected {
+    names: HashSet<Vec<u8>>,
+    dirs: HashSet<Vec<u8>>,
+    /// Names inserted so far: what was found absent stays absent while it is unchanged.
+    generation: u64,
+}
+
+impl Affected {
+    /// Whether `name` is one of the batch's names.
+    pub(super) fn contains(&self, name: &[u8]) -> bool {
+        self.names.contains(name)
+    }
+
+    /// Whether some name of the batch lies below the directory `dir`.
+    pub(super) fn has_below(&self, dir: &[u8]) -> bool {
+        self.dirs.contains(dir)
+    }
+
+    /// The first name (in name order) below the directory `dir`, for an error message.
+    pub(super) fn first_below(&self, dir: &[u8]) -> Vec<u8> {
+        self.names
+            .iter()
+            .filter(|n| n.starts_with(dir) && n.get(dir.len()) == Some(&b'/'))
+            .min()
+            .cloned()
+            .unwrap_or_default()
+    }
+
+    /// Adds `name`.
+    pub(super) fn insert(&mut self, name: &[u8]) {
+        if self.names.contains(name) {
+            return;
+        }
+        for (pos, _) in name.iter().enumerate().filter(|(_, &b)| b == b'/') {
+            let dir = name.get(..pos).unwrap_or_default();
+            if !self.dirs.contains(dir) {
+                self.dirs.insert(dir.to_vec());
+            }
+        }
+        self.names.insert(name.to_vec());
+        self.generation += 1;
+    }
+
+    /// Changes with every insertion.
+    pub(super) fn generation(&self) -> u64 {
+        self.generation
     }
 }
 

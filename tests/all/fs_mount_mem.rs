@@ -6,39 +6,9 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use reftablefs::format::{HashKind, LogRecord, ObjectId, RefRecord, RefValue};
-use reftablefs::fs::source::{BatchEdit, CommitOutcome, MemSource, RefSource};
+use reftablefs::format::{LogRecord, ObjectId, RefValue};
+use reftablefs::fs::source::{MemSource, RefWriter, SharedMem};
 use reftablefs::fs::{self, MountOptions};
-
-struct SharedMem(Arc<Mutex<MemSource>>);
-
-impl RefSource for SharedMem {
-    fn hash_kind(&self) -> HashKind {
-        HashKind::Sha1
-    }
-    fn reload(&mut self) -> reftablefs::Result<bool> {
-        self.0.lock().unwrap().reload()
-    }
-    fn generation(&self) -> u64 {
-        self.0.lock().unwrap().generation()
-    }
-    fn first_ref_at_or_after(
-        &mut self,
-        key: &[u8],
-        out: &mut RefRecord,
-    ) -> reftablefs::Result<bool> {
-        self.0.lock().unwrap().first_ref_at_or_after(key, out)
-    }
-    fn first_log_at_or_after(&mut self, key: &[u8], out: &mut Vec<u8>) -> reftablefs::Result<bool> {
-        self.0.lock().unwrap().first_log_at_or_after(key, out)
-    }
-    fn read_log(&mut self, name: &[u8], out: &mut Vec<LogRecord>) -> reftablefs::Result<()> {
-        self.0.lock().unwrap().read_log(name, out)
-    }
-    fn commit(&mut self, edits: &[BatchEdit]) -> reftablefs::Result<CommitOutcome> {
-        self.0.lock().unwrap().commit(edits)
-    }
-}
 
 fn id(n: u8) -> ObjectId {
     ObjectId::from_bytes(&[n; 20]).unwrap()
@@ -59,7 +29,7 @@ struct Mounted {
 }
 
 impl Mounted {
-    fn new(mem: Arc<Mutex<MemSource>>) -> Mounted {
+    fn new(mem: SharedMem) -> Mounted {
         let dir = tempfile::tempdir().unwrap();
         let mp = dir.path().join("mnt");
         let rt = dir.path().join("reftable");
@@ -67,9 +37,9 @@ impl Mounted {
         std::fs::create_dir(&rt).unwrap();
         let (mp2, rt2) = (mp.clone(), rt.clone());
         let thread = std::thread::spawn(move || {
-            let writer: Box<dyn RefSource> = Box::new(SharedMem(mem.clone()));
+            let writer: Box<dyn RefWriter> = Box::new(mem.clone());
             fs::mount(
-                Box::new(SharedMem(mem)),
+                Box::new(mem),
                 Some(writer),
                 Default::default(),
                 &rt2,
@@ -385,11 +355,11 @@ fn files_backend_write_protocol() {
         assert!(main_log
             .iter()
             .any(|l| l.message == b"commit: two\n" && l.name == b"C O Mitter"));
-        assert!(
-            g.commits <= 3,
-            "{} tables for a handful of updates",
-            g.commits
-        );
+        // Five changes reached the store (main's rename with its reflog line, x, main
+        // again, HEAD, the delete): at most one table each, however the batcher's window
+        // fell on a loaded machine (it merges neighbours when it can, so an idle run
+        // makes fewer). A reflog line and the rename after it are one table, not two.
+        assert!(g.commits <= 5, "{} tables for five updates", g.commits);
     }
     m.unmount().unwrap();
 }

@@ -34,12 +34,23 @@ fn view_and_batches_over_a_git_made_stack() {
     let tag = git(dir, &["rev-parse", "v1"]).trim().to_string();
 
     let gitdir = dir.join(".git");
-    let mut o = stack_source::open(&gitdir, &MountOptions::default()).unwrap();
+    // The mount's block cache, handed to the stacks it opens.
+    let cache = reftablefs::table::BlockCache::new(1 << 20);
+    let opts = MountOptions {
+        block_cache: cache.clone(),
+        ..MountOptions::default()
+    };
+    let mut o = stack_source::open(&gitdir, &opts).unwrap();
     let src = o.reader.as_mut();
     let mut s = Scratch::default();
     let mut out = Vec::new();
 
+    assert_eq!(cache.bytes(), 0);
     view::list_dir(src, &mut s, b"", &mut out).unwrap();
+    assert!(
+        cache.bytes() > 0,
+        "the reader's blocks are not in the mount's cache"
+    );
     assert_eq!(
         names(&out),
         [

@@ -28,6 +28,7 @@ mod stack_alloc;
 mod stack_basic;
 mod stack_compaction;
 mod stack_concurrency;
+mod stack_direct;
 mod stack_model;
 mod stack_survival;
 mod table_ondemand;

@@ -3,14 +3,12 @@
 //! stays within the cache's budget, and a file truncated or replaced under an open table
 //! gives errors naming the file and offset (or the old bytes), never a crash.
 //!
-//! The bounded-memory test runs alone in a process of its own: the block cache budget it
-//! sets is process-wide, and so are the heap figures of the test binary's allocator.
+//! The bounded-memory test runs alone in a process of its own: the heap figures of the
+//! test binary's allocator are process-wide.
 
 use std::path::Path;
 
-use reftablefs::table::{
-    block_cache_bytes, set_block_cache_bytes, LogIter, RefIter, Table, TableWriter, WriteOptions,
-};
+use reftablefs::table::{BlockCache, LogIter, RefIter, Table, TableWriter, WriteOptions};
 use reftablefs::{Error, LogRecord, ObjectId, RefRecord, RefValue};
 
 use crate::alloc::{peak, reset_peak};
@@ -79,10 +77,10 @@ fn table_larger_than_the_cache_reads_back_in_bounded_memory() {
         size > 4 * budget,
         "table of {size} bytes is not larger than the cache"
     );
-    set_block_cache_bytes(budget);
+    let cache = BlockCache::new(budget);
 
     let base = reset_peak();
-    let t = Table::open(&path).unwrap();
+    let t = Table::open_in(&path, &cache).unwrap();
     // A full scan in order, twice (the second pass cannot be served from the cache).
     for _ in 0..2 {
         let mut it = t.ref_iter();
@@ -93,7 +91,7 @@ fn table_larger_than_the_cache_reads_back_in_bounded_memory() {
             k += 1;
         }
         assert_eq!(k, names.len());
-        assert!(block_cache_bytes() <= budget, "{}", block_cache_bytes());
+        assert!(cache.bytes() <= budget, "{}", cache.bytes());
     }
     // Point lookups spread over the whole table, each one exact.
     let mut it = t.ref_iter();
@@ -128,12 +126,7 @@ fn table_larger_than_the_cache_reads_back_in_bounded_memory() {
     // The full check (which keeps every id it saw) reads through the same small cache.
     t.verify().unwrap();
     drop(t);
-    assert_eq!(
-        block_cache_bytes(),
-        0,
-        "a dropped table leaves no blocks behind"
-    );
-    set_block_cache_bytes(reftablefs::table::DEFAULT_BLOCK_CACHE_BYTES);
+    assert_eq!(cache.bytes(), 0, "a dropped table leaves no blocks behind");
 }
 
 #[test]

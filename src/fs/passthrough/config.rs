@@ -39,7 +39,7 @@ use fuser::FileAttr;
 use crate::fs::config_view;
 use crate::fs::error::FsError;
 use crate::fs::ino::ROOT;
-use crate::fs::record::refuse_for;
+use crate::fs::record::Recorder;
 
 use super::*;
 
@@ -117,6 +117,7 @@ impl Configs {
     /// (checked against the bounds: `EFBIG`).
     fn change(
         &mut self,
+        rec: &Recorder,
         id: u64,
         op: &str,
         new_len: impl FnOnce(&[u8]) -> Option<usize>,
@@ -127,7 +128,7 @@ impl Configs {
         let len = new_len(&f.data)
             .filter(|&l| l <= CONFIG_MAX)
             .ok_or_else(|| {
-                refuse_for(
+                rec.refuse_for(
                     op,
                     CONFIG,
                     libc::EFBIG,
@@ -136,7 +137,7 @@ impl Configs {
             })?;
         let before = f.data.capacity();
         if len > before && held.saturating_sub(before).saturating_add(len) > CONFIG_HELD_MAX {
-            return Err(refuse_for(
+            return Err(rec.refuse_for(
                 op,
                 CONFIG,
                 libc::EFBIG,
@@ -152,14 +153,14 @@ impl Configs {
 }
 
 /// Reads `f` to its end; more than [`CONFIG_MAX`] is refused (`EFBIG`), never cut.
-fn read_config_file(f: File, what: &[u8]) -> Result<Vec<u8>, FsError> {
+fn read_config_file(rec: &Recorder, f: File, what: &[u8]) -> Result<Vec<u8>, FsError> {
     use std::io::Read;
     let mut out = Vec::new();
     (&f).take(CONFIG_MAX as u64 + 1)
         .read_to_end(&mut out)
         .map_err(FsError::Io)?;
     if out.len() > CONFIG_MAX {
-        return Err(refuse_for(
+        return Err(rec.refuse_for(
             "read",
             what,
             libc::EFBIG,
@@ -186,7 +187,7 @@ impl Passthrough {
         if st.st_mode & libc::S_IFMT != libc::S_IFREG {
             return Err(FsError::EINVAL);
         }
-        Ok(Some((read_config_file(f, CONFIG)?, st)))
+        Ok(Some((read_config_file(&self.rec, f, CONFIG)?, st)))
     }
 
     /// The config as served, `None` when the mount shows none (GITDIR has none, or it
@@ -323,7 +324,7 @@ impl Passthrough {
         }
         let to = self.at(CONFIG)?;
         self.replace_atomically(&content, mode, &to, 0)
-            .map_err(|e| stored_failed(op, e))
+            .map_err(|e| stored_failed(&self.rec, op, e))
     }
 
     /// GITDIR's config was replaced by a file of `new` attributes: the node the kernel
@@ -356,7 +357,7 @@ impl Passthrough {
         };
         let data = config_view::served(&raw);
         if c.held.saturating_add(data.capacity()) > CONFIG_HELD_MAX {
-            return Err(refuse_for(
+            return Err(self.rec.refuse_for(
                 "open",
                 CONFIG,
                 libc::ENOMEM,
@@ -419,7 +420,7 @@ impl Passthrough {
             let mut c = self.configs();
             let id = self.current_config(&mut c)?;
             if writable && flags & libc::O_TRUNC != 0 {
-                c.change(id, "open", |_| Some(0), Vec::clear)?;
+                c.change(&self.rec, id, "open", |_| Some(0), Vec::clear)?;
             }
             if let Some(f) = c.files.get_mut(&id) {
                 f.handles += 1;
@@ -527,6 +528,7 @@ impl Passthrough {
             .and_then(|f| at(&f.data))
             .unwrap_or(usize::MAX);
         c.change(
+            &self.rec,
             id,
             "write",
             |cur| start.checked_add(data.len()).map(|e| e.max(cur.len())),
@@ -552,7 +554,13 @@ impl Passthrough {
             None => (self.current_config(&mut c)?, true),
         };
         let len = usize::try_from(size).unwrap_or(usize::MAX);
-        let r = c.change(id, "truncate", |_| Some(len), |buf| buf.resize(len, 0));
+        let r = c.change(
+            &self.rec,
+            id,
+            "truncate",
+            |_| Some(len),
+            |buf| buf.resize(len, 0),
+        );
         let r = r.and_then(|()| {
             if now {
                 self.commit_config(&mut c, id, "truncate")
@@ -606,7 +614,7 @@ impl Passthrough {
         let (raw, st) = self.shown_config()?;
         let to = self.at(CONFIG)?;
         self.replace_atomically(&config_view::removed(&raw), st.st_mode, &to, 0)
-            .map_err(|e| stored_failed("unlink", e))?;
+            .map_err(|e| stored_failed(&self.rec, "unlink", e))?;
         c.orphan_current();
         self.lock().gone(identity(&st));
         Ok(())
@@ -631,6 +639,7 @@ impl Passthrough {
             return Err(FsError::EEXIST);
         }
         let written = read_config_file(
+            &self.rec,
             File::from(openat(
                 from.dirfd(),
                 &from.name,
@@ -679,7 +688,7 @@ impl Passthrough {
         let moved = self.replace_atomically(&config_view::served(&raw), st.st_mode, to, flags)?;
         let root = self.at(CONFIG)?;
         self.replace_atomically(&config_view::removed(&raw), st.st_mode, &root, 0)
-            .map_err(|e| stored_failed("rename", e))?;
+            .map_err(|e| stored_failed(&self.rec, "rename", e))?;
         c.orphan_current();
         let mut g = self.lock();
         if let Some(t) = old_target {
@@ -705,12 +714,12 @@ impl Passthrough {
 
 /// A store of GITDIR's config that failed: refused with the file system's errno (the
 /// client's call fails) and recorded.
-fn stored_failed(op: &str, e: FsError) -> FsError {
+fn stored_failed(rec: &Recorder, op: &str, e: FsError) -> FsError {
     if matches!(e, FsError::Refused { .. }) {
         return e;
     }
     let errno = e.errno();
-    refuse_for(
+    rec.refuse_for(
         op,
         CONFIG,
         errno,

@@ -39,6 +39,7 @@ use fuser::{BackingId, FileAttr, FileType, INodeNo};
 use crate::fs::backend::{DirEntry, SetAttr};
 use crate::fs::error::FsError;
 use crate::fs::ino::{pass_ino, ROOT};
+use crate::fs::record::Recorder;
 
 mod config;
 mod dirs;
@@ -151,6 +152,8 @@ pub struct Passthrough {
     tmp_seq: AtomicU64,
     uid: u32,
     gid: u32,
+    /// The mount's recorder of refusals (one of its own until [`Passthrough::recording`]).
+    rec: Arc<Recorder>,
 }
 
 fn cstr(path: &[u8]) -> Result<CString, FsError> {
@@ -323,7 +326,14 @@ impl Passthrough {
             tmp_seq: AtomicU64::new(0),
             uid,
             gid,
+            rec: Arc::default(),
         })
+    }
+
+    /// Records refusals into `rec` (the mount's).
+    pub fn recording(mut self, rec: Arc<Recorder>) -> Passthrough {
+        self.rec = rec;
+        self
     }
 
     fn lock(&self) -> MutexGuard<'_, Inner> {
@@ -386,7 +396,7 @@ impl Passthrough {
     /// linked worktree's directory).
     fn check_creatable(&self, parent: u64, name: &[u8]) -> Result<(), FsError> {
         if is_reserved_at_root(name) && self.lock().is_ref_root(parent) {
-            return Err(crate::fs::record::refuse_for(
+            return Err(self.rec.refuse_for(
                 "create",
                 name,
                 libc::EPERM,

@@ -2,6 +2,7 @@
 
 use super::*;
 use crate::fs::backend::{NewNode, Rename, SetAttr};
+use crate::fs::test_support::assert_splits;
 
 /// `parent/name`, made with `mode` less `umask`.
 fn node(parent: u64, name: &[u8], mode: u32, umask: u32) -> NewNode<'_> {
@@ -66,39 +67,38 @@ fn put(p: &Passthrough, n: NewNode<'_>, access: i32, data: &[u8]) -> FileAttr {
 
 #[test]
 fn ref_names_at_root_follow_git() {
-    for n in [
-        &b"HEAD"[..],
-        b"HEAD.lock",
-        b"ORIG_HEAD",
-        b"ORIG_HEAD.lock",
-        b"AUTO_MERGE",
-        b"CHERRY_PICK_HEAD",
-        b"refs",
-        b"logs",
-        b"packed-refs",
-        b"packed-refs.lock",
-        b"packed-refs.new",
-    ] {
-        assert!(is_ref_name_at_root(n), "{}", String::from_utf8_lossy(n));
-    }
-    for n in [
-        &b"FETCH_HEAD"[..],
-        b"MERGE_HEAD",
-        b"COMMIT_EDITMSG",
-        b"MERGE_MSG",
-        b"config",
-        b"config.lock",
-        b"index",
-        b"index.lock",
-        b"objects",
-        b"hooks",
-        b"description",
-        b"rebase-merge",
-        b"gc.pid",
-        b"reftable",
-    ] {
-        assert!(!is_ref_name_at_root(n), "{}", String::from_utf8_lossy(n));
-    }
+    assert_splits(
+        is_ref_name_at_root,
+        &[
+            "HEAD",
+            "HEAD.lock",
+            "ORIG_HEAD",
+            "ORIG_HEAD.lock",
+            "AUTO_MERGE",
+            "CHERRY_PICK_HEAD",
+            "refs",
+            "logs",
+            "packed-refs",
+            "packed-refs.lock",
+            "packed-refs.new",
+        ],
+        &[
+            "FETCH_HEAD",
+            "MERGE_HEAD",
+            "COMMIT_EDITMSG",
+            "MERGE_MSG",
+            "config",
+            "config.lock",
+            "index",
+            "index.lock",
+            "objects",
+            "hooks",
+            "description",
+            "rebase-merge",
+            "gc.pid",
+            "reftable",
+        ],
+    );
     assert!(is_reserved_at_root(b"reftable"));
 }
 

@@ -146,7 +146,7 @@ impl WriteState {
 mod tests {
     use super::*;
     use crate::format::{HashKind, ObjectId};
-    use crate::fs::source::{LogSettings, MemSource};
+    use crate::fs::source::{LogSettings, MemSource, RefWriter};
     use crate::fs::view::{Kind, Scratch};
 
     const ME: Caller = Caller {

@@ -4,7 +4,8 @@ use super::*;
 use crate::format::{HashKind, ObjectId, RefValue};
 use crate::fs::protocol::Layout;
 use crate::fs::source::{Conflict, MemSource};
-use crate::fs::source::{LogSettings, RefSource};
+use crate::fs::source::{LogSettings, RefSource, RefWriter};
+use crate::fs::test_support::assert_splits;
 use crate::fs::view::{self, Kind, Scratch};
 use crate::transaction::Expected;
 
@@ -46,6 +47,16 @@ fn flush(w: &mut WriteState, m: &mut MemSource) -> usize {
     n
 }
 
+/// `packed-refs` as the view shows it now.
+fn packed_text(w: &mut WriteState, m: &mut MemSource) -> String {
+    String::from_utf8(w.packed_refs(m).unwrap().to_vec()).unwrap()
+}
+
+/// The value of `name` in the view: the pending edits over the stack.
+fn value(w: &mut WriteState, m: &mut MemSource, name: &str) -> Option<RefValue> {
+    w.effective(m, name.as_bytes()).unwrap()
+}
+
 /// libgit2's stash: `git_reference_ensure_log` creates `logs/refs/stash` empty, then
 /// appends to it. A batch written in between (a HEAD line of the previous command)
 /// must not take the empty reflog with it.
@@ -58,17 +69,16 @@ fn a_reflog_created_empty_outlives_the_batch_it_joined() {
         hex(2)
     );
     w.append_log(&ME, b"HEAD", line.as_bytes()).unwrap();
-    w.note_new_log(&ME, b"refs/stash");
-    assert_eq!(
-        w.classify(&mut m, &mut s, b"logs/refs/stash").unwrap(),
-        Some(Kind::Log)
-    );
-    flush(&mut w, &mut m);
-    assert_eq!(
-        w.classify(&mut m, &mut s, b"logs/refs/stash").unwrap(),
-        Some(Kind::Log),
-        "the empty reflog vanished with the batch"
-    );
+    // Created empty: a reflog before its batch is written and after.
+    let create = |w: &mut WriteState, m: &mut MemSource, s: &mut Scratch| {
+        w.note_new_log(&ME, b"refs/stash");
+        let before = w.classify(m, s, b"logs/refs/stash").unwrap();
+        flush(w, m);
+        let after = w.classify(m, s, b"logs/refs/stash").unwrap();
+        let log = Some(Kind::Log);
+        assert_eq!((before, after), (log, log), "the empty reflog vanished");
+    };
+    create(&mut w, &mut m, &mut s);
     let mut text = Vec::new();
     w.render_log(&mut m, b"refs/stash", &mut text).unwrap();
     assert!(text.is_empty(), "{text:?}");
@@ -80,16 +90,7 @@ fn a_reflog_created_empty_outlives_the_batch_it_joined() {
     assert_eq!(marker(&m), 1);
     // Deleted, then created again before the deletion is written: it exists, empty.
     w.delete_log(&ME, b"refs/stash");
-    w.note_new_log(&ME, b"refs/stash");
-    assert_eq!(
-        w.classify(&mut m, &mut s, b"logs/refs/stash").unwrap(),
-        Some(Kind::Log)
-    );
-    flush(&mut w, &mut m);
-    assert_eq!(
-        w.classify(&mut m, &mut s, b"logs/refs/stash").unwrap(),
-        Some(Kind::Log)
-    );
+    create(&mut w, &mut m, &mut s);
 }
 
 #[test]
@@ -102,10 +103,7 @@ fn rename_commit_is_read_your_writes_then_one_batch() {
         .unwrap();
     w.commit_ref(&mut m, &ME, b"refs/heads/new/deep", RefValue::Val1(id(8)))
         .unwrap();
-    assert_eq!(
-        w.effective(&mut m, b"refs/heads/main").unwrap(),
-        Some(v.clone())
-    );
+    assert_eq!(value(&mut w, &mut m, "refs/heads/main"), Some(v.clone()));
     assert_eq!(
         w.classify(&mut m, &mut s, b"refs/heads/new").unwrap(),
         Some(Kind::Dir)
@@ -261,7 +259,7 @@ fn prune_keeps_an_annotated_tag_packed_with_its_peeled_id() {
     );
     // Packed only now, with its peeled line.
     assert_eq!(w.classify(&mut m, &mut s, b"refs/tags/v1").unwrap(), None);
-    assert_eq!(w.packed_refs(&mut m).unwrap().as_slice(), packed.as_bytes());
+    assert_eq!(packed_text(&mut w, &mut m), packed);
 }
 
 /// `git pack-refs --all --prune` as the files backend makes it: the refs are packed only
@@ -277,7 +275,7 @@ fn pack_refs_all_prune_leaves_refs_packed_only() {
     );
     w.commit_packed_refs(&mut m, &ME, packed.as_bytes(), None)
         .unwrap();
-    assert_eq!(w.packed_refs(&mut m).unwrap().as_slice(), packed.as_bytes());
+    assert_eq!(packed_text(&mut w, &mut m), packed);
     // Packed and loose: still files until pruned.
     assert_eq!(
         w.classify(&mut m, &mut s, b"refs/heads/topic").unwrap(),
@@ -329,7 +327,7 @@ fn pack_refs_all_prune_leaves_refs_packed_only() {
         Some(Kind::Dir)
     );
     flush(&mut w, &mut m);
-    assert_eq!(w.packed_refs(&mut m).unwrap().as_slice(), packed.as_bytes());
+    assert_eq!(packed_text(&mut w, &mut m), packed);
     // `rm` of the loose file falls back to the packed value.
     w.unlink_ref(&mut m, &ME, b"refs/heads/topic").unwrap();
     flush(&mut w, &mut m);
@@ -345,7 +343,7 @@ fn pack_refs_all_prune_leaves_refs_packed_only() {
     );
     w.commit_packed_refs(&mut m, &ME, without.as_bytes(), None)
         .unwrap();
-    assert_eq!(w.effective(&mut m, b"refs/heads/topic").unwrap(), None);
+    assert_eq!(value(&mut w, &mut m, "refs/heads/topic"), None);
     flush(&mut w, &mut m);
     assert!(!m.refs.contains_key(&b"refs/heads/topic"[..]));
     assert_eq!(
@@ -386,7 +384,7 @@ fn packed_refs_keeps_the_header_written() {
     w.commit_ref(&mut m, &ME, b"refs/heads/main", RefValue::Val1(id(4)))
         .unwrap();
     flush(&mut w, &mut m);
-    assert_eq!(w.packed_refs(&mut m).unwrap().as_slice(), marked.as_bytes());
+    assert_eq!(packed_text(&mut w, &mut m), marked);
 }
 
 /// Another writer's changes: a packed-only ref it changed shows loose over the old entry
@@ -434,7 +432,7 @@ fn another_writer_and_the_packed_layer() {
         .unwrap();
     assert!(w.open.is_empty(), "{:?}", w.open.edits);
     assert_eq!(
-        w.effective(&mut m, b"refs/heads/main").unwrap(),
+        value(&mut w, &mut m, "refs/heads/main"),
         Some(RefValue::Val1(id(8)))
     );
 }
@@ -466,7 +464,7 @@ fn the_packed_layout() {
         h3 = hex(3),
         h4 = hex(4)
     );
-    assert_eq!(w.packed_refs(&mut m).unwrap().as_slice(), want.as_bytes());
+    assert_eq!(packed_text(&mut w, &mut m), want);
     let c = |w: &mut WriteState, m: &mut MemSource, s: &mut Scratch, p: &str| {
         w.classify(m, s, p.as_bytes()).unwrap()
     };
@@ -504,9 +502,9 @@ fn the_packed_layout() {
         Some(Kind::Ref)
     );
     assert_eq!(c(&mut w, &mut m, &mut s, "refs/heads"), Some(Kind::Dir));
-    assert_eq!(w.packed_refs(&mut m).unwrap().as_slice(), want.as_bytes());
+    assert_eq!(packed_text(&mut w, &mut m), want);
     flush(&mut w, &mut m);
-    assert_eq!(w.packed_refs(&mut m).unwrap().as_slice(), want.as_bytes());
+    assert_eq!(packed_text(&mut w, &mut m), want);
     // pack-refs --all --prune packs it again.
     let repacked = want.replace(
         &format!("{} refs/heads/main", hex(1)),
@@ -517,10 +515,7 @@ fn the_packed_layout() {
     w.unlink_ref(&mut m, &ME, b"refs/heads/main").unwrap();
     assert!(w.open.is_empty(), "{:?}", w.open.edits);
     assert_eq!(c(&mut w, &mut m, &mut s, "refs/heads/main"), None);
-    assert_eq!(
-        w.packed_refs(&mut m).unwrap().as_slice(),
-        repacked.as_bytes()
-    );
+    assert_eq!(packed_text(&mut w, &mut m), repacked);
     // A new ref through the mount is loose; another writer's shows packed.
     w.commit_ref(&mut m, &ME, b"refs/heads/mine", RefValue::Val1(id(5)))
         .unwrap();
@@ -532,7 +527,7 @@ fn the_packed_layout() {
         Some(Kind::Ref)
     );
     assert_eq!(c(&mut w, &mut m, &mut s, "refs/heads/theirs"), None);
-    let text = String::from_utf8(w.packed_refs(&mut m).unwrap().to_vec()).unwrap();
+    let text = packed_text(&mut w, &mut m);
     assert!(
         text.contains(&format!("{} refs/heads/theirs\n", hex(6))),
         "{text}"
@@ -544,17 +539,14 @@ fn the_packed_layout() {
         .unwrap();
     flush(&mut w, &mut m);
     assert!(!m.refs.contains_key(&b"refs/heads/theirs"[..]));
-    assert_eq!(
-        w.packed_refs(&mut m).unwrap().as_slice(),
-        without.as_bytes()
-    );
+    assert_eq!(packed_text(&mut w, &mut m), without);
 }
 
 #[test]
 fn plain_rm_without_pack_deletes() {
     let (mut m, mut w, _) = setup();
     w.unlink_ref(&mut m, &ME, b"refs/heads/topic").unwrap();
-    assert_eq!(w.effective(&mut m, b"refs/heads/topic").unwrap(), None);
+    assert_eq!(value(&mut w, &mut m, "refs/heads/topic"), None);
     flush(&mut w, &mut m);
     assert!(!m.refs.contains_key(&b"refs/heads/topic"[..]));
 }
@@ -578,7 +570,7 @@ fn concurrent_writer_conflict_is_reported_not_applied() {
     );
     w.batch_done(b.seq, &[b"refs/heads/topic".to_vec()]);
     assert_eq!(
-        w.effective(&mut m, b"refs/heads/topic").unwrap(),
+        value(&mut w, &mut m, "refs/heads/topic"),
         Some(RefValue::Val1(id(6)))
     );
 }
@@ -744,7 +736,7 @@ fn a_lock_sees_a_failed_batch_s_value_go() {
     w.note_lock(&mut m, b"refs/heads/topic.lock").unwrap();
     flush(&mut w, &mut m);
     assert_eq!(
-        w.effective(&mut m, b"refs/heads/topic").unwrap(),
+        value(&mut w, &mut m, "refs/heads/topic"),
         Some(RefValue::Val1(id(4)))
     );
     let e = w
@@ -756,35 +748,34 @@ fn a_lock_sees_a_failed_batch_s_value_go() {
 #[test]
 fn ref_content_prefixes() {
     let h = HashKind::Sha1;
-    for ok in [
-        &b""[..],
-        b"0123",
-        b"ref",
-        b"ref:",
-        b"ref: refs/heads/x",
-        b"ref: refs/heads/x\n",
-        b"e",
-    ] {
-        assert!(ref_content_prefix_ok(ok, h).is_ok(), "{ok:?}");
-    }
-    let full = format!("{}\n", hex(3));
-    assert!(ref_content_prefix_ok(full.as_bytes(), h).is_ok());
-    for bad in [
-        &b"garbage\n"[..],
-        b"xyz",
-        b"ref: a b",
-        b"ref: refs/heads/a\nb",
-        b"ref: refs/heads/a:b",
-    ] {
-        assert!(ref_content_prefix_ok(bad, h).is_err(), "{bad:?}");
-    }
-    let long = format!("{}0", hex(3));
-    assert!(ref_content_prefix_ok(long.as_bytes(), h).is_err());
+    let (full, long) = (format!("{}\n", hex(3)), format!("{}0", hex(3)));
     // The null id: fine while incomplete, refused once complete.
     let zeros = "0".repeat(40);
-    assert!(ref_content_prefix_ok(&zeros.as_bytes()[..39], h).is_ok());
-    assert!(ref_content_prefix_ok(zeros.as_bytes(), h).is_err());
-    assert!(ref_content_prefix_ok(format!("{zeros}\n").as_bytes(), h).is_err());
+    let zeros_line = format!("{zeros}\n");
+    assert_splits(
+        |b| ref_content_prefix_ok(b, h).is_ok(),
+        &[
+            "",
+            "0123",
+            "ref",
+            "ref:",
+            "ref: refs/heads/x",
+            "ref: refs/heads/x\n",
+            "e",
+            &full,
+            &zeros[..39],
+        ],
+        &[
+            "garbage\n",
+            "xyz",
+            "ref: a b",
+            "ref: refs/heads/a\nb",
+            "ref: refs/heads/a:b",
+            &long,
+            &zeros,
+            &zeros_line,
+        ],
+    );
 }
 
 /// The packed layer saved and read by the next mount (`STATE_FILE`): refs packed only,

@@ -11,7 +11,7 @@ use crate::fs::broken::{is_bad_name, is_candidate, ref_of, BrokenRefs, Entry, En
 use crate::fs::budget::SCRATCH_FILES_MAX;
 use crate::fs::error::{FsError, Refusal};
 use crate::fs::protocol::{valid_ref_name, Caller};
-use crate::fs::record::{log_error, refuse, refuse_for};
+use crate::fs::record::log_error;
 use crate::fs::reserve;
 use crate::fs::view::{self, Kind};
 
@@ -328,7 +328,7 @@ impl Inner {
         let mut content = Vec::new();
         let Inner { w, src, .. } = self;
         if let Err(r) = w.render_log(src.as_mut(), &name, &mut content) {
-            return Some(Err(refuse("append", &path, r)));
+            return Some(Err(self.rec.refuse("append", &path, r)));
         }
         if !content.is_empty() {
             return None;
@@ -336,7 +336,7 @@ impl Inner {
         content.extend_from_slice(&tail);
         content.extend_from_slice(data);
         if !self.broken_refs.has_room(&path, content.len()) {
-            return Some(Err(refuse_for(
+            return Some(Err(self.rec.refuse_for(
                 "append",
                 &path,
                 libc::ENOSPC,
@@ -348,7 +348,7 @@ impl Inner {
         }
         let who = Caller::new(actor, vec![fh]);
         if let Err(r) = self.broken_keep(&who, &path, content) {
-            return Some(Err(refuse("append", &path, r)));
+            return Some(Err(self.rec.refuse("append", &path, r)));
         }
         if let Some(Handle::Write { target, data, .. }) = self.handles.get_mut(&fh) {
             *target = Target::Scratch;
@@ -465,7 +465,7 @@ impl Shared {
         let mut g = self.begin_change(true)?;
         let path = g.child_path(parent, name)?;
         if !g.broken_refs.enabled() || !is_candidate(&path) {
-            return Err(refuse_for(
+            return Err(self.rec.refuse_for(
                 "symlink",
                 &path,
                 libc::EPERM,
@@ -480,7 +480,7 @@ impl Shared {
             return Err(FsError::EEXIST);
         }
         if !g.broken_refs.has_room(&path, 2 * target.len() + 6) {
-            return Err(refuse_for(
+            return Err(self.rec.refuse_for(
                 "symlink",
                 &path,
                 libc::ENOSPC,
@@ -488,7 +488,7 @@ impl Shared {
             ));
         }
         if g.w.files.len() >= SCRATCH_FILES_MAX {
-            return Err(refuse_for(
+            return Err(self.rec.refuse_for(
                 "symlink",
                 &path,
                 libc::ENOSPC,
@@ -502,7 +502,7 @@ impl Shared {
         )?;
         let who = Caller::new(actor, Vec::new());
         g.broken_keep_entry(&who, &path, EntryKind::Link, target.to_vec())
-            .map_err(|r| refuse("symlink", &path, r))?;
+            .map_err(|r| self.rec.refuse("symlink", &path, r))?;
         g.entries_changed(super::parent_dir(&path), true);
         g.after_staging();
         let ino = g.inodes.remember(parent, name, &path, Kind::Link, None);

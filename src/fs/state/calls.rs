@@ -11,7 +11,6 @@ use crate::fs::budget::{
 };
 use crate::fs::error::{FsError, Refusal};
 use crate::fs::protocol::{ref_name_of, Caller};
-use crate::fs::record::{refuse, refuse_for, too_big};
 use crate::fs::reserve;
 use crate::fs::view::{self, Kind};
 
@@ -114,7 +113,7 @@ impl Shared {
         let mut g = self.begin_change(true)?;
         let path = g.child_path(parent, name)?;
         if g.handles.len() >= HANDLES_MAX {
-            return Err(refuse_for(
+            return Err(self.rec.refuse_for(
                 "create",
                 &path,
                 libc::ENFILE,
@@ -143,7 +142,7 @@ impl Shared {
             // Kept as a broken ref where the view keeps them (`broken.rs`), if there is
             // room for one more.
             if bad_name && g.broken_refs.enabled() && !g.broken_accepts(n, 0) {
-                return Err(refuse_for(
+                return Err(self.rec.refuse_for(
                     "create",
                     &path,
                     libc::ENOSPC,
@@ -151,7 +150,7 @@ impl Shared {
                 ));
             }
             if bad_name && !g.broken_refs.enabled() {
-                return Err(refuse(
+                return Err(self.rec.refuse(
                     "create",
                     &path,
                     Refusal {
@@ -195,7 +194,7 @@ impl Shared {
             Target::Log { .. } => Kind::Log,
             _ => {
                 if g.w.files.len() >= SCRATCH_FILES_MAX {
-                    return Err(refuse(
+                    return Err(self.rec.refuse(
                         "create",
                         &path,
                         Refusal {
@@ -209,7 +208,7 @@ impl Shared {
                 if matches!(target, Target::Scratch) {
                     let Inner { w, src, .. } = &mut *g;
                     w.note_lock(src.as_mut(), &path)
-                        .map_err(|r| refuse("create", &path, r))?;
+                        .map_err(|r| self.rec.refuse("create", &path, r))?;
                 }
                 g.w.files.insert(path.clone(), Vec::new());
                 Kind::Scratch
@@ -282,22 +281,24 @@ impl Shared {
                     let old_len = content.len();
                     let others = total - content.capacity();
                     let r = splice(content, offset, data, append, limit, others)
-                        .map_err(|e| too_big("write", path, e, limit))
+                        .map_err(|e| self.rec.too_big("write", path, e, limit))
                         .and_then(|()| match (check_ref_prefix(path, content, hash), room) {
-                            (Ok(()), Some(false)) if must_fit => Err(refuse_for(
+                            (Ok(()), Some(false)) if must_fit => Err(self.rec.refuse_for(
                                 "write",
                                 path,
                                 libc::ENOSPC,
                                 crate::fs::broken::AT_BOUND,
                             )),
                             (Ok(()), _) | (Err(_), Some(true)) => Ok(()),
-                            (Err(_), Some(false)) => Err(refuse_for(
+                            (Err(_), Some(false)) => Err(self.rec.refuse_for(
                                 "write",
                                 path,
                                 libc::ENOSPC,
                                 crate::fs::broken::AT_BOUND,
                             )),
-                            (Err(why), None) => Err(refuse_for("write", path, libc::EINVAL, why)),
+                            (Err(why), None) => {
+                                Err(self.rec.refuse_for("write", path, libc::EINVAL, why))
+                            }
                         });
                     if r.is_err() {
                         content.truncate(old_len);
@@ -309,7 +310,7 @@ impl Shared {
             Target::Packed { .. } => {
                 let before = buf.capacity();
                 splice(buf, offset, data, append, SCRATCH_FILE_MAX, total - before)
-                    .map_err(|e| too_big("write", path, e, SCRATCH_FILE_MAX))?;
+                    .map_err(|e| self.rec.too_big("write", path, e, SCRATCH_FILE_MAX))?;
                 let after = buf.capacity();
                 if let Some(Handle::Write { dirty, .. }) = g.handles.get_mut(&fh) {
                     *dirty = true;
@@ -327,7 +328,7 @@ impl Shared {
                     REF_FILE_MAX,
                     total - before,
                 )
-                .map_err(|e| too_big("write", path, e, REF_FILE_MAX))?;
+                .map_err(|e| self.rec.too_big("write", path, e, REF_FILE_MAX))?;
                 if let Err(why) = check_ref_prefix(path, &next, g.w.hash) {
                     // A linked worktree's placeholder HEAD is no ref value (`linked.rs`);
                     // other content that is none is kept as a broken ref (`broken.rs`).
@@ -338,7 +339,7 @@ impl Shared {
                             Some(_) => (libc::ENOSPC, crate::fs::broken::AT_BOUND.to_string()),
                             None => (libc::EINVAL, why),
                         };
-                        return Err(refuse("write", &path, Refusal { errno, reason }));
+                        return Err(self.rec.refuse("write", &path, Refusal { errno, reason }));
                     }
                 }
                 let Some(Handle::Write {
@@ -421,19 +422,19 @@ impl Shared {
                             resize_bounded(c, size, limit, others)
                         })
                         .unwrap_or(Ok(()))
-                        .map_err(|e| too_big("truncate", path, e, limit))?;
+                        .map_err(|e| self.rec.too_big("truncate", path, e, limit))?;
                 }
                 Target::Ref { .. } => {
                     let before = data.capacity();
                     resize_bounded(data, size, REF_FILE_MAX, total - before)
-                        .map_err(|e| too_big("truncate", path, e, REF_FILE_MAX))?;
+                        .map_err(|e| self.rec.too_big("truncate", path, e, REF_FILE_MAX))?;
                     *dirty = true;
                     g.handle_bytes = g.handle_bytes - before + data.capacity();
                 }
                 Target::Packed { .. } => {
                     let before = data.capacity();
                     resize_bounded(data, size, SCRATCH_FILE_MAX, total - before)
-                        .map_err(|e| too_big("truncate", path, e, SCRATCH_FILE_MAX))?;
+                        .map_err(|e| self.rec.too_big("truncate", path, e, SCRATCH_FILE_MAX))?;
                     *dirty = true;
                     g.handle_bytes = g.handle_bytes - before + data.capacity();
                 }
@@ -449,7 +450,7 @@ impl Shared {
                     g.after_staging();
                 }
                 Target::Log { .. } => {
-                    return Err(refuse_for(
+                    return Err(self.rec.refuse_for(
                         "truncate",
                         path,
                         libc::EINVAL,
@@ -469,7 +470,7 @@ impl Shared {
                         resize_bounded(c, size, limit, others)
                     })
                     .unwrap_or(Ok(()))
-                    .map_err(|e| too_big("truncate", &path, e, limit))
+                    .map_err(|e| self.rec.too_big("truncate", &path, e, limit))
             }
             Kind::Dir => Err(FsError::EISDIR),
             // `truncate -s 0 logs/x`: the reflog stays, empty.
@@ -480,13 +481,13 @@ impl Shared {
                 g.after_staging();
                 Ok(())
             }
-            Kind::Log => Err(refuse_for(
+            Kind::Log => Err(self.rec.refuse_for(
                 "truncate",
                 &path,
                 libc::EINVAL,
                 "a reflog is emptied (truncated to 0) or appended to, never cut",
             )),
-            _ => Err(refuse_for(
+            _ => Err(self.rec.refuse_for(
                 "truncate",
                 &path,
                 libc::EPERM,
@@ -507,7 +508,8 @@ impl Inner {
         }) = self.handles.get(&fh)
         {
             let path = path.clone();
-            self.broken_sync(&path).map_err(|r| refuse(op, &path, r))?;
+            self.broken_sync(&path)
+                .map_err(|r| self.rec.refuse(op, &path, r))?;
         }
         Ok(())
     }
@@ -528,9 +530,9 @@ impl Inner {
             self.promise("write", &path, reserve::edit_bytes(path.len(), data.len()))?;
             let Inner { w, src, .. } = self;
             w.commit_packed_refs(src.as_mut(), who, &data, Some(seen))
-                .map_err(|r| refuse("write", &path, r))?;
+                .map_err(|r| self.rec.refuse("write", &path, r))?;
             self.sync_packed_junk()
-                .map_err(|r| refuse("write", &path, r))?;
+                .map_err(|r| self.rec.refuse("write", &path, r))?;
             self.all_entries_changed();
             self.after_staging();
             return Ok(());
@@ -550,7 +552,7 @@ impl Inner {
                 // Kept as an empty broken ref (`broken.rs`).
                 let (path, name) = (p, n);
                 self.broken_keep(who, &name, Vec::new())
-                    .map_err(|r| refuse("close", &path, r))?;
+                    .map_err(|r| self.rec.refuse("close", &path, r))?;
                 if let Some(Handle::Write {
                     target: Target::Ref { placeholder, .. },
                     ..
@@ -578,7 +580,7 @@ impl Inner {
                 // empty file can never be a ref, so nothing is stored — said here, at
                 // the close, and recorded.
                 let path = path.clone();
-                return Err(refuse_for(
+                return Err(self.rec.refuse_for(
                     "close",
                     &path,
                     libc::EINVAL,
@@ -609,7 +611,7 @@ impl Inner {
         if self.broken_wants(&name, &data) {
             // No ref value: kept as a broken ref (`broken.rs`), also after the release.
             self.broken_keep(who, &name, data)
-                .map_err(|r| refuse("write", &path, r))?;
+                .map_err(|r| self.rec.refuse("write", &path, r))?;
             if let Some(Handle::Write {
                 target: Target::Ref { placeholder, .. },
                 ..
@@ -633,7 +635,7 @@ impl Inner {
                 }
                 r
             })
-            .map_err(|r| refuse("write", &path, r));
+            .map_err(|r| self.rec.refuse("write", &path, r));
         if staged.is_ok() {
             if let Some(Handle::Write {
                 target: Target::Ref { placeholder, .. },
@@ -645,7 +647,7 @@ impl Inner {
             self.after_staging();
             // A broken ref of this name is replaced by the ref (`broken.rs`).
             self.broken_sync(&path)
-                .map_err(|r| refuse("write", &path, r))?;
+                .map_err(|r| self.rec.refuse("write", &path, r))?;
         }
         staged
     }

@@ -8,7 +8,6 @@ use crate::fs::budget::{HANDLES_MAX, HELD_BYTES_MAX};
 use crate::fs::error::FsError;
 use crate::fs::inode::OpenMode;
 use crate::fs::protocol::Caller;
-use crate::fs::record::{refuse, refuse_for, too_big};
 use crate::fs::reserve;
 use crate::fs::view::{Kind, Listing};
 
@@ -249,7 +248,12 @@ impl Shared {
                 // The last close came from another process than the one that wrote the
                 // piece (its own close would have been refused): nobody can be told now,
                 // so it is logged and recorded.
-                let _ = refuse_for("release", &path, libc::EINVAL, unfinished_line(data.len()));
+                let _ = self.rec.refuse_for(
+                    "release",
+                    &path,
+                    libc::EINVAL,
+                    unfinished_line(data.len()),
+                );
             }
             _ => {}
         }
@@ -261,7 +265,7 @@ impl Inner {
     /// its content would take the bytes held beyond [`HELD_BYTES_MAX`] (`budget.rs`).
     pub(super) fn add_handle(&mut self, path: &[u8], h: Handle) -> Result<u64, FsError> {
         if self.handles.len() >= HANDLES_MAX {
-            return Err(refuse_for(
+            return Err(self.rec.refuse_for(
                 "open",
                 path,
                 libc::ENFILE,
@@ -270,7 +274,7 @@ impl Inner {
         }
         let held = h.held();
         if self.w.files.bytes() + self.handle_bytes + held > HELD_BYTES_MAX {
-            return Err(refuse_for(
+            return Err(self.rec.refuse_for(
                 "open",
                 path,
                 libc::ENOMEM,
@@ -404,7 +408,9 @@ impl Inner {
         let others = self.w.files.bytes() + self.handle_bytes - before;
         if unfinished > LOG_LINE_MAX || others + kept + data.len() > HELD_BYTES_MAX {
             put_back(self, text, None);
-            return Err(too_big("append", &path, FsError::EFBIG, LOG_LINE_MAX));
+            return Err(self
+                .rec
+                .too_big("append", &path, FsError::EFBIG, LOG_LINE_MAX));
         }
         text.extend_from_slice(data);
         let Some(i) = last_nl.map(|i| kept + i) else {
@@ -415,7 +421,7 @@ impl Inner {
                 if let Some(r) = self.broken_log_junk(fh, data, actor) {
                     return r;
                 }
-                return Err(refuse_for("append", &path, libc::EINVAL, why));
+                return Err(self.rec.refuse_for("append", &path, libc::EINVAL, why));
             }
             put_back(self, text, Some(actor));
             return Ok(());
@@ -427,14 +433,14 @@ impl Inner {
             if let Some(r) = self.broken_log_junk(fh, data, actor) {
                 return r;
             }
-            return Err(refuse_for("append", &path, libc::EINVAL, why));
+            return Err(self.rec.refuse_for("append", &path, libc::EINVAL, why));
         }
         let who = Caller::new(actor, vec![fh]);
         let staged = self
             .promise("append", &path, reserve::edit_bytes(name.len(), text.len()))
             .and_then(|()| match self.w.append_log(&who, &name, &text) {
                 Err(r) if r.errno == libc::EINVAL => Ok(Some(r)),
-                Err(r) => Err(refuse("append", &path, r)),
+                Err(r) => Err(self.rec.refuse("append", &path, r)),
                 Ok(_) => Ok(None),
             });
         let junk = match staged {
@@ -452,7 +458,7 @@ impl Inner {
             if let Some(kept) = self.broken_log_junk(fh, data, actor) {
                 return kept;
             }
-            return Err(refuse("append", &path, r));
+            return Err(self.rec.refuse("append", &path, r));
         }
         put_back(self, rest, Some(actor));
         self.after_staging();
@@ -478,12 +484,9 @@ impl Inner {
         }
         let (path, dropped) = (path.clone(), std::mem::take(tail));
         self.handle_bytes -= dropped.capacity();
-        Err(refuse_for(
-            "close",
-            &path,
-            libc::EINVAL,
-            unfinished_line(dropped.len()),
-        ))
+        Err(self
+            .rec
+            .refuse_for("close", &path, libc::EINVAL, unfinished_line(dropped.len())))
     }
 }
 

@@ -6,12 +6,15 @@
 
 use std::collections::HashMap;
 use std::num::NonZeroUsize;
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use fuser::FileAttr;
 use lru::LruCache;
+use rustix::event::EventfdFlags;
+use rustix::process::{getgid, getuid};
 
 use crate::format::HashKind;
 use crate::fs::attr::attr;
@@ -23,7 +26,7 @@ use crate::fs::inode::Inodes;
 use crate::fs::procfs;
 use crate::fs::protocol::WriteState;
 use crate::fs::queue::BatchQueue;
-use crate::fs::record::{log_error, refuse, refuse_for};
+use crate::fs::record::{log_error, Recorder};
 use crate::fs::reserve::Reserve;
 use crate::fs::source::LogSettings;
 use crate::fs::source::RefSource;
@@ -53,6 +56,8 @@ const DIR_CACHE_MAX_ENTRIES: usize = 1 << 18;
 /// Everything behind the state mutex.
 pub struct Inner {
     pub(crate) src: Box<dyn RefSource>,
+    /// The mount's recorder (as [`Shared::rec`]), for the calls made under the lock.
+    pub(crate) rec: Arc<Recorder>,
     scratch: Scratch,
     pub(crate) inodes: Inodes,
     dirs: LruCache<Vec<u8>, Arc<Listing>>,
@@ -100,8 +105,8 @@ pub struct Inner {
     /// shows an older time (the mount does not diff the tables to know whose entries
     /// changed).
     dir_epoch: u64,
-    /// The watcher's wake-up descriptor (`Shared::wake_fd`; `-1` if none).
-    wake_fd: libc::c_int,
+    /// The watcher's wake-up descriptor (`Shared::wake`).
+    wake: Wake,
     /// Broken refs and symbolic links kept beside the stack (`fs/broken.rs`; disabled
     /// until [`Shared::keep_broken_refs`]).
     pub(crate) broken_refs: crate::fs::broken::BrokenRefs,
@@ -131,6 +136,9 @@ pub struct BatchSettings {
 /// State shared by the request handlers and the helper threads.
 pub struct Shared {
     inner: Mutex<Inner>,
+    /// What the mount records for `reftablefs status`: the mount's one recorder, shared
+    /// by all its views (a view made alone, in tests, has its own).
+    pub(crate) rec: Arc<Recorder>,
     /// The batch queue (its own lock; see `batch.rs`), shared with the overlay, which
     /// seals batches into it.
     pub(crate) queue: Arc<BatchQueue>,
@@ -148,34 +156,44 @@ pub struct Shared {
     /// are over [`STAGED_BYTES_MAX`].
     staged: Arc<std::sync::atomic::AtomicU64>,
     /// An eventfd that wakes the watcher when a request handler found a stale kernel
-    /// entry (`-1` if none could be made: the watcher then finds it at its next tick).
-    wake_fd: libc::c_int,
+    /// entry (`None` if none could be made: the watcher then finds it at its next tick).
+    wake: Wake,
     /// Where the packed layer is kept across mounts (`packed_state.rs`; unset: nowhere).
     packed_file: OnceLock<packed_state::PackedFile>,
 }
 
-impl Drop for Shared {
-    fn drop(&mut self) {
-        if self.wake_fd >= 0 {
-            // SAFETY: closing the descriptor we own, once.
-            unsafe {
-                libc::close(self.wake_fd);
-            }
-        }
+/// The watcher's wake-up eventfd, shared by the view's state and its lock's contents.
+type Wake = Option<Arc<OwnedFd>>;
+
+/// Wakes the watcher waiting on `wake` (best effort: a full counter wakes it already).
+fn wake_watcher(wake: &Wake) {
+    if let Some(fd) = wake {
+        let _ = rustix::io::write(fd, &1u64.to_ne_bytes());
     }
 }
 
 impl Shared {
-    /// Wraps the reader source. A writable mount's writer source (another stack object
-    /// on the same stack) goes to the batcher thread (`batch::spawn`).
+    /// Wraps the reader source, recording into a recorder of its own. A writable mount's
+    /// writer source (another stack object on the same stack) goes to the batcher thread
+    /// (`batch::spawn`).
     pub fn new(
         src: Box<dyn RefSource>,
         read_only: bool,
         log: LogSettings,
         batch: BatchSettings,
     ) -> Arc<Shared> {
-        // SAFETY: getuid/getgid cannot fail and have no preconditions.
-        let (uid, gid) = unsafe { (libc::getuid(), libc::getgid()) };
+        Shared::recording(src, read_only, log, batch, Arc::default())
+    }
+
+    /// [`Shared::new`] recording into `rec` (the mount's).
+    pub fn recording(
+        src: Box<dyn RefSource>,
+        read_only: bool,
+        log: LogSettings,
+        batch: BatchSettings,
+        rec: Arc<Recorder>,
+    ) -> Arc<Shared> {
+        let (uid, gid) = (getuid().as_raw(), getgid().as_raw());
         let generation = src.generation();
         let hash: HashKind = src.hash_kind();
         let log_index_seen = src.max_update_index();
@@ -183,11 +201,12 @@ impl Shared {
         let queue = w.queue().clone();
         let reserve = Reserve::none();
         let staged = reserve.staged();
-        // SAFETY: a plain syscall; the descriptor is owned by `Shared`.
-        let wake_fd = unsafe { libc::eventfd(0, libc::EFD_NONBLOCK | libc::EFD_CLOEXEC) };
+        let flags = EventfdFlags::NONBLOCK | EventfdFlags::CLOEXEC;
+        let wake: Wake = rustix::event::eventfd(0, flags).ok().map(Arc::new);
         Arc::new(Shared {
             inner: Mutex::new(Inner {
                 src,
+                rec: rec.clone(),
                 scratch: Scratch::default(),
                 inodes: Inodes::new(),
                 dirs: LruCache::new(NonZeroUsize::new(DIR_CACHE_DIRS).unwrap_or(NonZeroUsize::MIN)),
@@ -211,10 +230,11 @@ impl Shared {
                 dir_epoch: 0,
                 broken_refs: Default::default(),
                 junk_file: None,
-                wake_fd,
+                wake: wake.clone(),
                 #[cfg(test)]
                 listings: 0,
             }),
+            rec,
             queue,
             read_only,
             tgids: Mutex::new(HashMap::new()),
@@ -224,7 +244,7 @@ impl Shared {
             gitdir_modes: OnceLock::new(),
             stopping: AtomicBool::new(false),
             staged,
-            wake_fd,
+            wake,
             packed_file: OnceLock::new(),
         })
     }
@@ -412,18 +432,12 @@ impl Shared {
 
     /// Wakes the watcher thread.
     pub(crate) fn wake_watcher(&self) {
-        if self.wake_fd >= 0 {
-            let one: u64 = 1;
-            // SAFETY: writing 8 bytes from a local to our eventfd.
-            unsafe {
-                libc::write(self.wake_fd, (&one as *const u64).cast(), 8);
-            }
-        }
+        wake_watcher(&self.wake);
     }
 
-    /// The watcher's wake-up descriptor (`-1` if none).
-    pub(crate) fn wake_fd(&self) -> libc::c_int {
-        self.wake_fd
+    /// The watcher's wake-up descriptor, if one could be made.
+    pub(crate) fn wake_fd(&self) -> Option<BorrowedFd<'_>> {
+        self.wake.as_deref().map(AsFd::as_fd)
     }
 
     /// Asks the batcher to seal and write everything staged so far and waits until it is
@@ -543,7 +557,7 @@ impl Inner {
     fn promise(&mut self, op: &str, path: &[u8], bytes: u64) -> Result<(), FsError> {
         let seq = self.w.open.seq + 1;
         self.reserve.promise(seq, bytes).map_err(|errno| {
-            refuse_for(
+            self.rec.refuse_for(
                 op,
                 path,
                 errno,
@@ -581,7 +595,7 @@ impl Inner {
         } = self;
         let kind = w
             .classify(src.as_mut(), scratch, path)
-            .map_err(|r| refuse("lookup", path, r))?
+            .map_err(|r| self.rec.refuse("lookup", path, r))?
             .map(|k| self.broken_kind(path, k));
         match top_index(path) {
             Some(i) if self.gone_tops[i] => {
@@ -634,7 +648,7 @@ impl Inner {
                 let Inner { w, src, .. } = self;
                 let (data, fp) = w
                     .packed_refs_marked(src.as_mut())
-                    .map_err(|r| refuse("read", path, r))?;
+                    .map_err(|r| self.rec.refuse("read", path, r))?;
                 let n = data.len() as u64;
                 self.last_render = Some((key, n, fp));
                 return Ok(n);
@@ -679,7 +693,7 @@ impl Inner {
             Kind::PackedRefs => {
                 let data = w
                     .packed_refs(src.as_mut())
-                    .map_err(|r| refuse("read", path, r))?;
+                    .map_err(|r| self.rec.refuse("read", path, r))?;
                 out.extend_from_slice(&data);
                 Ok(())
             }
@@ -692,14 +706,14 @@ impl Inner {
             Kind::Ref => {
                 let v = w
                     .effective(src.as_mut(), path)
-                    .map_err(|r| refuse("read", path, r))?;
+                    .map_err(|r| self.rec.refuse("read", path, r))?;
                 view::render_ref(&v.ok_or(FsError::ENOENT)?, out);
                 Ok(())
             }
             Kind::Log => {
                 let name = path.strip_prefix(b"logs/").unwrap_or(path);
                 w.render_log(src.as_mut(), name, out)
-                    .map_err(|r| refuse("read", path, r))
+                    .map_err(|r| self.rec.refuse("read", path, r))
             }
         }
     }
@@ -708,7 +722,7 @@ impl Inner {
     pub(super) fn packed_refs(&mut self, path: &[u8]) -> Result<Arc<Vec<u8>>, FsError> {
         let Inner { w, src, .. } = self;
         w.packed_refs(src.as_mut())
-            .map_err(|r| refuse("read", path, r))
+            .map_err(|r| self.rec.refuse("read", path, r))
     }
 
     /// The listing of a directory: the stack part from the cache (or built now, by
@@ -747,7 +761,7 @@ impl Inner {
                 let mut out = Vec::new();
                 let Inner { w, src, .. } = self;
                 w.packed_layout_listing(src.as_mut(), path, &mut out)
-                    .map_err(|r| refuse("readdir", path, r))?;
+                    .map_err(|r| self.rec.refuse("readdir", path, r))?;
                 Arc::new(Listing::from_entries(&out))
             }
             Some(e) => e.clone(),
@@ -785,7 +799,7 @@ impl Inner {
             w, src, scratch, ..
         } = self;
         w.overlay_listing(src.as_mut(), scratch, path, &stack.to_entries(), &mut out)
-            .map_err(|r| refuse("readdir", path, r))?;
+            .map_err(|r| self.rec.refuse("readdir", path, r))?;
         self.broken_link_kinds(path, &mut out);
         Ok(Arc::new(Listing::from_entries(&out)))
     }

@@ -9,7 +9,6 @@ use crate::format::RefValue;
 use crate::fs::budget::VDIRS_MAX;
 use crate::fs::error::{FsError, Refusal};
 use crate::fs::protocol::{ref_name_of, Caller};
-use crate::fs::record::{refuse, refuse_for};
 use crate::fs::reserve;
 use crate::fs::view::{self, Kind};
 
@@ -35,7 +34,7 @@ impl Shared {
         let path = g.child_path(parent, name)?;
         let kind = g.classify(&path)?.ok_or(FsError::ENOENT)?;
         if path == b"HEAD" && kind == Kind::Ref && !g.is_linked_worktree() {
-            return Err(refuse(
+            return Err(self.rec.refuse(
                 "unlink",
                 &path,
                 Refusal {
@@ -57,7 +56,7 @@ impl Shared {
         // A broken ref or link kept beside the stack, with what the stack holds beneath
         // it (`broken.rs`).
         if let Some(r) = g.broken_unlink(&who, &path) {
-            r.map_err(|r| refuse("unlink", &path, r))?;
+            r.map_err(|r| self.rec.refuse("unlink", &path, r))?;
         }
         let Inner { w, src, .. } = &mut *g;
         let r = match kind {
@@ -76,16 +75,16 @@ impl Shared {
             Kind::Dir => return Err(FsError::EISDIR),
             Kind::PackedRefs => w.unlink_packed_refs(src.as_mut(), &who),
         };
-        r.map_err(|r| refuse("unlink", &path, r))?;
+        r.map_err(|r| self.rec.refuse("unlink", &path, r))?;
         if kind == Kind::PackedRefs {
             g.sync_packed_junk()
-                .map_err(|r| refuse("unlink", &path, r))?;
+                .map_err(|r| self.rec.refuse("unlink", &path, r))?;
             g.all_entries_changed();
         }
         if kind == Kind::Scratch {
             // A broken ref removed (`broken.rs`).
             g.broken_sync(&path)
-                .map_err(|r| refuse("unlink", &path, r))?;
+                .map_err(|r| self.rec.refuse("unlink", &path, r))?;
         }
         g.name_went(&path);
         g.after_staging();
@@ -111,7 +110,7 @@ impl Shared {
         }
         if path == b"packed-refs" {
             // Absent (`protocol/packed_whole.rs`), but never a directory.
-            return Err(refuse_for(
+            return Err(self.rec.refuse_for(
                 "mkdir",
                 &path,
                 libc::EPERM,
@@ -128,7 +127,7 @@ impl Shared {
                 },
             )
             .map_err(|e| {
-                refuse(
+                self.rec.refuse(
                     "mkdir",
                     &path,
                     Refusal {
@@ -147,7 +146,7 @@ impl Shared {
             return Ok(self.attr_timed(&mut g, ino, &path, Kind::Dir, 4096));
         }
         if g.w.vdirs.len() >= VDIRS_MAX {
-            return Err(refuse_for(
+            return Err(self.rec.refuse_for(
                 "mkdir",
                 &path,
                 libc::ENOSPC,
@@ -241,14 +240,16 @@ impl Shared {
         )?;
         let r = g.do_rename(&who, &from, kind, &to, to_kind);
         if let Err(e) = r {
-            return Err(refuse("rename", &from, e));
+            return Err(self.rec.refuse("rename", &from, e));
         }
         // Broken refs follow the files moved (`broken.rs`).
         for p in [&from, &to] {
-            g.broken_sync(p).map_err(|r| refuse("rename", p, r))?;
+            g.broken_sync(p)
+                .map_err(|r| self.rec.refuse("rename", p, r))?;
         }
         if to == b"packed-refs" {
-            g.sync_packed_junk().map_err(|r| refuse("rename", &to, r))?;
+            g.sync_packed_junk()
+                .map_err(|r| self.rec.refuse("rename", &to, r))?;
         }
         // The kernel moved its dentry (and inode) to the new name: follow it.
         let new_kind = g.classify(&to).ok().flatten().unwrap_or(kind);

@@ -34,9 +34,9 @@ pub(crate) struct JunkFile {
 impl Inner {
     /// Whether `packed-refs` exists in the view.
     pub(super) fn packed_refs_exists(&mut self) -> Result<bool, FsError> {
-        let Inner { w, src, .. } = self;
+        let Inner { w, src, rec, .. } = self;
         w.packed_refs_exists(src.as_mut())
-            .map_err(|r| crate::fs::record::refuse("lookup", b"packed-refs", r))
+            .map_err(|r| rec.refuse("lookup", b"packed-refs", r))
     }
 
     /// Writes (or removes) [`JUNK_FILE`] if the content kept as `packed-refs` changed since:

@@ -6,12 +6,38 @@ use crate::format::RefValue;
 use crate::fs::budget::STAGED_BYTES_MAX;
 use crate::fs::ino::ROOT;
 use crate::fs::inode::OpenMode;
-use crate::fs::source::{BatchEdit, MemSource};
+use crate::fs::source::{BatchEdit, MemSource, RefSource, RefWriter, SharedMem};
 use std::sync::atomic::Ordering;
+use std::sync::Mutex;
 use std::time::Duration;
 
 fn oid(b: u8) -> RefValue {
     RefValue::Val1(ObjectId::from_bytes(&[b; 20]).expect("sha-1 id"))
+}
+
+/// A view of `mem` (`read_only`: whether writes are refused) whose batches wait
+/// `window` or hold `max` edits.
+fn view(
+    mem: impl RefSource + 'static,
+    read_only: bool,
+    window: Duration,
+    max: usize,
+) -> Arc<Shared> {
+    Shared::new(
+        Box::new(mem),
+        read_only,
+        LogSettings::default(),
+        BatchSettings { window, max },
+    )
+}
+
+/// Takes the lock `dir/name` (made exclusively) and closes it.
+fn take_lock(shared: &Shared, dir: u64, name: &[u8]) {
+    let flags = libc::O_CREAT | libc::O_EXCL | libc::O_WRONLY;
+    let (_, fh) = shared
+        .create(dir, name, flags, std::process::id())
+        .expect("lock");
+    shared.release(fh);
 }
 
 /// A reflog created in place (`open(logs/x, O_CREAT|O_APPEND)`) is staged for the
@@ -27,15 +53,7 @@ fn a_created_reflog_is_staged_for_its_creator() {
         update_index: 1,
         ..Default::default()
     });
-    let shared = Shared::new(
-        Box::new(mem),
-        false,
-        LogSettings::default(),
-        BatchSettings {
-            window: Duration::from_secs(60),
-            max: 1000,
-        },
-    );
+    let shared = view(mem, false, Duration::from_secs(60), 1000);
     let me = std::process::id();
     let logs = shared.lookup(ROOT, b"logs").expect("logs").0.ino.0;
     let refs = shared.lookup(logs, b"refs").expect("refs").0.ino.0;
@@ -66,15 +84,7 @@ fn a_created_reflog_is_staged_for_its_creator() {
 /// over the bound (`budget.rs`), and goes on once the batcher has written them.
 #[test]
 fn staging_waits_while_too_much_is_staged() {
-    let shared = Shared::new(
-        Box::new(MemSource::new()),
-        false,
-        LogSettings::default(),
-        BatchSettings {
-            window: Duration::from_millis(1),
-            max: 1,
-        },
-    );
+    let shared = view(MemSource::new(), false, Duration::from_millis(1), 1);
     shared.staged.store(STAGED_BYTES_MAX, Ordering::Relaxed);
     let s2 = shared.clone();
     let t = std::thread::spawn(move || s2.wait_staging_room());
@@ -94,17 +104,10 @@ fn staging_waits_while_too_much_is_staged() {
 /// never reads an older value from the page; an O_DIRECT read fills no page.
 #[test]
 fn pages_are_kept_only_for_the_content_last_filled() {
-    let mut mem = MemSource::new();
-    mem.set("refs/heads/x", oid(1));
-    let shared = Shared::new(
-        Box::new(mem),
-        true,
-        LogSettings::default(),
-        BatchSettings {
-            window: Duration::from_millis(1),
-            max: 1,
-        },
-    );
+    // The store, also written by another writer.
+    let mut mem: SharedMem = Arc::new(Mutex::new(MemSource::new()));
+    mem.lock().unwrap().set("refs/heads/x", oid(1));
+    let shared = view(mem.clone(), true, Duration::from_millis(1), 1);
     let refs = shared.lookup(ROOT, b"refs").expect("refs").0.ino.0;
     let heads = shared.lookup(refs, b"heads").expect("heads").0.ino.0;
     let (a, _, cached) = shared.lookup(heads, b"x").expect("x");
@@ -115,56 +118,46 @@ fn pages_are_kept_only_for_the_content_last_filled() {
         view::render_ref(v, &mut out);
         out
     };
-    let set = |from: u8, to: u8| {
+    let mut commit = |edit: BatchEdit| mem.commit(&[edit]).expect("commit");
+    let mut set = |from: u8, to: u8| {
         let edit = BatchEdit {
             name: b"refs/heads/x".to_vec(),
             new: Some(oid(to)),
             expected_old: Some(oid(from)),
             ..BatchEdit::default()
         };
-        shared.lock().src.commit(&[edit]).expect("commit");
+        commit(edit);
     };
-    let (old_fh, mode) = shared.open(ino, libc::O_RDONLY).expect("open");
-    assert_eq!(mode, OpenMode::Refill, "nothing filled yet");
-    let (fh, mode) = shared.open(ino, libc::O_RDONLY).expect("open");
-    assert_eq!(mode, OpenMode::Refill, "a refill records nothing");
-    assert_eq!(
-        shared.read_file(ino, fh, 0, 4096, false).expect("read"),
-        rendered(&oid(1))
-    );
+    // Opens the ref file, the kernel told `want` (`why`): the handle.
+    let open = |want: OpenMode, why: &str| {
+        let (fh, mode) = shared.open(ino, libc::O_RDONLY).expect("open");
+        assert_eq!(mode, want, "{why}");
+        fh
+    };
+    let open_close = |want: OpenMode, why: &str| shared.release(open(want, why));
+    // What a page fill (or, `direct`, an O_DIRECT read) through handle `fh` serves.
+    let read = |fh: u64, direct: bool| shared.read_file(ino, fh, 0, 4096, direct).expect("read");
+    let old_fh = open(OpenMode::Refill, "nothing filled yet");
+    let fh = open(OpenMode::Refill, "a refill records nothing");
+    assert_eq!(read(fh, false), rendered(&oid(1)));
     shared.release(fh);
-    let (fh, mode) = shared.open(ino, libc::O_RDONLY).expect("open");
-    assert_eq!(mode, OpenMode::Cached, "the page holds this content now");
-    shared.release(fh);
+    open_close(OpenMode::Cached, "the page holds this content now");
     // Another writer: same size, other content.
     set(1, 2);
-    let (new_fh, mode) = shared.open(ino, libc::O_RDONLY).expect("open");
-    assert_eq!(mode, OpenMode::Refill, "other content drops the pages");
+    let new_fh = open(OpenMode::Refill, "other content drops the pages");
     // The race: before any fill, a second open must drop the pages too (the first
     // open's drop may not have happened yet in the kernel).
-    let (second, mode) = shared.open(ino, libc::O_RDONLY).expect("open");
-    assert_eq!(mode, OpenMode::Refill, "no fill of the new content yet");
+    let second = open(OpenMode::Refill, "no fill of the new content yet");
     // The old handle's fill serves the ref as it is now, not its snapshot.
-    assert_eq!(
-        shared.read_file(ino, old_fh, 0, 4096, false).expect("read"),
-        rendered(&oid(2))
+    assert_eq!(read(old_fh, false), rendered(&oid(2)));
+    open_close(
+        OpenMode::Cached,
+        "the old handle's fill holds the content now",
     );
-    let (fh, mode) = shared.open(ino, libc::O_RDONLY).expect("open");
-    assert_eq!(mode, OpenMode::Cached);
-    shared.release(fh);
     // An O_DIRECT read fills no page: it records nothing.
     set(2, 3);
-    assert_eq!(
-        shared.read_file(ino, second, 0, 4096, true).expect("read"),
-        rendered(&oid(3))
-    );
-    let (fh, mode) = shared.open(ino, libc::O_RDONLY).expect("open");
-    assert_eq!(
-        mode,
-        OpenMode::Refill,
-        "the page may still hold the old content"
-    );
-    shared.release(fh);
+    assert_eq!(read(second, true), rendered(&oid(3)));
+    open_close(OpenMode::Refill, "the page may still hold the old content");
     // A direct-IO handle (fixed size no longer matching: a longer value) keeps its
     // snapshot; a page-cache handle whose ref changed size fills from its snapshot.
     let sym = RefValue::Symref(b"refs/heads/a-much-longer-target-name".to_vec());
@@ -174,9 +167,9 @@ fn pages_are_kept_only_for_the_content_last_filled() {
         expected_old: Some(oid(3)),
         ..BatchEdit::default()
     };
-    shared.lock().src.commit(&[edit]).expect("commit");
+    commit(edit);
     assert_eq!(
-        shared.read_file(ino, new_fh, 0, 4096, false).expect("read"),
+        read(new_fh, false),
         rendered(&oid(2)),
         "a page-cache handle of the old size serves its snapshot"
     );
@@ -202,15 +195,7 @@ fn remotes(n: usize) -> Arc<Shared> {
             ..Default::default()
         });
     }
-    Shared::new(
-        Box::new(mem),
-        false,
-        LogSettings::default(),
-        BatchSettings {
-            window: Duration::from_secs(60),
-            max: 100_000,
-        },
-    )
+    view(mem, false, Duration::from_secs(60), 100_000)
 }
 
 /// The inode of `path` (each component looked up).
@@ -259,15 +244,7 @@ fn rmdir_removes_what_is_empty() {
     let me = std::process::id();
     let origin = walk(&shared, "refs/remotes/origin");
     let made = shared.mkdir(origin, b"new").expect("mkdir").ino.0;
-    let (_, fh) = shared
-        .create(
-            made,
-            b"x.lock",
-            libc::O_CREAT | libc::O_EXCL | libc::O_WRONLY,
-            me,
-        )
-        .expect("lock");
-    shared.release(fh);
+    take_lock(&shared, made, b"x.lock");
     let errno = |r: Result<(), FsError>| r.err().map(|e| e.errno());
     assert_eq!(errno(shared.rmdir(origin, b"new")), Some(libc::ENOTEMPTY));
     shared.unlink(made, b"x.lock", me).expect("unlink lock");
@@ -317,15 +294,7 @@ fn a_directory_time_moves_with_its_entries_only() {
     // The view changes later (the batch is written): the times stay.
     shared.lock().changed_at = SystemTime::now() + Duration::from_secs(3600);
     assert_eq!((time(origin), time(remotes_dir)), (o0, r0));
-    let (_, fh) = shared
-        .create(
-            origin,
-            b"b0000.lock",
-            libc::O_CREAT | libc::O_EXCL | libc::O_WRONLY,
-            me,
-        )
-        .expect("lock");
-    shared.release(fh);
+    take_lock(&shared, origin, b"b0000.lock");
     let o1 = time(origin);
     assert!(o1 > o0, "{o1:?} after {o0:?}");
     assert_eq!(time(remotes_dir), r0);

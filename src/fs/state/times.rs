@@ -209,13 +209,7 @@ impl Inner {
 
     /// Wakes the watcher (see [`Shared::wake_watcher`]).
     fn wake_watcher(&self) {
-        if self.wake_fd >= 0 {
-            let one: u64 = 1;
-            // SAFETY: writing 8 bytes from a local to our eventfd.
-            unsafe {
-                libc::write(self.wake_fd, (&one as *const u64).cast(), 8);
-            }
-        }
+        super::wake_watcher(&self.wake);
     }
 
     /// Whether the ref at `path` has a reflog entry newer than update index `since`.

@@ -1,7 +1,8 @@
 //! The table reader: validates header, footer and CRC on open; reads blocks on demand
 //! (`pread` on the open file, never a mapping: a file truncated under us gives an error,
 //! not a signal), checking each block's type before decoding it; keeps loaded blocks
-//! (log blocks inflated) in one process-wide cache bounded in bytes; seeks through
+//! (log blocks inflated) in a block cache bounded in bytes, which its owner hands to the
+//! tables that share it (a stack's, a mount's); seeks through
 //! (multi-level) indexes; iterates with reseekable cursors.
 //!
 //! This file opens tables and loads their blocks; `cache` is the block cache, `cursor`
@@ -29,7 +30,7 @@ use crate::format::{HashKind, LogRecord, ObjectId, RefRecord, RefValue};
 
 use super::RefIter;
 
-pub use cache::{block_cache_bytes, set_block_cache_bytes, DEFAULT_BLOCK_CACHE_BYTES};
+pub use cache::{BlockCache, DEFAULT_BLOCK_CACHE_BYTES};
 pub use check::AnyRecord;
 use cursor::Cursor;
 pub use cursor::{TableLogIter, TableRefIter};
@@ -86,8 +87,10 @@ pub struct Table {
     src: Source,
     /// File size at open.
     size: u64,
-    /// Key of this table's blocks in the shared cache.
+    /// Key of this table's blocks in its cache.
     serial: u64,
+    /// The block cache it shares with the other tables of its owner.
+    cache: Arc<BlockCache>,
     header: Header,
     footer: Footer,
     /// End of the block area (file size minus footer).
@@ -110,7 +113,7 @@ impl std::fmt::Debug for Table {
 
 impl Drop for Table {
     fn drop(&mut self) {
-        cache::forget(self.serial);
+        self.cache.forget(self.serial);
     }
 }
 
@@ -173,7 +176,15 @@ impl Table {
     /// it on demand, so the file must not change while the table is open (reftable files
     /// never do: they are replaced, not rewritten). A file truncated under an open table
     /// gives errors naming the file and offset.
+    ///
+    /// The table has a block cache of its own ([`DEFAULT_BLOCK_CACHE_BYTES`]); tables
+    /// opened together share one through [`Table::open_in`].
     pub fn open(path: impl AsRef<Path>) -> Result<Arc<Table>> {
+        Table::open_in(path, &BlockCache::new(DEFAULT_BLOCK_CACHE_BYTES))
+    }
+
+    /// [`Table::open`], its blocks kept in `cache` (shared with other tables).
+    pub fn open_in(path: impl AsRef<Path>, cache: &Arc<BlockCache>) -> Result<Arc<Table>> {
         let path = path.as_ref();
         let file = File::open(path).map_err(|e| {
             if e.kind() == std::io::ErrorKind::NotFound {
@@ -183,16 +194,27 @@ impl Table {
             }
         })?;
         let size = file.metadata().map_err(|e| Error::io(path, e))?.len();
-        Table::new(path.display().to_string(), Source::File(file), size)
+        Table::new(
+            path.display().to_string(),
+            Source::File(file),
+            size,
+            cache.clone(),
+        )
     }
 
     /// Validates `bytes` as a table called `name` (used in error messages).
     pub fn from_bytes(name: impl Into<String>, bytes: Vec<u8>) -> Result<Arc<Table>> {
         let size = bytes.len() as u64;
-        Table::new(name.into(), Source::Mem(bytes.into_boxed_slice()), size)
+        let cache = BlockCache::new(DEFAULT_BLOCK_CACHE_BYTES);
+        Table::new(
+            name.into(),
+            Source::Mem(bytes.into_boxed_slice()),
+            size,
+            cache,
+        )
     }
 
-    fn new(name: String, src: Source, size: u64) -> Result<Arc<Table>> {
+    fn new(name: String, src: Source, size: u64, cache: Arc<BlockCache>) -> Result<Arc<Table>> {
         let ferr = |off: u64, what: &str| Error::format(name.clone(), off, what);
         let ioerr = |e| Error::io(PathBuf::from(&name), e);
         if size < 29 {
@@ -223,6 +245,7 @@ impl Table {
         let has_logs = first == Some(BLOCK_LOG) || footer.log_position > 0;
         Ok(Arc::new(Table {
             serial: NEXT_SERIAL.fetch_add(1, Ordering::Relaxed),
+            cache,
             name,
             src,
             size,
@@ -340,7 +363,7 @@ impl Table {
         if at >= self.end {
             return Err(self.ferr(at, "block header past end of table"));
         }
-        let cached = cache::get(self.serial, off);
+        let cached = self.cache.get(self.serial, off);
         if let Some(b) = cached {
             if !want.is_empty() && !want.contains(&b.info.typ) {
                 return Ok(None);
@@ -383,11 +406,11 @@ impl Table {
                 data: Vec::new(),
                 type_only: true,
             }));
-            cache::insert(self.serial, off, b);
+            self.cache.insert(self.serial, off, b);
             return Ok(None);
         }
         let b = self.load_block(off, header_off, typ, buf)?;
-        cache::insert(self.serial, off, b.clone());
+        self.cache.insert(self.serial, off, b.clone());
         Ok(Some(b))
     }
 
