@@ -105,7 +105,7 @@ fn steps(ctx: &Ctx, work: &Path, what: &str) -> TestResult<String> {
     Ok(String::from_utf8_lossy(&out.stdout).into_owned())
 }
 
-/// The names a broken refs' file holds (`<hex name> <hex content>` lines).
+/// The names a broken refs' file holds (`<hex name> <hex content> …` lines).
 fn store_names(store: &[u8]) -> Vec<String> {
     let text = String::from_utf8_lossy(store);
     text.lines()
@@ -177,7 +177,7 @@ pub fn broken_refs_survive_remount_and_yield_to_the_stack(ctx: &Ctx) -> TestResu
     ensure!(refs == "refs/heads/main\n", "the stack holds {refs:?}");
     let store = fs::read(repo.gitdir.join("reftablefs-broken-refs"))?;
     ensure!(
-        store.starts_with(b"# reftablefs broken refs v1\n"),
+        store.starts_with(b"# reftablefs broken refs v2\n"),
         "store file: {store:?}"
     );
     let m = Mount::start(&repo.gitdir, &mnt, &[])?;

@@ -318,9 +318,10 @@ pub fn logs_and_refs_are_removable_when_empty(ctx: &Ctx) -> TestResult {
 mount_test!(logs_and_refs_are_removable_when_empty, timeout = 120);
 
 /// A reflog written as a bare object id (`echo $ZERO_OID > logs/refs/bisect/random`, as
-/// git's t1407 makes one) is refused at the write with its true reason (the line ends
-/// after an object id), not "bad old object id".
-pub fn a_bare_object_id_reflog_is_refused_with_its_reason(ctx: &Ctx) -> TestResult {
+/// git's t1407 makes one) is kept as written beside the stack (`fs/broken.rs`); the same
+/// line appended to a reflog that holds lines is refused at the write with its true
+/// reason (the line ends after an object id), not "bad old object id".
+pub fn a_bare_object_id_reflog_is_kept_and_refused_when_appended(ctx: &Ctx) -> TestResult {
     let repo = Repo::init(&ctx.path("repo"), "reftable")?;
     repo.commit("one")?;
     let m = Mount::start(&repo.gitdir, &ctx.path("mnt"), &[])?;
@@ -330,16 +331,24 @@ pub fn a_bare_object_id_reflog_is_refused_with_its_reason(ctx: &Ctx) -> TestResu
         &[ZERO],
         None,
     )?;
+    check(&out, "a bare object id written as a new reflog")?;
+    ensure!(
+        fs::read_to_string(m.mnt.join("logs/refs/bisect/random"))? == format!("{ZERO}\n"),
+        "the new reflog does not read back as written"
+    );
+    let main = fs::read_to_string(m.mnt.join("logs/refs/heads/main"))?;
+    let out = sh(&m.mnt, "echo \"$1\" >> logs/refs/heads/main", &[ZERO], None)?;
     ensure!(
         !out.status.success(),
-        "a bare object id was taken as a reflog"
+        "a bare object id was appended to a reflog holding lines"
+    );
+    ensure!(
+        fs::read_to_string(m.mnt.join("logs/refs/heads/main"))? == main,
+        "the refused append changed the reflog"
     );
     let st = status(&m)?;
-    let Some(entry) = st
-        .split('{')
-        .rfind(|e| e.contains("logs/refs/bisect/random"))
-    else {
-        bail!("no refusal of logs/refs/bisect/random in the status file: {st}")
+    let Some(entry) = st.split('{').rfind(|e| e.contains("logs/refs/heads/main")) else {
+        bail!("no refusal of logs/refs/heads/main in the status file: {st}")
     };
     ensure!(
         !entry.contains("bad old object id") && entry.contains("ends after an object id"),
@@ -348,7 +357,7 @@ pub fn a_bare_object_id_reflog_is_refused_with_its_reason(ctx: &Ctx) -> TestResu
     m.unmount()
 }
 mount_test!(
-    a_bare_object_id_reflog_is_refused_with_its_reason,
+    a_bare_object_id_reflog_is_kept_and_refused_when_appended,
     timeout = 120
 );
 

@@ -10,6 +10,7 @@
 mod harness;
 mod bounds;
 mod broken;
+mod broken_links;
 mod clients;
 mod crash;
 mod differential;

@@ -259,14 +259,23 @@ pub fn shows_pending_and_refused_writes(ctx: &Ctx) -> TestResult {
     );
 
     // A refused ref write and a pending one.
-    // (A bad name below refs/ is kept as a broken ref; junk in HEAD is refused.)
+    // (A bad name below refs/ and junk in HEAD are kept as broken refs; HEAD pointing
+    // outside refs/ is refused at the commit, here the fsync.)
     let bad = std::fs::OpenOptions::new()
         .write(true)
+        .truncate(true)
         .open(mnt.join("HEAD"))
-        .and_then(|mut f| std::io::Write::write_all(&mut f, b"garbage\n"));
+        .and_then(|mut f| {
+            std::io::Write::write_all(&mut f, b"ref: foo/bar\n")?;
+            f.sync_all()
+        });
     ensure!(
         bad.as_ref().err().and_then(|e| e.raw_os_error()) == Some(libc::EINVAL),
-        "write garbage into HEAD: {bad:?}"
+        "write a HEAD outside refs/: {bad:?}"
+    );
+    ensure!(
+        std::fs::read(mnt.join("HEAD"))? == b"ref: refs/heads/main\n",
+        "the refused write changed HEAD"
     );
     std::fs::write(mnt.join("refs/heads/pending"), format!("{id}\n"))?;
     // Refusals that are not about a ref's name or content are recorded too: the

@@ -27,6 +27,7 @@ pub(crate) fn attr(
 ) -> FileAttr {
     let (ft, perm, nlink) = match kind {
         Kind::Dir => (FileType::Directory, 0o755, 2),
+        Kind::Link => (FileType::Symlink, 0o777, 1),
         _ => (FileType::RegularFile, 0o644, 1),
     };
     FileAttr {
@@ -51,6 +52,7 @@ pub(crate) fn attr(
 pub(crate) fn file_type(kind: Kind) -> FileType {
     match kind {
         Kind::Dir => FileType::Directory,
+        Kind::Link => FileType::Symlink,
         _ => FileType::RegularFile,
     }
 }

@@ -474,7 +474,8 @@ impl Filesystem for RefFs {
         reply: ReplyEntry,
     ) {
         let (name, to) = (link_name.as_bytes(), target.as_os_str().as_bytes());
-        self.on_child(r, parent, link_name, false, reply, |b, q| {
+        // It makes the name (a worktree being created gets its view, as for `create`).
+        self.on_child(r, parent, link_name, true, reply, |b, q| {
             b.symlink(q, parent.0, name, to)
         })
     }

@@ -18,9 +18,9 @@
 //! | [`inode`] | the ref view's inode table (stable numbers, sizes, the kernel's pages) |
 //! | [`queue`] | the batch queue (its own lock): sealed batches, written, failed, waiters |
 //! | [`protocol`] | the files-backend protocol, pure: the overlay, commit points staged as edits, which refs are loose or packed (the layout) |
-//! | [`broken`] | the store of broken refs (bad names, content that is no ref value) kept beside the stack, as a files `.git` keeps them |
+//! | [`broken`] | the store of broken refs (bad names, content that is no ref value, junk reflogs) and symbolic links kept beside the stack, as a files `.git` keeps them |
 //! | [`passthrough`] | everything else of the git directory, resolved beneath it |
-//! | `state` | one ref view: its caches behind one mutex (`mod.rs`), open files (`handles.rs`), what each call on a file's content means (`calls.rs`) and each call on names (`names.rs`), the times it shows (`times.rs`), what went stale (`invalidate.rs`), what a linked worktree's view also allows (`linked.rs`), broken refs kept (`broken.rs`), the packed layer saved (`packed_state.rs`) |
+//! | `state` | one ref view: its caches behind one mutex (`mod.rs`), open files (`handles.rs`), what each call on a file's content means (`calls.rs`) and each call on names (`names.rs`), the times it shows (`times.rs`), what went stale (`invalidate.rs`), what a linked worktree's view also allows (`linked.rs`), broken refs and symbolic links kept (`broken.rs`), the packed layer saved (`packed_state.rs`) |
 //! | `batch`, `watch`, [`stack_source`] | the batcher thread; inotify → reload → invalidation; the real stack |
 //! | [`lifecycle`] | a ref view made, started and stopped the same way (main and worktrees) |
 //! | [`worktree`] | linked worktrees' ref views; their stacks made and removed for a files-backend `git worktree add/remove/prune` |
@@ -311,7 +311,8 @@ pub fn mount(
     if let Some(gitdir) = reftable_dir.parent() {
         shared.keep_packed_state_in(gitdir);
     }
-    // Broken refs kept beside the stack (`broken.rs`), in the main view only.
+    // Broken refs kept beside the stack (`broken.rs`); each linked worktree's view keeps
+    // its own beside its stack (`worktree.rs`).
     if let Some(gitdir) = reftable_dir.parent() {
         shared
             .keep_broken_refs(broken::BrokenRefs::open(gitdir).map_err(|e| Error::io(gitdir, e))?);

@@ -35,8 +35,8 @@ fn ttls(kind: Kind, cache: bool) -> (Duration, Duration) {
     match kind {
         Kind::Dir => (DIR_ATTR_TTL, ENTRY_TTL),
         // A lock file's name must not stay cached once it is gone (git retries a held
-        // lock for only 100 ms).
-        Kind::Scratch => (FILE_ATTR_TTL, Duration::ZERO),
+        // lock for only 100 ms); nor a kept symbolic link's, which a rename replaces.
+        Kind::Scratch | Kind::Link => (FILE_ATTR_TTL, Duration::ZERO),
         _ => (attr_ttl(FileType::RegularFile, cache), ENTRY_TTL),
     }
 }
@@ -289,5 +289,20 @@ impl Backend for RefView {
 
     fn releasedir(&self, _ino: u64, fh: u64) {
         self.shared.release(fh);
+    }
+
+    fn readlink(&self, _req: Req, ino: u64) -> Result<Vec<u8>, FsError> {
+        self.shared.readlink(self.inn(ino))
+    }
+
+    fn symlink(&self, req: Req, parent: u64, name: &[u8], to: &[u8]) -> Result<Entry, FsError> {
+        let parent = self.inn(parent);
+        self.check_creatable(parent, name)?;
+        let a = self.shared.symlink(parent, name, to, req.pid)?;
+        Ok(Entry {
+            attr: self.out(a),
+            attr_ttl: FILE_ATTR_TTL,
+            entry_ttl: Duration::ZERO,
+        })
     }
 }

@@ -24,8 +24,10 @@ pub enum Kind {
     /// The synthesised `packed-refs`.
     PackedRefs,
     /// A file that only lives in memory until it is committed or removed (`x.lock`,
-    /// `packed-refs.new`, a temporary reflog).
+    /// `packed-refs.new`, a temporary reflog), or a broken ref kept beside the stack.
     Scratch,
+    /// A symbolic link kept beside the stack (`fs/broken.rs`); its target is its content.
+    Link,
 }
 
 /// Where a path lives in the view.

@@ -532,6 +532,11 @@ impl Worktrees {
             self.rec.clone(),
         );
         shared.set_linked_worktree();
+        // Its broken refs and symbolic links, beside its stack (`broken.rs`).
+        let top = Beneath::open(&self.pass, &worktree_path(id, b""))?;
+        let store = crate::fs::broken::BrokenRefs::open(&top.path)
+            .map_err(|e| fail("open worktree broken refs", &e))?;
+        shared.keep_broken_refs(store);
         let dir = Arc::new(AtomicU64::new(dir));
         let d = dir.clone();
         let map = move |ino: u64| Map::worktree(slot, d.load(Ordering::SeqCst)).out(ino);

@@ -17,8 +17,9 @@ use crate::fs::view::{self, Kind};
 use super::handles::{Handle, Target, PAGE_CACHED_MAX};
 use super::{Inner, Shared};
 
+/// A name a scratch file may be renamed over: a scratch file, or a kept symbolic link.
 pub(super) fn is_scratch_kind(k: Kind) -> bool {
-    k == Kind::Scratch
+    matches!(k, Kind::Scratch | Kind::Link)
 }
 
 /// `x.lock` / `x.new` names are never refs or reflogs themselves.
@@ -274,12 +275,20 @@ impl Shared {
                 let limit = scratch_limit(path);
                 // Content that can be no ref value is kept as a broken ref (`broken.rs`).
                 let room = g.broken_refs.write_room(path, offset as usize + data.len());
+                // A file kept whatever it holds (a broken name, a kept entry) must fit too.
+                let must_fit = g.broken_refs.keeps_as_file(path);
                 let r = g.w.files.update(path, |content| {
                     let old_len = content.len();
                     let others = total - content.capacity();
                     let r = splice(content, offset, data, append, limit, others)
                         .map_err(|e| self.rec.too_big("write", path, e, limit))
                         .and_then(|()| match (check_ref_prefix(path, content, hash), room) {
+                            (Ok(()), Some(false)) if must_fit => Err(self.rec.refuse_for(
+                                "write",
+                                path,
+                                libc::ENOSPC,
+                                crate::fs::broken::AT_BOUND,
+                            )),
                             (Ok(()), _) | (Err(_), Some(true)) => Ok(()),
                             (Err(_), Some(false)) => Err(self.rec.refuse_for(
                                 "write",

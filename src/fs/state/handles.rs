@@ -117,6 +117,10 @@ impl Shared {
         if kind == Kind::Dir {
             return Err(FsError::EISDIR);
         }
+        if kind == Kind::Link {
+            // A symbolic link is resolved by the kernel in the caller, never opened.
+            return Err(FsError::ELOOP);
+        }
         if !writing && kind == Kind::PackedRefs {
             let data = g.packed_refs(&path)?;
             let fh = g.add_handle(&path, Handle::Shared { data })?;
@@ -333,6 +337,7 @@ impl Inner {
                 seen: self.w.packed.external_changes(),
             },
             Kind::Dir => return Err(FsError::EISDIR),
+            Kind::Link => return Err(FsError::ELOOP),
         };
         let mut data = Vec::new();
         if let (Target::Ref { .. } | Target::Packed { .. }, false) = (&target, trunc) {
@@ -412,6 +417,10 @@ impl Inner {
             if let Err(why) = crate::files::reflog_line_prefix_ok(&text, self.w.hash) {
                 text.truncate(kept);
                 put_back(self, text, None);
+                // No reflog lines: kept as a file where broken refs are (`broken.rs`).
+                if let Some(r) = self.broken_log_junk(fh, data, actor) {
+                    return r;
+                }
                 return Err(self.rec.refuse_for("append", &path, libc::EINVAL, why));
             }
             put_back(self, text, Some(actor));
@@ -421,20 +430,35 @@ impl Inner {
         if let Err(why) = crate::files::reflog_line_prefix_ok(&rest, self.w.hash) {
             text.truncate(kept);
             put_back(self, text, None);
+            if let Some(r) = self.broken_log_junk(fh, data, actor) {
+                return r;
+            }
             return Err(self.rec.refuse_for("append", &path, libc::EINVAL, why));
         }
         let who = Caller::new(actor, vec![fh]);
         let staged = self
             .promise("append", &path, reserve::edit_bytes(name.len(), text.len()))
-            .and_then(|()| {
-                self.w
-                    .append_log(&who, &name, &text)
-                    .map_err(|r| self.rec.refuse("append", &path, r))
+            .and_then(|()| match self.w.append_log(&who, &name, &text) {
+                Err(r) if r.errno == libc::EINVAL => Ok(Some(r)),
+                Err(r) => Err(self.rec.refuse("append", &path, r)),
+                Ok(_) => Ok(None),
             });
-        if let Err(e) = staged {
+        let junk = match staged {
+            Ok(junk) => junk,
+            Err(e) => {
+                text.truncate(kept);
+                put_back(self, text, None);
+                return Err(e);
+            }
+        };
+        if let Some(r) = junk {
             text.truncate(kept);
             put_back(self, text, None);
-            return Err(e);
+            // No reflog lines: kept as a file where broken refs are (`broken.rs`).
+            if let Some(kept) = self.broken_log_junk(fh, data, actor) {
+                return kept;
+            }
+            return Err(self.rec.refuse("append", &path, r));
         }
         put_back(self, rest, Some(actor));
         self.after_staging();

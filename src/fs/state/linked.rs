@@ -123,14 +123,15 @@ mod tests {
     }
 
     /// git 2.39's `worktree add`: the placeholder HEAD is kept and read back, then
-    /// replaced by the symref renamed onto it; the main view refuses the null id.
+    /// replaced by the symref renamed onto it; a view that keeps no broken refs refuses
+    /// the null id elsewhere (one that does keeps it: `broken.rs`).
     #[test]
     fn a_new_worktrees_placeholder_head_is_replaced_by_its_first_update() {
         let zero = format!("{}\n", "0".repeat(40));
         let main = view(false);
         assert_eq!(
             write_in_place(&main, b"HEAD", zero.as_bytes())
-                .expect_err("the main view refuses the null id")
+                .expect_err("a main view keeping no broken refs refuses the null id")
                 .errno(),
             libc::EINVAL
         );
@@ -197,5 +198,39 @@ mod tests {
         assert!(is_null_id("0".repeat(64).as_bytes(), HashKind::Sha256));
         assert!(!is_null_id(b"ref: refs/heads/main\n", HashKind::Sha1));
         assert!(!is_null_id(b"", HashKind::Sha1));
+    }
+
+    /// t1450 11 and `git worktree remove`: a linked worktree's HEAD written with the null
+    /// id is kept beside its stack (which keeps the real HEAD); `rm -rf` unlinks it with
+    /// the HEAD beneath, leaving no file and no HEAD (the view then holds nothing once
+    /// written, so the directory can go).
+    #[test]
+    fn a_broken_worktree_head_is_kept_and_unlinked_with_its_stack_value() {
+        use crate::fs::broken::BrokenRefs;
+        let me = std::process::id();
+        let d = tempfile::tempdir().expect("tempdir");
+        let wt = view(true);
+        wt.keep_broken_refs(BrokenRefs::open(d.path()).expect("store"));
+        write_in_place(&wt, b"HEAD", b"ref: refs/heads/wt\n").expect("HEAD");
+        let zero = format!("{}\n", "0".repeat(40));
+        write_in_place(&wt, b"HEAD", zero.as_bytes()).expect("the broken HEAD");
+        assert_eq!(read(&wt, b"HEAD"), zero.as_bytes());
+        {
+            let mut g = wt.lock();
+            let Inner { w, src, .. } = &mut *g;
+            assert_eq!(
+                w.effective(src.as_mut(), b"HEAD").expect("HEAD"),
+                Some(crate::format::RefValue::Symref(b"refs/heads/wt".to_vec())),
+                "the stack keeps its HEAD"
+            );
+        }
+        assert_eq!(BrokenRefs::open(d.path()).expect("store").len(), 1);
+        wt.unlink(ROOT, b"HEAD", me).expect("unlink HEAD");
+        assert!(wt.lookup(ROOT, b"HEAD").is_err(), "HEAD is gone");
+        assert!(BrokenRefs::open(d.path()).expect("store").is_empty());
+        let mut g = wt.lock();
+        assert!(g.w.files.is_empty(), "no file left");
+        let Inner { w, src, .. } = &mut *g;
+        assert_eq!(w.effective(src.as_mut(), b"HEAD").expect("HEAD"), None);
     }
 }

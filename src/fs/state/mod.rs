@@ -107,7 +107,8 @@ pub struct Inner {
     dir_epoch: u64,
     /// The watcher's wake-up descriptor (`Shared::wake`).
     wake: Wake,
-    /// Broken refs kept beside the stack (`fs/broken.rs`; disabled in linked views).
+    /// Broken refs and symbolic links kept beside the stack (`fs/broken.rs`; disabled
+    /// until [`Shared::keep_broken_refs`]).
     pub(crate) broken_refs: crate::fs::broken::BrokenRefs,
     /// Where a `packed-refs` that does not parse is kept (`packed_state.rs`).
     pub(crate) junk_file: Option<packed_state::JunkFile>,
@@ -594,7 +595,8 @@ impl Inner {
         } = self;
         let kind = w
             .classify(src.as_mut(), scratch, path)
-            .map_err(|r| self.rec.refuse("lookup", path, r))?;
+            .map_err(|r| self.rec.refuse("lookup", path, r))?
+            .map(|k| self.broken_kind(path, k));
         match top_index(path) {
             Some(i) if self.gone_tops[i] => {
                 // Removed when empty: shown again (for good) once something is below it.
@@ -617,10 +619,15 @@ impl Inner {
     }
 
     /// The kind of file at `path` now, for an inode the kernel holds as `kind`: a ref
-    /// file replaced by a broken ref (`fs/broken.rs`) is that file, and back.
+    /// file (or reflog) replaced by a broken ref (`fs/broken.rs`) is that file, and back.
     fn kind_now(&self, path: &[u8], kind: Kind) -> Kind {
         match kind {
-            Kind::Ref if self.w.files.contains_key(path) => Kind::Scratch,
+            Kind::Ref | Kind::Log if self.broken_refs.is_link(path) => Kind::Link,
+            Kind::Ref | Kind::Log if self.w.files.contains_key(path) => Kind::Scratch,
+            Kind::Scratch if self.broken_refs.is_link(path) => Kind::Link,
+            Kind::Link if !self.broken_refs.is_link(path) && self.w.files.contains_key(path) => {
+                Kind::Scratch
+            }
             Kind::Scratch
                 if !self.w.files.contains_key(path)
                     && crate::fs::protocol::valid_ref_name(path) =>
@@ -648,7 +655,7 @@ impl Inner {
             }
             // Measured where it is: a scratch file may hold hundreds of MiB (its mark
             // takes its size and, beyond 64 KiB, its first and last 4 KiB).
-            Kind::Scratch => {
+            Kind::Scratch | Kind::Link => {
                 let c = self.w.files.get(path).ok_or(FsError::ENOENT)?;
                 let n = c.len();
                 let fp = if n <= 64 << 10 {
@@ -690,7 +697,9 @@ impl Inner {
                 out.extend_from_slice(&data);
                 Ok(())
             }
-            Kind::Scratch => {
+            // A link's content is its target (`broken.rs`; never opened: the kernel
+            // follows it, or refuses with ELOOP).
+            Kind::Scratch | Kind::Link => {
                 out.extend_from_slice(w.files.get(path).ok_or(FsError::ENOENT)?);
                 Ok(())
             }
@@ -791,6 +800,7 @@ impl Inner {
         } = self;
         w.overlay_listing(src.as_mut(), scratch, path, &stack.to_entries(), &mut out)
             .map_err(|r| self.rec.refuse("readdir", path, r))?;
+        self.broken_link_kinds(path, &mut out);
         Ok(Arc::new(Listing::from_entries(&out)))
     }
 }

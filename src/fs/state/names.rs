@@ -43,7 +43,8 @@ impl Shared {
                 },
             ));
         }
-        if matches!(kind, Kind::Ref | Kind::Log) {
+        let kept = matches!(kind, Kind::Scratch | Kind::Link) && g.broken_refs.contains(&path);
+        if matches!(kind, Kind::Ref | Kind::Log) || kept {
             g.promise("unlink", &path, reserve::edit_bytes(path.len(), 0))?;
         }
         if kind == Kind::PackedRefs {
@@ -52,9 +53,15 @@ impl Shared {
             g.promise("unlink", &path, reserve::edit_bytes(path.len(), size))?;
         }
         let who = Caller::new(actor, Vec::new());
+        // A broken ref or link kept beside the stack, with what the stack holds beneath
+        // it (`broken.rs`).
+        if let Some(r) = g.broken_unlink(&who, &path) {
+            r.map_err(|r| self.rec.refuse("unlink", &path, r))?;
+        }
         let Inner { w, src, .. } = &mut *g;
         let r = match kind {
-            Kind::Scratch => {
+            _ if kept => Ok(()),
+            Kind::Scratch | Kind::Link => {
                 w.files.remove(&path);
                 w.locks.remove(&path);
                 Ok(())
@@ -223,7 +230,7 @@ impl Shared {
             return Err(FsError::EISDIR);
         }
         let content = match kind {
-            Kind::Scratch | Kind::Log => g.size_of(&from, kind).unwrap_or(0) as usize,
+            Kind::Scratch | Kind::Log | Kind::Link => g.size_of(&from, kind).unwrap_or(0) as usize,
             _ => 0,
         };
         g.promise(
@@ -273,6 +280,10 @@ impl Inner {
         to: &[u8],
         to_kind: Option<Kind>,
     ) -> Result<(), Refusal> {
+        // A symbolic link moves as a link (`broken.rs`).
+        if kind == Kind::Link {
+            return self.broken_rename_link(who, from, to, to_kind);
+        }
         // A name or content reftable cannot hold is kept as a broken ref (`broken.rs`).
         if let (Kind::Scratch, Some(content)) = (kind, self.w.files.get(from)) {
             if to_kind != Some(Kind::Dir) && self.broken_wants(to, content) {
@@ -288,7 +299,15 @@ impl Inner {
                 return r;
             }
         }
-        let Inner { w, src, .. } = self;
+        // A file renamed over a kept symbolic link replaces it (a broken name: kept as a
+        // file there; a ref or reflog: committed below, and the link forgotten).
+        let over_link = to_kind == Some(Kind::Link);
+        let Inner {
+            w,
+            src,
+            broken_refs,
+            ..
+        } = self;
         let src = src.as_mut();
         let to_log = match view::area(to) {
             view::Area::Logs(Some(n))
@@ -319,6 +338,8 @@ impl Inner {
                 } else if let Some(n) = to_log {
                     let entries = w.parse_log_text(&content)?;
                     w.replace_log(who, n, entries);
+                    // A broken reflog file there is replaced (`broken.rs`).
+                    w.files.remove(to);
                 } else if let Some(n) = to_ref {
                     let v = w.parse_ref_content(&content)?;
                     if from.strip_suffix(b".lock") == Some(n) {
@@ -329,6 +350,10 @@ impl Inner {
                     // replaced, as a rename replaces it on disk.
                     w.files.remove(to);
                 } else if to_kind.is_none_or(is_scratch_kind) {
+                    if over_link {
+                        let file = crate::fs::broken::Entry::file(content.clone(), None);
+                        broken_refs.put(to, file)?;
+                    }
                     w.files.insert(to.to_vec(), content);
                 } else {
                     return Err(bad("cannot replace this file with a scratch file"));
@@ -348,6 +373,10 @@ impl Inner {
                 } else if to_kind.is_none_or(is_scratch_kind)
                     && !matches!(view::area(to), view::Area::Refs(_) | view::Area::PackedRefs)
                 {
+                    if over_link {
+                        let file = crate::fs::broken::Entry::file(text.clone(), None);
+                        broken_refs.put(to, file)?;
+                    }
                     w.files.insert(to.to_vec(), text);
                     w.delete_log(who, &name);
                 } else {
@@ -363,12 +392,16 @@ impl Inner {
                 };
                 let v = w.effective(src, from)?.unwrap_or(RefValue::Deletion);
                 w.commit_ref(src, who, n, v)?;
-                w.commit_ref(src, who, from, RefValue::Deletion)
+                w.commit_ref(src, who, from, RefValue::Deletion)?;
+                // A broken ref or link there is replaced (`broken.rs`), as on disk.
+                w.files.remove(to);
+                Ok(())
             }
             Kind::Dir => Err(Refusal {
                 errno: libc::EXDEV,
                 reason: "directories are not renamed".into(),
             }),
+            Kind::Link => Err(bad("a symbolic link that is not kept")),
             Kind::PackedRefs => Err(Refusal {
                 errno: libc::EPERM,
                 reason: "packed-refs is replaced, not moved".into(),
