@@ -28,7 +28,11 @@
 //! disk; with `core.fsync=config` git fsyncs the lock first). A close, release or
 //! `truncate` by name does not fsync, as on a disk. The stores the mount makes of its own
 //! accord (`rm`'s tombstone, `config` moved away, an empty one created) are fsynced: a
-//! disk would keep the durable file there, the mount writes a new one.
+//! disk would keep the durable file there, the mount writes a new one. One thing more
+//! than a disk: every store's content is `fdatasync`ed before its rename, so a crash
+//! leaves the old config or the new one, never an empty one (a files backend that lost
+//! its config keeps its refs; a reftable repository without `extensions.refStorage`
+//! shows none).
 //!
 //! Bounds: one config at most [`CONFIG_MAX`] (`EFBIG`, refused and recorded: a client's
 //! write, a file renamed over it, GITDIR's own); all open contents together at most
@@ -276,6 +280,8 @@ impl Passthrough {
             if durable {
                 f.sync_all().map_err(FsError::Io)?;
                 self.config_syncs.fetch_add(1, Ordering::Relaxed);
+            } else {
+                self.sync_before_rename(&f)?;
             }
             let st = Self::fstat(&f)?;
             // SAFETY: valid descriptors and NUL-terminated names.
@@ -650,6 +656,23 @@ impl Passthrough {
     #[cfg(test)]
     pub(super) fn config_syncs(&self) -> u64 {
         self.config_syncs.load(Ordering::Relaxed)
+    }
+
+    /// A store's content reaches the disk before its rename, whether or not a client
+    /// asked for durability: a crash must never leave GITDIR's config empty or partial,
+    /// since without its `extensions.refStorage` git reads no refs at all (a files
+    /// backend whose config is lost keeps its refs). Only the name's durability (the
+    /// directory's fsync) waits for a client's fsync. `fdatasync`, counted apart.
+    pub(super) fn sync_before_rename(&self, f: &File) -> Result<(), FsError> {
+        f.sync_data().map_err(FsError::Io)?;
+        self.config_data_syncs.fetch_add(1, Ordering::Relaxed);
+        Ok(())
+    }
+
+    /// `fdatasync`s made before renames of stores nobody asked to be durable.
+    #[cfg(test)]
+    pub(super) fn config_data_syncs(&self) -> u64 {
+        self.config_data_syncs.load(Ordering::Relaxed)
     }
 
     /// The last close of a handle: a writable one stores what is still unstored (a

@@ -149,6 +149,8 @@ impl Passthrough {
         if durable {
             file.sync_all().map_err(FsError::Io)?;
             self.config_syncs.fetch_add(1, Ordering::Relaxed);
+        } else {
+            self.sync_before_rename(file)?;
         }
         // SAFETY: valid descriptors and NUL-terminated names.
         let r = unsafe {

@@ -160,6 +160,8 @@ pub struct Passthrough {
     /// fsyncs made by stores of `config` (files and GITDIR), for the tests.
     #[cfg_attr(not(test), allow(dead_code))]
     config_syncs: AtomicU64,
+    /// `fdatasync`s of stores before their rename when no client asked for durability.
+    config_data_syncs: AtomicU64,
     uid: u32,
     gid: u32,
     /// The mount's recorder of refusals (one of its own until [`Passthrough::recording`]).
@@ -336,6 +338,7 @@ impl Passthrough {
             kernel: AtomicBool::new(false),
             tmp_seq: AtomicU64::new(0),
             config_syncs: AtomicU64::new(0),
+            config_data_syncs: AtomicU64::new(0),
             uid,
             gid,
             rec: Arc::default(),

@@ -569,6 +569,9 @@ fn config_stores_are_fsynced_when_the_client_asks() {
         real()
     );
     assert_eq!(p.config_syncs(), 0);
+    // Its content reached the disk before the rename all the same: a crash never
+    // leaves a config without its refStorage extension.
+    assert_eq!(p.config_data_syncs(), 1);
     assert_eq!(
         std::fs::metadata(dir.join("config")).unwrap().ino(),
         lock_ino
