@@ -483,6 +483,10 @@ pub fn config_written_in_place(ctx: &Ctx) -> TestResult {
         );
         // A full disk: the store fails at fsync and at close; GITDIR's config untouched.
         if let Some(s) = &small {
+            // A second writable handle kept open: the last release (which stores once more) waits
+            // for it, so nothing freed meanwhile (a compaction of the stack) can let a
+            // retry succeed before the check below; it stores once there is room again.
+            let keep = fs::OpenOptions::new().append(true).open(&cfg)?;
             let filler = s.fill()?;
             let mut f = fs::OpenOptions::new().append(true).open(&cfg)?;
             f.write_all(&vec![b'#'; 64 << 10])?;
@@ -492,9 +496,13 @@ pub fn config_written_in_place(ctx: &Ctx) -> TestResult {
                 fs::read(&real)? == before,
                 "a failed store changed GITDIR's config"
             );
-            // The release (which tries once more, and fails) before there is room again.
-            std::thread::sleep(std::time::Duration::from_millis(300));
             fs::remove_file(filler)?;
+            // With room again, the last handle's close stores what the failed ones could not.
+            close(keep)?;
+            ensure!(
+                fs::read(&real)? != before,
+                "the content the full disk refused was not stored once there was room"
+            );
         } else {
             note("SKIP the full-disk part: needs root to mount a size-limited tmpfs");
         }

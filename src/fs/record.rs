@@ -2,7 +2,7 @@
 //! commits, each list bounded to its last [`KEEP`] entries, in one [`Recorder`] per
 //! mount, made by the mount and handed to every tree it serves (its ref views, the
 //! passthrough); and the one place that turns a refusal into a log line and a record
-//! ([`Recorder::refuse`]). `status.rs` serves them as the status document.
+//! (`Recorder::refuse`). `status.rs` serves them as the status document.
 
 use std::collections::VecDeque;
 use std::path::PathBuf;

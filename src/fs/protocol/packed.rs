@@ -579,7 +579,7 @@ impl WriteState {
     /// it drops is deleted, one it changes takes the new value, a name it adds that does
     /// not exist is created; a loose ref only gets another shadowed entry. Content that
     /// does not parse (or names a bad ref) is kept and shown as written, the entries
-    /// unchanged ([`Self::keep_packed_junk`]). Validated first; on refusal nothing
+    /// unchanged (`keep_packed_junk`). Validated first; on refusal nothing
     /// changes. `seen`: [`PackedLayer::external_changes`] when the
     /// writer took its lock (`packed-refs.lock`, or the in-place open): a name it would
     /// create is refused (`EBUSY`) if another writer changed the stack since, as that
