@@ -369,7 +369,14 @@ pub fn config_written_in_place(ctx: &Ctx) -> TestResult {
     fs::create_dir_all(&home)?;
     let r = base.join("r");
     make_repo(&home, &r, "reftable")?;
-    let real = r.join(".git/config");
+    // GITDIR's own config, beneath the mount about to cover .git: a path through a
+    // descriptor of the directory opened before (r/.git/config would read through the
+    // mount, which serves what open handles wrote, stored or not).
+    let gitdir = fs::File::open(r.join(".git"))?;
+    let real = std::path::PathBuf::from(format!(
+        "/proc/self/fd/{}/config",
+        std::os::fd::AsRawFd::as_raw_fd(&gitdir)
+    ));
     let reftable_ok = |step: &str| -> TestResult {
         let fmt = git(&home, &r, &["rev-parse", "--show-ref-format"])?;
         let text = fs::read_to_string(&real)?;
@@ -492,9 +499,12 @@ pub fn config_written_in_place(ctx: &Ctx) -> TestResult {
             f.write_all(&vec![b'#'; 64 << 10])?;
             crate::harness::expect_errno(f.sync_all(), &[libc::ENOSPC], "fsync on a full disk")?;
             crate::harness::expect_errno(close(f), &[libc::ENOSPC], "close on a full disk")?;
+            let after = fs::read(&real)?;
             ensure!(
-                fs::read(&real)? == before,
-                "a failed store changed GITDIR's config"
+                after == before,
+                "a failed store changed GITDIR's config: before {:?}, after {:?}",
+                String::from_utf8_lossy(&before),
+                String::from_utf8_lossy(&after[..after.len().min(400)])
             );
             fs::remove_file(filler)?;
             // With room again, the last handle's close stores what the failed ones could not.
