@@ -17,8 +17,7 @@ use std::cmp::Ordering;
 use std::sync::Arc;
 
 use super::compact::suggest_compaction_segment;
-use super::write::CommitError;
-use super::{Stack, StackStats};
+use super::{CommitError, Stack, StackStats};
 use crate::format::{HashKind, LogRecord, RefRecord, RefValue};
 use crate::fsio;
 use crate::lockfile::LockFile;

@@ -47,6 +47,14 @@ use crate::format::{HashKind, LogRecord, RefValue};
 use crate::merged::MergedRefIter;
 use crate::table::{BlockCache, Table, TableWriter, WriteOptions};
 
+/// A failed `Stack::commit_list` (`write.rs`): the error, and whether `tables.list` was
+/// already replaced when it happened. Here, not in `write.rs`, because `direct.rs` (whose
+/// `TableSink` `write.rs` takes) reads it too.
+struct CommitError {
+    committed: bool,
+    error: crate::Error,
+}
+
 /// Options of a stack. `Default` matches git's ref backend with fsync off.
 #[derive(Clone, Debug)]
 pub struct StackOptions {

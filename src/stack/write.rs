@@ -6,18 +6,11 @@ use std::path::Path;
 
 use super::direct::TableSink;
 use super::list::list_is;
-use super::{table_name, Stack};
+use super::{table_name, CommitError, Stack};
 use crate::fsio;
 use crate::lockfile::{self, LockFile};
 use crate::table::TableWriter;
 use crate::{Error, Result};
-
-/// A failed [`Stack::commit_list`]: the error, and whether `tables.list` was already
-/// replaced when it happened.
-pub(super) struct CommitError {
-    pub(super) committed: bool,
-    pub(super) error: Error,
-}
 
 /// A held `tables.list.lock`, taken by [`Stack::lock_for_write`]: nothing else can
 /// commit to the stack until it is given to [`Stack::add_table_locked`] or dropped

@@ -77,18 +77,8 @@ impl Passthrough {
             if unsafe { libc::unlinkat(from.dirfd(), from.name(), 0) } != 0 {
                 return Err(FsError::last_os_error());
             }
-            let mut g = self.lock();
-            if let Some(old) = old {
-                g.gone(old);
-            }
             // The kernel now knows the renamed node as `config`: it resolves to the real one.
-            if let Some(&ino) = g.by_real.get(&identity(src)) {
-                if let Some(n) = g.nodes.get_mut(&ino) {
-                    n.parent = ROOT;
-                    n.name = CONFIG.into();
-                }
-            }
-            g.gone(identity(src));
+            self.renamed_to_config(old, src).gone(identity(src));
             return Ok(());
         }
         let content = config_view::restored(&written, &original);
@@ -101,18 +91,29 @@ impl Passthrough {
         self.rename_rewritten(&file, from, &to, &content, &written, old_owner, durable)
             .map_err(|e| stored_failed(&self.rec, "rename", e))?;
         c.orphan_current();
+        // The node the kernel renames is X, and X is the config now.
+        self.renamed_to_config(old, src);
+        Ok(())
+    }
+
+    /// After X (attributes `src`) was renamed over `config` (the file `old`, if any):
+    /// the old config is gone, and X's node is the kernel's `config`. Returns the lock.
+    fn renamed_to_config(
+        &self,
+        old: Option<(u64, u64)>,
+        src: &libc::stat,
+    ) -> MutexGuard<'_, Inner> {
         let mut g = self.lock();
         if let Some(old) = old {
             g.gone(old);
         }
-        // The node the kernel renames is X, and X is the config now.
         if let Some(&ino) = g.by_real.get(&identity(src)) {
             if let Some(n) = g.nodes.get_mut(&ino) {
                 n.parent = ROOT;
                 n.name = CONFIG.into();
             }
         }
-        Ok(())
+        g
     }
 
     /// Writes `content` into `file` (X, at `from`), gives it the owner of the config it

@@ -389,6 +389,18 @@ fn plain(o: Opened) -> u64 {
 
 /// `config` written in place is stored (with the extension) at close, fsync or release;
 /// every open shares its content; `rm` keeps the extension in GITDIR and shows no
+/// Writes a reftable repository's config into `dir`; returns its text.
+fn reftable_config(dir: &Path) -> &'static [u8] {
+    let init = b"[core]\n\trepositoryformatversion = 1\n[extensions]\n\trefStorage = reftable\n";
+    std::fs::write(dir.join("config"), init).unwrap();
+    init
+}
+
+/// Whether a config's text holds the reftable extension.
+fn has_ext(text: &str) -> bool {
+    text.contains("\trefStorage = reftable\n")
+}
+
 /// config; a create, truncate, rename away and a replacement while open work as on a
 /// file.
 #[test]
@@ -396,10 +408,8 @@ fn config_is_a_file() {
     let t = tempfile::tempdir().unwrap();
     let dir = t.path();
     std::fs::create_dir_all(dir.join("reftable")).unwrap();
-    let init = b"[core]\n\trepositoryformatversion = 1\n[extensions]\n\trefStorage = reftable\n";
-    std::fs::write(dir.join("config"), init).unwrap();
+    let init = reftable_config(dir);
     let real = || String::from_utf8(std::fs::read(dir.join("config")).unwrap()).unwrap();
-    let has_ext = |s: &str| s.contains("\trefStorage = reftable\n");
     let p = Passthrough::new(dir).unwrap();
     let none = |_: &File| -> io::Result<BackingId> { Err(io::Error::other("no")) };
     let ino = p.lookup(ROOT, b"config").unwrap().ino.0;
@@ -545,10 +555,8 @@ fn config_writes_are_bounded() {
 fn config_stores_are_fsynced_when_the_client_asks() {
     let t = tempfile::tempdir().unwrap();
     let dir = t.path();
-    let init = b"[core]\n\trepositoryformatversion = 1\n[extensions]\n\trefStorage = reftable\n";
-    std::fs::write(dir.join("config"), init).unwrap();
+    reftable_config(dir);
     let real = || String::from_utf8(std::fs::read(dir.join("config")).unwrap()).unwrap();
-    let has_ext = |s: &str| s.contains("\trefStorage = reftable\n");
     let p = Passthrough::new(dir).unwrap();
     let none = |_: &File| -> io::Result<BackingId> { Err(io::Error::other("no")) };
 

@@ -530,20 +530,17 @@ mod tests {
     use super::Inner;
     use crate::fs::broken::{BrokenRefs, FILE_NAME};
 
-    /// Through the view's calls: a bad name created, written and closed is kept and
-    /// listed; junk renamed from a valid ref's lock replaces that ref; unlink forgets it.
-    #[test]
-    fn the_view_keeps_lists_and_forgets_broken_refs() {
-        use crate::format::{ObjectId, RefValue};
-        use crate::fs::ino::ROOT;
+    /// A writable view of `refs` whose batches wait a minute (nothing is committed unless
+    /// asked), keeping its broken refs in the temporary directory returned with it.
+    fn view_keeping_broken_refs(
+        refs: &[(&str, crate::format::RefValue)],
+    ) -> (std::sync::Arc<crate::fs::state::Shared>, tempfile::TempDir) {
         use crate::fs::source::{LogSettings, MemSource};
         use crate::fs::state::{BatchSettings, Shared};
-        use crate::fs::view::Kind;
-
-        let id = ObjectId::from_bytes(&[1; 20]).expect("id");
         let mut mem = MemSource::new();
-        mem.set("refs/heads/main", RefValue::Val1(id));
-        mem.set("refs/heads/b", RefValue::Val1(id));
+        for (name, value) in refs {
+            mem.set(name, value.clone());
+        }
         let shared = Shared::new(
             Box::new(mem),
             false,
@@ -555,6 +552,22 @@ mod tests {
         );
         let d = tempfile::tempdir().unwrap();
         shared.keep_broken_refs(BrokenRefs::open(d.path()).unwrap());
+        (shared, d)
+    }
+
+    /// Through the view's calls: a bad name created, written and closed is kept and
+    /// listed; junk renamed from a valid ref's lock replaces that ref; unlink forgets it.
+    #[test]
+    fn the_view_keeps_lists_and_forgets_broken_refs() {
+        use crate::format::{ObjectId, RefValue};
+        use crate::fs::ino::ROOT;
+        use crate::fs::view::Kind;
+
+        let id = ObjectId::from_bytes(&[1; 20]).expect("id");
+        let (shared, d) = view_keeping_broken_refs(&[
+            ("refs/heads/main", RefValue::Val1(id)),
+            ("refs/heads/b", RefValue::Val1(id)),
+        ]);
         let me = std::process::id();
         let refs = shared.lookup(ROOT, b"refs").unwrap().0.ino.0;
         let heads = shared.lookup(refs, b"heads").unwrap().0.ino.0;
@@ -658,25 +671,14 @@ mod tests {
     fn head_links_and_junk_reflogs_are_kept() {
         use crate::format::{ObjectId, RefValue};
         use crate::fs::ino::ROOT;
-        use crate::fs::source::{LogSettings, MemSource};
-        use crate::fs::state::{BatchSettings, Handle, Shared};
+        use crate::fs::state::Handle;
         use crate::fs::view::Kind;
 
         let id = ObjectId::from_bytes(&[1; 20]).expect("id");
-        let mut mem = MemSource::new();
-        mem.set("refs/heads/main", RefValue::Val1(id));
-        mem.set("HEAD", RefValue::Symref(b"refs/heads/main".to_vec()));
-        let shared = Shared::new(
-            Box::new(mem),
-            false,
-            LogSettings::default(),
-            BatchSettings {
-                window: std::time::Duration::from_secs(60),
-                max: 1000,
-            },
-        );
-        let d = tempfile::tempdir().unwrap();
-        shared.keep_broken_refs(BrokenRefs::open(d.path()).unwrap());
+        let (shared, d) = view_keeping_broken_refs(&[
+            ("refs/heads/main", RefValue::Val1(id)),
+            ("HEAD", RefValue::Symref(b"refs/heads/main".to_vec())),
+        ]);
         let me = std::process::id();
         let flags = libc::O_CREAT | libc::O_WRONLY | libc::O_TRUNC;
         let value = |name: &[u8]| {
