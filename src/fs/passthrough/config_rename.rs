@@ -92,7 +92,7 @@ impl Passthrough {
             .map_err(|e| stored_failed(&self.rec, "rename", e))?;
         c.orphan_current();
         // The node the kernel renames is X, and X is the config now.
-        self.renamed_to_config(old, src);
+        drop(self.renamed_to_config(old, src));
         Ok(())
     }
 
