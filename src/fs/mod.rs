@@ -340,6 +340,7 @@ pub fn mount(
             main: shared.clone(),
             pass,
             wts: wts.clone(),
+            status_docs: Default::default(),
         },
         kernel_passthrough: opts.kernel_passthrough,
     };

@@ -23,6 +23,8 @@ pub struct Router {
     pub main: Arc<Shared>,
     pub pass: Option<Arc<Passthrough>>,
     pub wts: Option<Arc<Worktrees>>,
+    /// The status node's open files.
+    pub status_docs: Arc<status::OpenDocs>,
 }
 
 /// The tree a request goes to.
@@ -56,6 +58,14 @@ impl Target {
 }
 
 impl Router {
+    /// The status node, over the main view and the mount's open status files.
+    fn status_node(&self) -> StatusNode {
+        StatusNode {
+            shared: self.main.clone(),
+            docs: self.status_docs.clone(),
+        }
+    }
+
     fn pass_view(&self, pass: &Arc<Passthrough>) -> Target {
         Target::Pass(PassView {
             pass: pass.clone(),
@@ -66,9 +76,7 @@ impl Router {
     /// The tree of inode `ino`.
     pub fn node(&self, ino: u64) -> Result<Target, FsError> {
         match ino::space_of(ino) {
-            Space::Status => Ok(Target::Status(StatusNode {
-                shared: self.main.clone(),
-            })),
+            Space::Status => Ok(Target::Status(self.status_node())),
             Space::Pass => match &self.pass {
                 Some(p) => Ok(self.pass_view(p)),
                 None => Err(FsError::ESTALE),
@@ -90,9 +98,7 @@ impl Router {
     /// worktree whose stack does not exist yet then gets one, `Worktrees::serve`).
     pub fn child(&self, parent: u64, name: &[u8], create: bool) -> Result<Target, FsError> {
         if status::is_status_name(parent, name) {
-            return Ok(Target::Status(StatusNode {
-                shared: self.main.clone(),
-            }));
+            return Ok(Target::Status(self.status_node()));
         }
         let ref_name = passthrough::is_ref_name_at_root(name);
         if let Some(p) = &self.pass {
@@ -131,10 +137,7 @@ impl Router {
         let across = match (&from, &to) {
             (Target::View(_), Target::View(_)) => "across the ref views of two worktrees",
             (Target::Status(_), _) | (_, Target::Status(_)) => {
-                let node = StatusNode {
-                    shared: self.main.clone(),
-                };
-                return Err(node.refuse("rename", name));
+                return Err(self.status_node().refuse("rename", name));
             }
             _ => "across the boundary between refs and passed-through files",
         };

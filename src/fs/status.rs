@@ -12,7 +12,7 @@
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Mutex, OnceLock};
+use std::sync::Mutex;
 use std::time::Duration;
 
 use crate::fs::ino::{STATUS_DIR as DIR_INO, STATUS_FILE as FILE_INO};
@@ -32,49 +32,45 @@ pub const STALE_LOCK_AGE: Duration = Duration::from_secs(5);
 /// from 1).
 const FH_BIT: u64 = 1 << 62;
 
-/// Open status files: their snapshot (the document made at `open`).
+/// A mount's open status files: their snapshot (the document made at `open`). The
+/// mount owns one (its router hands it to the status node), not the process.
 #[derive(Debug, Default)]
-struct OpenDocs {
+pub struct OpenDocs {
     docs: Mutex<HashMap<u64, std::sync::Arc<Vec<u8>>>>,
     next_fh: AtomicU64,
-}
-
-fn open_docs() -> &'static OpenDocs {
-    static D: OnceLock<OpenDocs> = OnceLock::new();
-    D.get_or_init(OpenDocs::default)
 }
 
 impl OpenDocs {
     fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<u64, std::sync::Arc<Vec<u8>>>> {
         self.docs.lock().unwrap_or_else(|p| p.into_inner())
     }
-}
 
-/// Opens a status file: makes the document and returns its handle.
-pub(crate) fn open(shared: &Shared) -> u64 {
-    let doc = std::sync::Arc::new(document(shared));
-    let fh = FH_BIT | open_docs().next_fh.fetch_add(1, Ordering::Relaxed);
-    open_docs().lock().insert(fh, doc);
-    fh
+    /// Opens a status file: makes the document and returns its handle.
+    pub(crate) fn open(&self, shared: &Shared) -> u64 {
+        let doc = std::sync::Arc::new(document(shared));
+        let fh = FH_BIT | self.next_fh.fetch_add(1, Ordering::Relaxed);
+        self.lock().insert(fh, doc);
+        fh
+    }
+
+    /// Reads from an open status file.
+    pub fn read(&self, fh: u64, offset: u64, size: u32) -> Option<Vec<u8>> {
+        let docs = self.lock();
+        let doc = docs.get(&fh)?;
+        let start = usize::try_from(offset).unwrap_or(usize::MAX).min(doc.len());
+        let end = start.saturating_add(size as usize).min(doc.len());
+        Some(doc.get(start..end).unwrap_or_default().to_vec())
+    }
+
+    /// Closes an open status file.
+    pub fn release(&self, fh: u64) {
+        self.lock().remove(&fh);
+    }
 }
 
 /// Whether `fh` is an open status file.
 pub fn is_handle(fh: u64) -> bool {
     fh & FH_BIT != 0
-}
-
-/// Reads from an open status file.
-pub fn read(fh: u64, offset: u64, size: u32) -> Option<Vec<u8>> {
-    let docs = open_docs().lock();
-    let doc = docs.get(&fh)?;
-    let start = usize::try_from(offset).unwrap_or(usize::MAX).min(doc.len());
-    let end = start.saturating_add(size as usize).min(doc.len());
-    Some(doc.get(start..end).unwrap_or_default().to_vec())
-}
-
-/// Closes an open status file.
-pub fn release(fh: u64) {
-    open_docs().lock().remove(&fh);
 }
 
 /// The status document, newline-terminated.
@@ -177,6 +173,8 @@ pub mod node {
     /// The status node of the mount whose main view is `shared`.
     pub struct StatusNode {
         pub shared: Arc<Shared>,
+        /// The mount's open status files.
+        pub docs: Arc<super::OpenDocs>,
     }
 
     fn ttl(ino: u64) -> Duration {
@@ -265,7 +263,7 @@ pub mod node {
                 return Err(self.refuse("open", FILE_NAME));
             }
             Ok(Opened {
-                fh: super::open(&self.shared),
+                fh: self.docs.open(&self.shared),
                 flags: FopenFlags::FOPEN_DIRECT_IO | FopenFlags::FOPEN_NOFLUSH,
                 backing: None,
             })
@@ -282,11 +280,11 @@ pub mod node {
             size: u32,
             _flags: i32,
         ) -> Result<Vec<u8>, FsError> {
-            super::read(at.fh, at.offset, size).ok_or(FsError::EBADF)
+            self.docs.read(at.fh, at.offset, size).ok_or(FsError::EBADF)
         }
 
         fn release(&self, _ino: u64, fh: u64) {
-            super::release(fh);
+            self.docs.release(fh);
         }
 
         fn unlink(&self, _req: Req, _parent: u64, name: &[u8]) -> Result<(), FsError> {
