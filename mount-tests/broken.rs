@@ -121,15 +121,7 @@ fn store_names(store: &[u8]) -> Vec<String> {
 }
 
 pub fn broken_refs_as_on_a_files_gitdir(ctx: &Ctx) -> TestResult {
-    let twin = Repo::init(&ctx.path("files"), "files")?;
-    twin.commit("one")?;
-    let on_disk = steps(ctx, &twin.work, "files .git")?;
-    let repo = Repo::init(&ctx.path("r"), "reftable")?;
-    repo.commit("one")?;
-    let m = Mount::start_over(&repo.work)?;
-    let through = steps(ctx, &repo.work, "mount");
-    m.unmount()?;
-    let through = through?;
+    let (on_disk, through, repo) = crate::harness::on_files_and_mount(ctx, steps)?;
     // The steps did meet the broken refs (else both sides could agree on nothing).
     for want in [
         "ignoring ref with broken name refs/heads/broken...ref",

@@ -207,15 +207,7 @@ fn steps(ctx: &Ctx, work: &Path, what: &str) -> TestResult<String> {
 }
 
 pub fn broken_links_and_junk_reflogs_as_on_a_files_gitdir(ctx: &Ctx) -> TestResult {
-    let twin = Repo::init(&ctx.path("files"), "files")?;
-    twin.commit("one")?;
-    let on_disk = steps(ctx, &twin.work, "files .git")?;
-    let repo = Repo::init(&ctx.path("r"), "reftable")?;
-    repo.commit("one")?;
-    let m = Mount::start_over(&repo.work)?;
-    let through = steps(ctx, &repo.work, "mount");
-    m.unmount()?;
-    let through = through?;
+    let (on_disk, through, repo) = crate::harness::on_files_and_mount(ctx, steps)?;
     // The steps did meet what they test (else both sides could agree on nothing).
     for want in [
         "$ test -h WORK/.git/worktrees/there/HEAD -> 0",

@@ -689,6 +689,25 @@ impl Drop for Mount {
 
 static TICK: AtomicU64 = AtomicU64::new(0);
 
+/// Runs `steps` (in a work tree, named `what`) on a files repository with one commit and
+/// through a mount over `.git` of a reftable one with one commit; returns what each
+/// printed (files, mount) and the reftable repository. The mount is gone when it
+/// returns, whatever the steps did.
+pub fn on_files_and_mount(
+    ctx: &Ctx,
+    steps: impl Fn(&Ctx, &Path, &str) -> TestResult<String>,
+) -> TestResult<(String, String, Repo)> {
+    let twin = Repo::init(&ctx.path("files"), "files")?;
+    twin.commit("one")?;
+    let on_disk = steps(ctx, &twin.work, "files .git")?;
+    let repo = Repo::init(&ctx.path("r"), "reftable")?;
+    repo.commit("one")?;
+    let m = Mount::start_over(&repo.work)?;
+    let through = steps(ctx, &repo.work, "mount");
+    m.unmount()?;
+    Ok((on_disk, through?, repo))
+}
+
 /// A repository driven through the machine's git, with a fixed identity and a clock that
 /// advances 60 s per git call (so reflog timestamps are distinct and deterministic).
 pub struct Repo {
