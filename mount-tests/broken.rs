@@ -7,10 +7,9 @@
 //! the ref file turns into the broken file's and back).
 
 use std::fs;
-use std::path::Path;
 use std::process::Command;
 
-use crate::harness::{check, git_env, stage, Ctx, Mount, Repo, TestResult};
+use crate::harness::{check, stage, Ctx, Mount, Repo, TestResult};
 
 /// The steps, run by bash in a work tree whose `.git` is a files git directory or the
 /// mount. Every outcome is printed: the command, its exit code, its stdout, its stderr
@@ -93,18 +92,6 @@ run $G fsck
 rm -f "$err"
 "#;
 
-/// Runs [`STEPS`] in `work`; its output.
-fn steps(ctx: &Ctx, work: &Path, what: &str) -> TestResult<String> {
-    stage(&format!("t1430-like steps, {what}"));
-    let home = ctx.path("home239");
-    fs::create_dir_all(&home)?;
-    let mut cmd = Command::new("bash");
-    git_env(&mut cmd, &home, "1700500000 +0000");
-    let out = cmd.arg("-c").arg(STEPS).current_dir(work).output()?;
-    check(&out, &format!("steps ({what})"))?;
-    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
-}
-
 /// The names a broken refs' file holds (`<hex name> <hex content> …` lines).
 fn store_names(store: &[u8]) -> Vec<String> {
     let text = String::from_utf8_lossy(store);
@@ -121,7 +108,7 @@ fn store_names(store: &[u8]) -> Vec<String> {
 }
 
 pub fn broken_refs_as_on_a_files_gitdir(ctx: &Ctx) -> TestResult {
-    let (on_disk, through, repo) = crate::harness::on_files_and_mount(ctx, steps)?;
+    let (on_disk, through, repo) = crate::harness::on_files_and_mount(ctx, "t1430-like", STEPS)?;
     // The steps did meet the broken refs (else both sides could agree on nothing).
     for want in [
         "ignoring ref with broken name refs/heads/broken...ref",

@@ -194,20 +194,9 @@ run $G for-each-ref
 rm -f "$err"
 "#;
 
-/// Runs [`STEPS`] in `work`; its output.
-fn steps(ctx: &Ctx, work: &Path, what: &str) -> TestResult<String> {
-    stage(&format!("t2400/t3200/t1407-like steps, {what}"));
-    let home = ctx.path("home239");
-    fs::create_dir_all(&home)?;
-    let mut cmd = Command::new("bash");
-    git_env(&mut cmd, &home, "1700500000 +0000");
-    let out = cmd.arg("-c").arg(STEPS).current_dir(work).output()?;
-    check(&out, &format!("steps ({what})"))?;
-    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
-}
-
 pub fn broken_links_and_junk_reflogs_as_on_a_files_gitdir(ctx: &Ctx) -> TestResult {
-    let (on_disk, through, repo) = crate::harness::on_files_and_mount(ctx, steps)?;
+    let (on_disk, through, repo) =
+        crate::harness::on_files_and_mount(ctx, "t2400/t3200/t1407-like", STEPS)?;
     // The steps did meet what they test (else both sides could agree on nothing).
     for want in [
         "$ test -h WORK/.git/worktrees/there/HEAD -> 0",

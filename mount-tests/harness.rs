@@ -689,21 +689,32 @@ impl Drop for Mount {
 
 static TICK: AtomicU64 = AtomicU64::new(0);
 
-/// Runs `steps` (in a work tree, named `what`) on a files repository with one commit and
-/// through a mount over `.git` of a reftable one with one commit; returns what each
-/// printed (files, mount) and the reftable repository. The mount is gone when it
-/// returns, whatever the steps did.
+/// Runs the bash `script` (git 2.39 steps, `label` names them) in a files repository
+/// with one commit and through a mount over `.git` of a reftable one with one commit;
+/// returns what each printed (files, mount) and the reftable repository. The mount is
+/// gone when it returns, whatever the steps did.
 pub fn on_files_and_mount(
     ctx: &Ctx,
-    steps: impl Fn(&Ctx, &Path, &str) -> TestResult<String>,
+    label: &str,
+    script: &str,
 ) -> TestResult<(String, String, Repo)> {
+    let steps = |work: &Path, what: &str| -> TestResult<String> {
+        stage(&format!("{label} steps, {what}"));
+        let home = ctx.path("home239");
+        std::fs::create_dir_all(&home)?;
+        let mut cmd = Command::new("bash");
+        git_env(&mut cmd, &home, "1700500000 +0000");
+        let out = cmd.arg("-c").arg(script).current_dir(work).output()?;
+        check(&out, &format!("steps ({what})"))?;
+        Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+    };
     let twin = Repo::init(&ctx.path("files"), "files")?;
     twin.commit("one")?;
-    let on_disk = steps(ctx, &twin.work, "files .git")?;
+    let on_disk = steps(&twin.work, "files .git")?;
     let repo = Repo::init(&ctx.path("r"), "reftable")?;
     repo.commit("one")?;
     let m = Mount::start_over(&repo.work)?;
-    let through = steps(ctx, &repo.work, "mount");
+    let through = steps(&repo.work, "mount");
     m.unmount()?;
     Ok((on_disk, through?, repo))
 }
