@@ -479,7 +479,13 @@ impl Mount {
     /// Starts `reftablefs mount --over WORKTREE` (the mount is `WORKTREE/.git`; the log
     /// goes beside WORKTREE, not into it).
     pub fn start_over(worktree: &Path) -> TestResult<Mount> {
-        let args = ["--over".into(), worktree.as_os_str().to_owned()];
+        Mount::start_over_with(worktree, &[])
+    }
+
+    /// [`Mount::start_over`] with the options `extra` (`--layout=packed`).
+    pub fn start_over_with(worktree: &Path, extra: &[&str]) -> TestResult<Mount> {
+        let mut args: Vec<std::ffi::OsString> = extra.iter().map(Into::into).collect();
+        args.extend(["--over".into(), worktree.as_os_str().to_owned()]);
         Mount::spawn(&args, &worktree.join(".git"), worktree, &[])
     }
 
@@ -698,25 +704,34 @@ pub fn on_files_and_mount(
     label: &str,
     script: &str,
 ) -> TestResult<(String, String, Repo)> {
-    let steps = |work: &Path, what: &str| -> TestResult<String> {
-        stage(&format!("{label} steps, {what}"));
-        let home = ctx.path("home239");
-        std::fs::create_dir_all(&home)?;
-        let mut cmd = Command::new("bash");
-        git_env(&mut cmd, &home, "1700500000 +0000");
-        let out = cmd.arg("-c").arg(script).current_dir(work).output()?;
-        check(&out, &format!("steps ({what})"))?;
-        Ok(String::from_utf8_lossy(&out.stdout).into_owned())
-    };
     let twin = Repo::init(&ctx.path("files"), "files")?;
     twin.commit("one")?;
-    let on_disk = steps(&twin.work, "files .git")?;
+    let on_disk = steps239(ctx, label, "files .git", &twin.work, script)?;
     let repo = Repo::init(&ctx.path("r"), "reftable")?;
     repo.commit("one")?;
     let m = Mount::start_over(&repo.work)?;
-    let through = steps(&repo.work, "mount");
+    let through = steps239(ctx, label, "mount", &repo.work, script);
     m.unmount()?;
     Ok((on_disk, through?, repo))
+}
+
+/// Runs the bash `script` (git 2.39 steps, `label` names them, `what` says where) in the
+/// work tree `work`: what it printed (it must exit 0).
+pub fn steps239(
+    ctx: &Ctx,
+    label: &str,
+    what: &str,
+    work: &Path,
+    script: &str,
+) -> TestResult<String> {
+    stage(&format!("{label} steps, {what}"));
+    let home = ctx.path("home239");
+    std::fs::create_dir_all(&home)?;
+    let mut cmd = Command::new("bash");
+    git_env(&mut cmd, &home, "1700500000 +0000");
+    let out = cmd.arg("-c").arg(script).current_dir(work).output()?;
+    check(&out, &format!("steps ({what})"))?;
+    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
 }
 
 /// A repository driven through the machine's git, with a fixed identity and a clock that

@@ -22,6 +22,7 @@ mod gogit;
 mod lifecycle;
 mod packaging;
 mod packed;
+mod packed_link;
 mod read_path;
 mod security;
 #[path = "../tests/support/shells.rs"]

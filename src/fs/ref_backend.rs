@@ -134,7 +134,12 @@ impl RefView {
 impl Backend for RefView {
     fn lookup(&self, _req: Req, parent: u64, name: &[u8]) -> Result<Entry, FsError> {
         let (a, kind, cache) = self.shared.lookup(self.inn(parent), name)?;
-        let (attr_ttl, entry_ttl) = ttls(kind, cache);
+        let (attr_ttl, mut entry_ttl) = ttls(kind, cache);
+        if parent == crate::fs::ino::ROOT && self.shared.link_claims(name) {
+            // A file `packed-refs` links to goes back to the passthrough with the link
+            // (`state/packed_link.rs`): its name is not cached.
+            entry_ttl = Duration::ZERO;
+        }
         Ok(Entry {
             attr: self.out(a),
             attr_ttl,

@@ -100,7 +100,9 @@ impl Router {
         if status::is_status_name(parent, name) {
             return Ok(Target::Status(self.status_node()));
         }
-        let ref_name = passthrough::is_ref_name_at_root(name);
+        // A file `packed-refs` links to is the view's too (`state/packed_link.rs`).
+        let ref_name = passthrough::is_ref_name_at_root(name)
+            || (parent == ROOT && self.main.link_claims(name));
         if let Some(p) = &self.pass {
             if ino::is_pass(parent) {
                 // Ref names in a linked worktree's directory belong to its ref view
@@ -234,7 +236,9 @@ impl Backend for RootView {
         let (Some(mut all), Some(rest)) = (self.view.entries(at.fh), p.root_entries(at.fh)) else {
             return Err(FsError::EBADF);
         };
-        all.extend(rest.iter().cloned());
+        // Names `packed-refs` links to are the view's (`state/packed_link.rs`).
+        let view = self.view.shared();
+        all.extend(rest.iter().filter(|e| !view.link_claims(&e.name)).cloned());
         crate::fs::backend::list_entries(ROOT, ROOT, at.offset, &all, add);
         Ok(())
     }

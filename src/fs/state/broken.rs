@@ -461,9 +461,16 @@ impl Shared {
         target: &[u8],
         pid: u32,
     ) -> Result<FileAttr, FsError> {
+        if parent == crate::fs::ino::ROOT && name == b"packed-refs" && !self.link_claims_any() {
+            // The link adopts its target as packed-refs (`packed_link.rs`).
+            return self.symlink_packed_refs(parent, name, target, pid);
+        }
         let actor = self.tgid(pid);
         let mut g = self.begin_change(true)?;
         let path = g.child_path(parent, name)?;
+        if g.link_kind(&path).is_some() {
+            return Err(FsError::EEXIST);
+        }
         if !g.broken_refs.enabled() || !is_candidate(&path) {
             return Err(self.rec.refuse_for(
                 "symlink",
@@ -514,6 +521,9 @@ impl Shared {
         let mut g = self.lock();
         g.fresh()?;
         let (path, kind) = g.path_of(ino)?;
+        if let Some(t) = Self::readlink_packed_refs(&g, &path) {
+            return Ok(t);
+        }
         if kind != Kind::Link || !g.broken_refs.is_link(&path) {
             return Err(if g.classify(&path)?.is_some() {
                 FsError::EINVAL

@@ -124,7 +124,7 @@ impl Shared {
         let mut path = Vec::new();
         let mut buf = Vec::new();
         for (ino, kind) in known {
-            if g.inodes.path(ino, &mut path).is_none() {
+            if g.inodes.path(ino, &mut path).is_none() || g.link_alias(&mut path).is_err() {
                 continue;
             }
             let now = g.classify(&path).ok().flatten();

@@ -38,6 +38,7 @@ mod handles;
 mod invalidate;
 mod linked;
 mod names;
+mod packed_link;
 mod packed_state;
 #[cfg(test)]
 mod tests;
@@ -112,6 +113,8 @@ pub struct Inner {
     pub(crate) broken_refs: crate::fs::broken::BrokenRefs,
     /// Where a `packed-refs` that does not parse is kept (`packed_state.rs`).
     pub(crate) junk_file: Option<packed_state::JunkFile>,
+    /// `packed-refs` as a symbolic link to a file of GITDIR (`packed_link.rs`).
+    packed_link: Option<packed_link::Link>,
     /// Listings made (each a pass over the overlay at least), for tests.
     #[cfg(test)]
     pub(crate) listings: u64,
@@ -160,6 +163,8 @@ pub struct Shared {
     wake: Wake,
     /// Where the packed layer is kept across mounts (`packed_state.rs`; unset: nowhere).
     packed_file: OnceLock<packed_state::PackedFile>,
+    /// `packed-refs` as a symbolic link: its target for the router, GITDIR (`packed_link.rs`).
+    link: packed_link::LinkShared,
 }
 
 /// The watcher's wake-up eventfd, shared by the view's state and its lock's contents.
@@ -230,6 +235,7 @@ impl Shared {
                 dir_epoch: 0,
                 broken_refs: Default::default(),
                 junk_file: None,
+                packed_link: None,
                 wake: wake.clone(),
                 #[cfg(test)]
                 listings: 0,
@@ -246,6 +252,7 @@ impl Shared {
             staged,
             wake,
             packed_file: OnceLock::new(),
+            link: Default::default(),
         })
     }
 
@@ -573,6 +580,7 @@ impl Inner {
     fn path_of(&self, ino: u64) -> Result<(Vec<u8>, Kind), FsError> {
         let mut path = Vec::new();
         let kind = self.inodes.path(ino, &mut path).ok_or(FsError::ENOENT)?;
+        self.link_alias(&mut path).map_err(|_| FsError::ENOENT)?;
         let kind = self.kind_now(&path, kind);
         Ok((path, kind))
     }
@@ -585,11 +593,16 @@ impl Inner {
         if !view::is_component(name) {
             return Err(FsError::EINVAL);
         }
-        Ok(view::join(&dir, name))
+        let mut path = view::join(&dir, name);
+        self.link_alias(&mut path)?;
+        Ok(path)
     }
 
     /// Classifies `path` through the overlay, logging source errors (EIO).
     fn classify(&mut self, path: &[u8]) -> Result<Option<Kind>, FsError> {
+        if let Some(k) = self.link_kind(path) {
+            return Ok(k);
+        }
         let Inner {
             w, src, scratch, ..
         } = self;
@@ -656,7 +669,7 @@ impl Inner {
             // Measured where it is: a scratch file may hold hundreds of MiB (its mark
             // takes its size and, beyond 64 KiB, its first and last 4 KiB).
             Kind::Scratch | Kind::Link => {
-                let c = self.w.files.get(path).ok_or(FsError::ENOENT)?;
+                let c = self.file_content(path).ok_or(FsError::ENOENT)?;
                 let n = c.len();
                 let fp = if n <= 64 << 10 {
                     handles::fingerprint(c)
@@ -687,7 +700,12 @@ impl Inner {
     /// Renders a file's content.
     fn render(&mut self, path: &[u8], kind: Kind, out: &mut Vec<u8>) -> Result<(), FsError> {
         out.clear();
-        let Inner { w, src, .. } = self;
+        let Inner {
+            w,
+            src,
+            packed_link: link,
+            ..
+        } = self;
         match kind {
             Kind::Dir => Err(FsError::EISDIR),
             Kind::PackedRefs => {
@@ -700,7 +718,11 @@ impl Inner {
             // A link's content is its target (`broken.rs`; never opened: the kernel
             // follows it, or refuses with ELOOP).
             Kind::Scratch | Kind::Link => {
-                out.extend_from_slice(w.files.get(path).ok_or(FsError::ENOENT)?);
+                let c = match link.as_ref().filter(|_| path == packed_link::LINK_PATH) {
+                    Some(l) => &l.target,
+                    None => w.files.get(path).ok_or(FsError::ENOENT)?,
+                };
+                out.extend_from_slice(c);
                 Ok(())
             }
             Kind::Ref => {

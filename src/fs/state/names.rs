@@ -25,10 +25,15 @@ impl Shared {
             return Err(FsError::ENOTDIR);
         }
         let entries = g.listing(&path)?;
+        let entries = g.link_listing(&path, entries);
         g.add_handle(&path.clone(), Handle::Dir { path, entries })
     }
 
     pub(crate) fn unlink(&self, parent: u64, name: &[u8], pid: u32) -> Result<(), FsError> {
+        if parent == crate::fs::ino::ROOT && name == b"packed-refs" && self.link_claims_any() {
+            // A symbolic link to a file adopted as packed-refs (`packed_link.rs`).
+            return self.unlink_packed_link(pid);
+        }
         let actor = self.tgid(pid);
         let mut g = self.begin_change(true)?;
         let path = g.child_path(parent, name)?;
@@ -216,6 +221,14 @@ impl Shared {
         let mut g = self.begin_change(true)?;
         let from = g.child_path(parent, name)?;
         let to = g.child_path(newparent, newname)?;
+        if [&from, &to].iter().any(|p| g.link_kind(p).is_some()) {
+            return Err(self.rec.refuse_for(
+                "rename",
+                &from,
+                libc::EPERM,
+                "packed-refs is a symbolic link the view keeps: it is removed, not moved",
+            ));
+        }
         // Handles still open on the renamed file (a lock written and not yet closed).
         let open_on_from: Vec<u64> = g
             .handles

@@ -124,6 +124,8 @@ impl Shared {
             }
             g.w.packed.revision()
         };
+        // `packed-refs` as a symbolic link, kept beside it (`packed_link.rs`).
+        self.load_packed_link(gitdir);
         if !self.read_only() {
             let _ = self.packed_file.set(PackedFile {
                 path,
