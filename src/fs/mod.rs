@@ -20,7 +20,7 @@
 //! | [`protocol`] | the files-backend protocol, pure: the overlay, commit points staged as edits, which refs are loose or packed (the layout) |
 //! | [`broken`] | the store of broken refs (bad names, content that is no ref value, junk reflogs) and symbolic links kept beside the stack, as a files `.git` keeps them |
 //! | [`passthrough`] | everything else of the git directory, resolved beneath it |
-//! | `state` | one ref view: its caches behind one mutex (`mod.rs`), open files (`handles.rs`), what each call on a file's content means (`calls.rs`) and each call on names (`names.rs`), the times it shows (`times.rs`), what went stale (`invalidate.rs`), what a linked worktree's view also allows (`linked.rs`), broken refs and symbolic links kept (`broken.rs`), the packed layer saved (`packed_state.rs`) |
+//! | `state` | one ref view: its caches behind one mutex (`mod.rs`), open files (`handles.rs`), what each call on a file's content means (`calls.rs`) and each call on names (`names.rs`), the times it shows (`times.rs`), what went stale (`invalidate.rs`), what a linked worktree's view also allows (`linked.rs`), broken refs and symbolic links kept (`broken.rs`), the packed layer saved (`packed_state.rs`), `packed-refs` as a symbolic link (`packed_link.rs`) |
 //! | `batch`, `watch`, [`stack_source`] | the batcher thread; inotify → reload → invalidation; the real stack |
 //! | [`lifecycle`] | a ref view made, started and stopped the same way (main and worktrees) |
 //! | [`worktree`] | linked worktrees' ref views; their stacks made and removed for a files-backend `git worktree add/remove/prune` |
@@ -60,6 +60,9 @@
 //!   moments by the reader (under the state lock) and by the batcher's commit (never
 //!   across it: the update index of the table being committed is recorded first).
 //! * `Shared::tgids` — thread id → process cache: a leaf lock, taken before the state lock.
+//! * `Shared::link` (`state/packed_link.rs`): the target of `packed-refs` as a symbolic link,
+//!   a leaf lock read by the router alone and written under the state lock; its `io` mutex
+//!   serializes the writes of the link's file and target, taken before the state lock.
 //!
 //! * `worktree::Worktrees::inner` — which linked worktrees are served (`worktree.rs`): taken
 //!   by request handlers to find or start a worktree's view (opening its stack, starting
