@@ -29,6 +29,7 @@
 use std::io::{Read, Write};
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, RwLock};
 
 use fuser::FileAttr;
@@ -73,6 +74,8 @@ pub(crate) struct LinkShared {
     gitdir: OnceLock<PathBuf>,
     /// Serializes writes of [`LINK_FILE`] and of the target.
     io: Mutex<()>,
+    /// The last write of [`LINK_FILE`] failed: it is tried again with the packed layer's.
+    unsaved: AtomicBool,
 }
 
 /// Why `target` cannot be adopted as `packed-refs` (`None`: it can).
@@ -391,7 +394,21 @@ impl Shared {
                 r => r.and_then(|()| sync_dir(gitdir)),
             },
         };
+        self.link.unsaved.store(r.is_err(), Ordering::Relaxed);
         r.map_err(|e| refusal(libc::EIO, format!("keeping the packed-refs link: {e}")))
+    }
+
+    /// Writes [`LINK_FILE`] again if its last write failed (with the packed layer's save,
+    /// at most once a second and at unmount); a failure is logged.
+    pub(super) fn retry_packed_link(&self) {
+        if !self.link.unsaved.load(Ordering::Relaxed) {
+            return;
+        }
+        if let Some(gitdir) = self.link.gitdir.get() {
+            if let Err(r) = self.save_packed_link(gitdir) {
+                log::error!("reftablefs: {}", r.reason);
+            }
+        }
     }
 
     /// `symlink(target, packed-refs)`: the link made and `target` adopted (see the
@@ -403,6 +420,9 @@ impl Shared {
         target: &[u8],
         pid: u32,
     ) -> Result<FileAttr, FsError> {
+        if self.read_only() {
+            return Err(FsError::EROFS);
+        }
         let actor = self.tgid(pid);
         let refuse = |r: Refusal| self.rec.refuse("symlink", b"packed-refs", r);
         if let Some(why) = target_refused(target) {
@@ -462,6 +482,9 @@ impl Shared {
     /// view's `packed-refs` showed, and the packed-only refs are deleted (see the module's
     /// documentation).
     pub(crate) fn unlink_packed_link(&self, pid: u32) -> Result<(), FsError> {
+        if self.read_only() {
+            return Err(FsError::EROFS);
+        }
         let actor = self.tgid(pid);
         let refuse = |r: Refusal| self.rec.refuse("unlink", b"packed-refs", r);
         let Some(gitdir) = self.link.gitdir.get() else {

@@ -138,6 +138,8 @@ impl Shared {
     /// `now`) the last write is at least a second old. A failure is logged: the layer
     /// stays in memory and is written at the next chance.
     pub fn save_packed_state(&self, now: bool) {
+        // The link's file, if its last write failed (`packed_link.rs`).
+        self.retry_packed_link();
         let Some(f) = self.packed_file.get() else {
             return;
         };
