@@ -20,7 +20,7 @@
 //! | [`protocol`] | the files-backend protocol, pure: the overlay, commit points staged as edits, which refs are loose or packed (the layout) |
 //! | [`broken`] | the store of broken refs (bad names, content that is no ref value, junk reflogs) and symbolic links kept beside the stack, as a files `.git` keeps them |
 //! | [`passthrough`] | everything else of the git directory, resolved beneath it |
-//! | `state` | one ref view: its caches behind one mutex (`mod.rs`), open files (`handles.rs`), what each call on a file's content means (`calls.rs`) and each call on names (`names.rs`), the times it shows (`times.rs`), what went stale (`invalidate.rs`), what a linked worktree's view also allows (`linked.rs`), broken refs and symbolic links kept (`broken.rs`), the packed layer saved (`packed_state.rs`), `packed-refs` as a symbolic link (`packed_link.rs`) |
+//! | `state` | one ref view: its caches behind one mutex (`mod.rs`), open files (`handles.rs`), directory listings (`listing.rs`), what each call on a file's content means (`calls.rs`) and each call on names (`names.rs`), the times it shows (`times.rs`), what went stale (`invalidate.rs`), what a linked worktree's view also allows (`linked.rs`), broken refs and symbolic links kept (`broken.rs`), the packed layer saved (`packed_state.rs`), `packed-refs` as a symbolic link (`packed_link.rs`) |
 //! | `batch`, `watch`, [`stack_source`] | the batcher thread; inotify → reload → invalidation; the real stack |
 //! | [`lifecycle`] | a ref view made, started and stopped the same way (main and worktrees) |
 //! | [`worktree`] | linked worktrees' ref views; their stacks made and removed for a files-backend `git worktree add/remove/prune` |
