@@ -20,6 +20,10 @@
 #   BENCH_SCALE=10 bash benches/prune_bench.sh  sizes divided by 10
 #   MOUNT_BENCH_BIN=/path/to/reftablefs ...     measure another build of the mount
 #   OLD_GIT=/usr/bin/git                        the files-only git (2.39) that is timed
+#   PRUNE_TRACE=1                               also count the FUSE requests of each step
+#                                               of the packed layout (the kernel's
+#                                               fuse:fuse_request_send/_end tracepoints;
+#                                               root; tracefs mounted if it is not)
 #
 # The mount runs with its defaults (fsync on, batch window 5 ms). Every mount is removed
 # by the trap (reftablefs unmount, then fusermount3 -uz); every step is bounded by
@@ -148,21 +152,56 @@ run() {
     t1=$(now_us)
     took=$((t1 - t0))
 }
+# Request counts of the packed layout's steps (PRUNE_TRACE=1): the kernel's tracepoints,
+# kept to the packed mount's connection (its device number).
+trace_dir=/sys/kernel/tracing
+tracing=0
+if [ "${PRUNE_TRACE:-0}" = 1 ]; then
+    [ -e "$trace_dir/events/fuse" ] || mount -t tracefs nodev "$trace_dir" 2>/dev/null || true
+    if [ -w "$trace_dir/events/fuse/enable" ]; then
+        tracing=1
+        echo 20000 >"$trace_dir/buffer_size_kb"
+    else
+        echo "prune: PRUNE_TRACE=1 but the fuse tracepoints are not writable: no request counts"
+    fi
+fi
+pconn=$(mountpoint -d "$pmnt" | cut -d: -f2)
+trace_on() {
+    [ "$tracing" = 1 ] || return 0
+    echo 0 >"$trace_dir/tracing_on"; echo >"$trace_dir/trace"
+    echo 1 >"$trace_dir/events/fuse/enable"; echo 1 >"$trace_dir/tracing_on"
+}
+# trace_off LABEL: the requests the packed mount answered since trace_on, by opcode.
+trace_off() {
+    [ "$tracing" = 1 ] || return 0
+    echo 0 >"$trace_dir/tracing_on"; echo 0 >"$trace_dir/events/fuse/enable"
+    awk -v conn="$pconn" -v label="$1" '
+        / fuse_request_send: / && $0 ~ ("connection " conn " ") {
+            for (i = 1; i <= NF; i++) if ($i == "req") r = $(i + 1); else if ($i == "opcode") op = $(i + 2)
+            gsub(/[()]/, "", op); sub(/^FUSE_/, "", op); pending[r] = op }
+        / fuse_request_end: / && $0 ~ ("connection " conn " ") {
+            for (i = 1; i <= NF; i++) if ($i == "req") r = $(i + 1); else if ($i == "error") e = $(i + 1)
+            if (r in pending) { n++; count[pending[r]]++; if (pending[r] == "LOOKUP" && e != 0) failed++; delete pending[r] } }
+        END { line = ""; for (o in count) line = line " " o " " count[o]
+              printf "  packed layout, %s: %d requests (%d LOOKUPs answered ENOENT):%s\n", label, n, failed, line }
+    ' "$trace_dir/trace" >>"$work/requests"
+}
+
 load_before=$(load)
 echo "== prune: fetch --prune ($nprune of $nb), then branch -D ($ndel of $nb) (load: $load_before)"
 # What fetch --prune reads before it deletes: the same fetch with --dry-run.
 run mount fetch -q --dry-run --prune origin; m_dry=$took
-run packed fetch -q --dry-run --prune origin; p_dry=$took
+trace_on; run packed fetch -q --dry-run --prune origin; p_dry=$took; trace_off "fetch --dry-run --prune"
 run loose fetch -q --dry-run --prune origin; l_dry=$took
 run files fetch -q --dry-run --prune origin; f_dry=$took
 run files fetch -q --prune origin; f_fetch=$took
 run loose fetch -q --prune origin; l_fetch=$took
-run packed fetch -q --prune origin; p_fetch=$took
+trace_on; run packed fetch -q --prune origin; p_fetch=$took; trace_off "fetch --prune"
 run mount fetch -q --prune origin; m_fetch=$took
 # shellcheck disable=SC2086
 run mount branch -q -D $dels; m_del=$took
 # shellcheck disable=SC2086
-run packed branch -q -D $dels; p_del=$took
+trace_on; run packed branch -q -D $dels; p_del=$took; trace_off "branch -D"
 # shellcheck disable=SC2086
 run loose branch -q -D $dels; l_del=$took
 # shellcheck disable=SC2086
@@ -192,4 +231,5 @@ row "git 2.39 fetch --dry-run --prune (reads only)" "$m_dry" "$p_dry" "$l_dry" "
 row "git 2.39 fetch --prune, $nprune pruned" "$m_fetch" "$p_fetch" "$l_fetch" "$f_fetch" "packed ≤ 2× files"
 row "git 2.39 branch -D, $ndel deleted" "$m_del" "$p_del" "$l_del" "$f_del" "packed ≤ 2× files"
 echo
+[ -s "$work/requests" ] && { echo; echo "FUSE requests (PRUNE_TRACE=1):"; cat "$work/requests"; }
 echo "($left refs left on each side, identical; load average before: $load_before, after: $load_after; $(nproc) CPUs)"

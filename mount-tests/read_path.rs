@@ -1017,3 +1017,112 @@ pub fn listings_follow_every_change(ctx: &Ctx) -> TestResult {
     m.unmount()
 }
 mount_test!(listings_follow_every_change, timeout = 180);
+
+/// Absent names the kernel may remember (issue 26.3: fewer round trips per deleted ref).
+/// A passed-through name's absence is kept at most `PASS_TTL` (1 s), as a changed one's
+/// attributes are: a hook made in GITDIR behind the mount shows within it (and, looked up
+/// again at once, not before: the absence was remembered). A lock's absence in the ref
+/// view is kept: such a name appears only through the kernel, and `O_EXCL` creates,
+/// renames and unlinks of it through the mount work as before. A ref name's absence is
+/// never kept: a ref another writer makes is readable at once.
+pub fn absent_names_cached_safely(ctx: &Ctx) -> TestResult {
+    let repo = Repo::init(&ctx.path("repo"), "reftable")?;
+    build_scenario(&repo)?;
+    let m = Mount::start(&repo.gitdir, &ctx.path("mnt"), &[])?;
+    fs::create_dir_all(repo.gitdir.join("hooks"))?;
+
+    // A passed-through name: remembered absent, then seen within PASS_TTL. Two lookups
+    // 0.9 s apart could both fall outside the kernel's memory on a stalled machine: tried
+    // with fresh names until one pair lands inside it.
+    let mut remembered = false;
+    for attempt in 0..5 {
+        let hook = format!("hooks/reference-transaction-{attempt}");
+        expect_errno(
+            fs::metadata(m.path(&hook)),
+            &[libc::ENOENT],
+            "a hook not there",
+        )?;
+        let looked = Instant::now();
+        fs::write(repo.gitdir.join(&hook), "#!/bin/sh\n")?;
+        let again = fs::metadata(m.path(&hook));
+        if looked.elapsed() < Duration::from_millis(900) {
+            ensure!(
+                again.is_err(),
+                "{hook}, made in GITDIR 0 s after the mount said it was absent, shows at once: \
+                 its absence was not remembered"
+            );
+            remembered = true;
+        }
+        wait_for(Duration::from_secs(3), || {
+            fs::metadata(m.path(&hook))
+                .map(|_| ())
+                .map_err(|e| e.to_string())
+        })
+        .map_err(|e| format!("{hook} made in GITDIR not seen within 3 s: {e}"))?;
+        if remembered {
+            break;
+        }
+    }
+    ensure!(remembered, "no two lookups within 0.9 s in five tries");
+
+    // A lock's absence is remembered; creating, renaming and removing it still work.
+    let lock = m.path("refs/heads/main.lock");
+    for round in 0..3 {
+        expect_errno(fs::metadata(&lock), &[libc::ENOENT], "no lock yet")?;
+        fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .open(&lock)
+            .map_err(|e| format!("round {round}: O_EXCL create of main.lock: {e}"))?;
+        expect_errno(
+            fs::OpenOptions::new()
+                .write(true)
+                .create_new(true)
+                .open(&lock),
+            &[libc::EEXIST],
+            "a second O_EXCL create of a held lock",
+        )?;
+        ensure!(
+            fs::metadata(&lock).is_ok(),
+            "round {round}: the lock is not there"
+        );
+        fs::remove_file(&lock)?;
+    }
+    let gitdir = format!("--git-dir={}", m.mnt.display());
+    for round in 0..3 {
+        let to = repo.rev_parse(&format!("HEAD~{round}"))?;
+        run_cmd(
+            &repo.work,
+            "/usr/bin/git",
+            &[
+                &gitdir,
+                "-c",
+                "user.name=T",
+                "-c",
+                "user.email=t@example.com",
+                "update-ref",
+                "refs/heads/main",
+                &to,
+            ],
+        )?;
+        ensure!(
+            fs::read_to_string(m.path("refs/heads/main"))?.trim() == to,
+            "round {round}: git 2.39's update-ref through the mount did not land"
+        );
+    }
+    expect_errno(fs::metadata(&lock), &[libc::ENOENT], "no lock after git")?;
+
+    // A ref name's absence is never remembered: made by git 2.47 on the stack, it reads at
+    // once (the open reaches the mount).
+    let name = "refs/heads/made-underneath";
+    for _ in 0..2 {
+        expect_errno(fs::metadata(m.path(name)), &[libc::ENOENT], "not made yet")?;
+    }
+    let head = repo.rev_parse("HEAD")?;
+    repo.git(&["update-ref", name, &head])?;
+    let read = fs::read_to_string(m.path(name))
+        .map_err(|e| format!("{name} made by git 2.47 is not readable at once: {e}"))?;
+    ensure!(read.trim() == head, "{name} reads {read:?}, not {head}");
+    m.unmount()
+}
+mount_test!(absent_names_cached_safely, timeout = 120);

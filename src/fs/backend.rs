@@ -31,6 +31,34 @@ pub struct Entry {
     pub entry_ttl: Duration,
 }
 
+impl Entry {
+    /// No such name, and the kernel may remember that for `ttl`: FUSE's reply of node id 0
+    /// (a negative entry). Only for a name that can then appear only through the kernel
+    /// (which updates its own entry) or, for a passed-through name, by a change in GITDIR
+    /// that the mount shows within `ttl` anyway (`passthrough::PASS_TTL`).
+    pub fn absent(ttl: Duration) -> Entry {
+        let mut attr = crate::fs::attr::attr(
+            0,
+            crate::fs::view::Kind::Scratch,
+            0,
+            std::time::UNIX_EPOCH,
+            0,
+            0,
+        );
+        attr.nlink = 0;
+        Entry {
+            attr,
+            attr_ttl: Duration::ZERO,
+            entry_ttl: ttl,
+        }
+    }
+
+    /// Whether this is [`Entry::absent`]'s answer.
+    pub fn is_absent(&self) -> bool {
+        self.attr.ino.0 == 0
+    }
+}
+
 /// A file made and opened (`create`).
 pub type Made = (Entry, Opened);
 

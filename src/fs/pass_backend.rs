@@ -87,7 +87,18 @@ impl PassView {
 
 impl Backend for PassView {
     fn lookup(&self, _req: Req, parent: u64, name: &[u8]) -> Result<Entry, FsError> {
-        self.pass.lookup(parent, name).map(entry)
+        match self.pass.lookup(parent, name) {
+            Ok(a) => Ok(entry(a)),
+            // A passed-through name made in GITDIR behind the mount's back shows within
+            // PASS_TTL, as a changed one does; one made through the mount updates the
+            // kernel's own entry. So its absence may be remembered as long (git 2.39 looks
+            // for `hooks/reference-transaction` three times per ref transaction). Not a
+            // ref name in a worktree's directory before the worktree is known.
+            Err(e) if e.errno() == libc::ENOENT && !passthrough::is_ref_name_at_root(name) => {
+                Ok(Entry::absent(PASS_TTL))
+            }
+            Err(e) => Err(e),
+        }
     }
 
     fn forget(&self, ino: u64, n: u64) {

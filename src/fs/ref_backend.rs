@@ -20,8 +20,9 @@ use crate::fs::view::Kind;
 use crate::fs::worktree::Worktree;
 
 /// Entry TTL for directories and ref files. A name that vanishes or changes kind is
-/// invalidated by the watcher; new names are never negatively cached; every open reaches
-/// the mount, which compares the content with what the kernel may have cached.
+/// invalidated by the watcher; a ref name's absence is never cached (a lock's is: such a
+/// name appears only through the kernel); every open reaches the mount, which compares
+/// the content with what the kernel may have cached.
 pub const ENTRY_TTL: Duration = Duration::from_secs(10);
 /// Attribute TTL for files other than ref files of a stable size (those get
 /// `REF_ATTR_TTL`): zero, so a size is never stale (no truncated reads).
@@ -133,9 +134,21 @@ impl RefView {
 
 impl Backend for RefView {
     fn lookup(&self, _req: Req, parent: u64, name: &[u8]) -> Result<Entry, FsError> {
-        let (a, kind, cache) = self.shared.lookup(self.inn(parent), name)?;
+        let claimed = parent == crate::fs::ino::ROOT && self.shared.link_claims(name);
+        let (a, kind, cache) = match self.shared.lookup(self.inn(parent), name) {
+            Ok(found) => found,
+            // A lock's name appears only by a `create` or `rename` through the kernel,
+            // which then updates its own entry: its absence may be remembered (git's
+            // `O_EXCL` create of a lock is then one request, not a lookup and a create).
+            // Any other name may become a ref by another writer's commit: never. Nor a
+            // name `packed-refs` links to, which goes back to the passthrough with the link.
+            Err(e) if e.errno() == libc::ENOENT && name.ends_with(b".lock") && !claimed => {
+                return Ok(Entry::absent(ENTRY_TTL));
+            }
+            Err(e) => return Err(e),
+        };
         let (attr_ttl, mut entry_ttl) = ttls(kind, cache);
-        if parent == crate::fs::ino::ROOT && self.shared.link_claims(name) {
+        if claimed {
             // A file `packed-refs` links to goes back to the passthrough with the link
             // (`state/packed_link.rs`): its name is not cached.
             entry_ttl = Duration::ZERO;
@@ -309,5 +322,78 @@ impl Backend for RefView {
             attr_ttl: FILE_ATTR_TTL,
             entry_ttl: Duration::ZERO,
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::fs::ino::ROOT;
+    use crate::fs::source::{LogSettings, MemSource};
+    use crate::fs::state::BatchSettings;
+    use crate::ObjectId;
+    use crate::RefValue;
+
+    /// An absent lock's name is answered as a remembered absence (node id 0 with the entry
+    /// TTL); an absent ref name is an error the kernel does not keep; a present lock is
+    /// an ordinary entry.
+    #[test]
+    fn only_a_lock_name_is_remembered_absent() {
+        let mut mem = MemSource::new();
+        mem.set(
+            "refs/heads/main",
+            RefValue::Val1(ObjectId::from_bytes(&[1; 20]).expect("id")),
+        );
+        let shared = Shared::new(
+            Box::new(mem),
+            false,
+            LogSettings::default(),
+            BatchSettings {
+                window: Duration::from_millis(5),
+                max: 10,
+            },
+        );
+        let view = RefView::main(shared.clone());
+        let req = Req {
+            pid: std::process::id(),
+        };
+        let refs = view.lookup(req, ROOT, b"refs").expect("refs").attr.ino.0;
+        let heads = view.lookup(req, refs, b"heads").expect("heads").attr.ino.0;
+
+        let lock = view.lookup(req, heads, b"main.lock").expect("an answer");
+        assert!(lock.is_absent(), "an absent lock is a remembered absence");
+        assert_eq!(lock.entry_ttl, ENTRY_TTL);
+        let root_lock = view.lookup(req, ROOT, b"HEAD.lock").expect("an answer");
+        assert!(root_lock.is_absent());
+
+        let e = view.lookup(req, heads, b"other").expect_err("no such ref");
+        assert_eq!(e.errno(), libc::ENOENT);
+        let e = view
+            .lookup(req, heads, b"main.locks")
+            .expect_err("no such ref");
+        assert_eq!(e.errno(), libc::ENOENT);
+
+        let flags = libc::O_CREAT | libc::O_EXCL | libc::O_WRONLY;
+        let (_, fh) = shared
+            .create(
+                shared_ino(&view, heads),
+                b"main.lock",
+                flags,
+                std::process::id(),
+            )
+            .expect("lock");
+        let held = view.lookup(req, heads, b"main.lock").expect("the lock");
+        assert!(!held.is_absent());
+        assert_eq!(
+            held.entry_ttl,
+            Duration::ZERO,
+            "a lock's name is never kept"
+        );
+        shared.release(fh);
+    }
+
+    /// The view's own number of the mount's inode `ino`.
+    fn shared_ino(view: &RefView, ino: u64) -> u64 {
+        view.inn(ino)
     }
 }

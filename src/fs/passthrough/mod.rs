@@ -54,7 +54,8 @@ use resolve::*;
 
 /// Entry and attribute TTL of passed-through nodes. Changes made through the mount are
 /// seen at once (the kernel updates its own view); a change made directly in the git
-/// directory is seen within this time.
+/// directory is seen within this time, a name made there too (an absent name's answer is
+/// kept this long: `pass_backend.rs`).
 pub const PASS_TTL: Duration = Duration::from_secs(1);
 
 /// Whether a name at the top of the mount belongs to the ref view: `refs`, `logs`,
