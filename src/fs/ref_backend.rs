@@ -329,8 +329,6 @@ impl Backend for RefView {
 mod tests {
     use super::*;
     use crate::fs::ino::ROOT;
-    use crate::fs::source::{LogSettings, MemSource};
-    use crate::fs::state::BatchSettings;
     use crate::ObjectId;
     use crate::RefValue;
 
@@ -339,20 +337,10 @@ mod tests {
     /// an ordinary entry.
     #[test]
     fn only_a_lock_name_is_remembered_absent() {
-        let mut mem = MemSource::new();
-        mem.set(
+        let shared = crate::fs::test_support::writable_view(&[(
             "refs/heads/main",
             RefValue::Val1(ObjectId::from_bytes(&[1; 20]).expect("id")),
-        );
-        let shared = Shared::new(
-            Box::new(mem),
-            false,
-            LogSettings::default(),
-            BatchSettings {
-                window: Duration::from_millis(5),
-                max: 10,
-            },
-        );
+        )]);
         let view = RefView::main(shared.clone());
         let req = Req {
             pid: std::process::id(),

@@ -10,3 +10,25 @@ pub(crate) fn assert_splits(f: impl Fn(&[u8]) -> bool, yes: &[&str], no: &[&str]
         assert!(!f(n.as_bytes()), "should not hold: {n:?}");
     }
 }
+
+/// A writable view of the refs `refs` (in memory), whose batches wait a minute (nothing
+/// is written unless a test asks).
+pub(crate) fn writable_view(
+    refs: &[(&str, crate::format::RefValue)],
+) -> std::sync::Arc<crate::fs::state::Shared> {
+    use crate::fs::source::{LogSettings, MemSource};
+    use crate::fs::state::{BatchSettings, Shared};
+    let mut mem = MemSource::new();
+    for (name, value) in refs {
+        mem.set(name, value.clone());
+    }
+    Shared::new(
+        Box::new(mem),
+        false,
+        LogSettings::default(),
+        BatchSettings {
+            window: std::time::Duration::from_secs(60),
+            max: 1000,
+        },
+    )
+}

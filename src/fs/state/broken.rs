@@ -545,21 +545,7 @@ mod tests {
     fn view_keeping_broken_refs(
         refs: &[(&str, crate::format::RefValue)],
     ) -> (std::sync::Arc<crate::fs::state::Shared>, tempfile::TempDir) {
-        use crate::fs::source::{LogSettings, MemSource};
-        use crate::fs::state::{BatchSettings, Shared};
-        let mut mem = MemSource::new();
-        for (name, value) in refs {
-            mem.set(name, value.clone());
-        }
-        let shared = Shared::new(
-            Box::new(mem),
-            false,
-            LogSettings::default(),
-            BatchSettings {
-                window: std::time::Duration::from_secs(60),
-                max: 1000,
-            },
-        );
+        let shared = crate::fs::test_support::writable_view(refs);
         let d = tempfile::tempdir().unwrap();
         shared.keep_broken_refs(BrokenRefs::open(d.path()).unwrap());
         (shared, d)

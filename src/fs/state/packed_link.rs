@@ -575,24 +575,15 @@ impl Shared {
 mod tests {
     use super::*;
     use crate::format::{ObjectId, RefValue};
-    use crate::fs::source::{LogSettings, MemSource};
-    use crate::fs::state::{BatchSettings, Handle};
+    use crate::fs::state::Handle;
 
     /// A writable view of main and topic (batches wait a minute) keeping its state in `d`.
     fn view(d: &Path) -> Arc<Shared> {
         let id = |n: u8| ObjectId::from_bytes(&[n; 20]).expect("id");
-        let mut mem = MemSource::new();
-        mem.set("refs/heads/main", RefValue::Val1(id(1)));
-        mem.set("HEAD", RefValue::Symref(b"refs/heads/main".to_vec()));
-        let shared = Shared::new(
-            Box::new(mem),
-            false,
-            LogSettings::default(),
-            BatchSettings {
-                window: std::time::Duration::from_secs(60),
-                max: 1000,
-            },
-        );
+        let shared = crate::fs::test_support::writable_view(&[
+            ("refs/heads/main", RefValue::Val1(id(1))),
+            ("HEAD", RefValue::Symref(b"refs/heads/main".to_vec())),
+        ]);
         shared.keep_packed_state_in(d);
         shared
     }
