@@ -198,26 +198,22 @@ pub fn broken_links_and_junk_reflogs_as_on_a_files_gitdir(ctx: &Ctx) -> TestResu
     let (on_disk, through, repo) =
         crate::harness::on_files_and_mount(ctx, "t2400/t3200/t1407-like", STEPS)?;
     // The steps did meet what they test (else both sides could agree on nothing).
-    for want in [
-        "$ test -h WORK/.git/worktrees/there/HEAD -> 0",
-        "is already checked out at 'WORK/there'",
-        "$ test -h WORK/.git/worktrees/there/HEAD -> 1",
-        "$ /usr/bin/git -C other rev-parse --symbolic-full-name HEAD -> 0\nrefs/heads/side",
-        "$ /usr/bin/git symbolic-ref refs/heads/sym -> 0\nrefs/heads/main",
-        "$ test -h .git/logs/refs/heads/u -> 0",
-        "reflog for refs/heads/u is a symlink",
-        "$ /usr/bin/git reflog exists refs/bisect/random -> 0",
-        "PSEUDO-MAIN",
-    ] {
-        ensure!(
-            on_disk.contains(want),
-            "the files twin misses {want:?}:\n{on_disk}"
-        );
-    }
-    ensure!(
-        through == on_disk,
-        "git 2.39 through the mount differs from a files .git:\n--- files\n{on_disk}\n--- mount\n{through}"
-    );
+    crate::harness::same_as_files(
+        "t2400/t3200/t1407-like",
+        &on_disk,
+        &through,
+        &[
+            "$ test -h WORK/.git/worktrees/there/HEAD -> 0",
+            "is already checked out at 'WORK/there'",
+            "$ test -h WORK/.git/worktrees/there/HEAD -> 1",
+            "$ /usr/bin/git -C other rev-parse --symbolic-full-name HEAD -> 0\nrefs/heads/side",
+            "$ /usr/bin/git symbolic-ref refs/heads/sym -> 0\nrefs/heads/main",
+            "$ test -h .git/logs/refs/heads/u -> 0",
+            "reflog for refs/heads/u is a symlink",
+            "$ /usr/bin/git reflog exists refs/bisect/random -> 0",
+            "PSEUDO-MAIN",
+        ],
+    )?;
     // Kept beside the stacks; the links to ref names are symrefs there (git 2.47).
     let main_store = store_entries(&repo.gitdir);
     ensure!(

@@ -715,6 +715,24 @@ pub fn on_files_and_mount(
     Ok((on_disk, through?, repo))
 }
 
+/// What git 2.39's steps printed through the mount (`through`) equals what they printed
+/// on a files `.git` (`on_disk`), which shows every line of `wants` (the steps did meet
+/// what the test is about: else both sides could agree on nothing). `label` names them.
+pub fn same_as_files(label: &str, on_disk: &str, through: &str, wants: &[&str]) -> TestResult {
+    for want in wants {
+        ensure!(
+            on_disk.contains(want),
+            "{label}: the files twin misses {want:?}:\n{on_disk}"
+        );
+    }
+    ensure!(
+        through == on_disk,
+        "{label}: git 2.39 through the mount differs from a files .git:\n--- files\n\
+         {on_disk}\n--- mount\n{through}"
+    );
+    Ok(())
+}
+
 /// Runs the bash `script` (git 2.39 steps, `label` names them, `what` says where) in the
 /// work tree `work`: what it printed (it must exit 0).
 pub fn steps239(
