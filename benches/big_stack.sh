@@ -60,9 +60,9 @@ cleanup() {
 }
 trap cleanup EXIT INT TERM
 
-export GIT_CONFIG_NOSYSTEM=1 GIT_CONFIG_GLOBAL=/dev/null HOME="$work" LC_ALL=C
-export GIT_AUTHOR_NAME=Bench GIT_AUTHOR_EMAIL=bench@example.com
-export GIT_COMMITTER_NAME=Bench GIT_COMMITTER_EMAIL=bench@example.com
+# shellcheck source=benches/support/git_env.sh
+. benches/support/git_env.sh
+bench_git_env "$work"
 
 rows=()
 row() { rows+=("| $1 | $2 | $3 |"); echo "  $1: ours $2; git $3"; }

@@ -148,9 +148,9 @@ ratio() {
     if num "$1" && num "$2"; then awk -v a="$1" -v b="$2" 'BEGIN { if (b > 0) printf "%.2f×", a / b; else print "n/a" }'; else echo n/a; fi
 }
 
-export GIT_CONFIG_NOSYSTEM=1 GIT_CONFIG_GLOBAL=/dev/null HOME="$work" LC_ALL=C
-export GIT_AUTHOR_NAME=Bench GIT_AUTHOR_EMAIL=bench@example.com
-export GIT_COMMITTER_NAME=Bench GIT_COMMITTER_EMAIL=bench@example.com
+# shellcheck source=benches/support/git_env.sh
+. benches/support/git_env.sh
+bench_git_env "$work"
 
 nrefs=$((20000 / scale))
 npick=$((10000 / scale))

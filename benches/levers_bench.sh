@@ -57,9 +57,9 @@ trap cleanup EXIT
 trap 'exit 130' INT
 trap 'exit 143' TERM
 
-export GIT_CONFIG_NOSYSTEM=1 GIT_CONFIG_GLOBAL=/dev/null HOME="$work" LC_ALL=C
-export GIT_AUTHOR_NAME=Bench GIT_AUTHOR_EMAIL=bench@example.com
-export GIT_COMMITTER_NAME=Bench GIT_COMMITTER_EMAIL=bench@example.com
+# shellcheck source=benches/support/git_env.sh
+. benches/support/git_env.sh
+bench_git_env "$work"
 load_start=$(uptime)
 git init -q --ref-format=reftable -b main "$work/rt"
 git -C "$work/rt" commit -q --allow-empty -m one
