@@ -14,13 +14,7 @@ use crate::util;
 
 /// git without auto-compaction, so that each command leaves its own table.
 fn git(dir: &Path, args: &[&str]) {
-    let st = util::git_cmd(dir)
-        .env("GIT_TEST_REFTABLE_AUTOCOMPACTION", "false")
-        .args(args)
-        .stdout(std::process::Stdio::null())
-        .status()
-        .unwrap();
-    assert!(st.success(), "git {args:?}");
+    util::git_no_compaction(dir, args)
 }
 
 /// Real tables: Appendix A's, one with indexes and an obj section at block size 100, one

@@ -1081,14 +1081,7 @@ fn existence_markers_are_byte_identical_to_gits() {
     let tmp = tempfile::tempdir().unwrap();
     let (a, b) = (tmp.path().join("a"), tmp.path().join("b"));
     std::fs::create_dir(&a).unwrap();
-    let g = |dir: &std::path::Path, args: &[&str]| {
-        let o = util::git_cmd(dir)
-            .env("GIT_TEST_REFTABLE_AUTOCOMPACTION", "false")
-            .args(args)
-            .output()
-            .unwrap();
-        assert!(o.status.success(), "git {args:?}: {o:?}");
-    };
+    let g = util::git_no_compaction;
     g(&a, &["init", "-q", "--ref-format=reftable", "-b", "main"]);
     g(&a, &["commit", "-q", "--allow-empty", "-m", "one"]);
     g(

@@ -33,23 +33,14 @@ fn ref_files(dir: &Path) -> Vec<String> {
     v
 }
 
-fn git_quiet(dir: &Path, args: &[&str]) {
-    let o = util::git_cmd(dir)
-        .env("GIT_TEST_REFTABLE_AUTOCOMPACTION", "false")
-        .args(args)
-        .output()
-        .unwrap();
-    assert!(o.status.success(), "git {args:?}: {o:?}");
-}
-
 /// A repository of four tables (git, no auto-compaction): `main` with a commit, a
 /// branch and a tag with reflogs, and `n` commits; `b` is a copy.
 fn two_copies(n: usize) -> (Repo, tempfile::TempDir, Vec<ObjectId>) {
     let a = Repo::new(HashKind::Sha1);
-    git_quiet(a.path(), &["commit", "-q", "--allow-empty", "-m", "one"]);
+    util::git_no_compaction(a.path(), &["commit", "-q", "--allow-empty", "-m", "one"]);
     let c = a.commits(n);
-    git_quiet(a.path(), &["update-ref", "refs/heads/old", &c[0].to_hex()]);
-    git_quiet(a.path(), &["update-ref", "refs/tags/keep", &c[1].to_hex()]);
+    util::git_no_compaction(a.path(), &["update-ref", "refs/heads/old", &c[0].to_hex()]);
+    util::git_no_compaction(a.path(), &["update-ref", "refs/tags/keep", &c[1].to_hex()]);
     assert_eq!(a.tables().len(), 4, "{:?}", a.tables());
     let tmp = tempfile::tempdir().unwrap();
     let b = tmp.path().join("b");

@@ -70,6 +70,21 @@ pub fn git(dir: &Path, args: &[&str]) -> String {
     String::from_utf8(out.stdout).expect("utf-8 output")
 }
 
+/// Runs git without auto-compaction (each command leaves its own table), asserts
+/// success.
+pub fn git_no_compaction(dir: &Path, args: &[&str]) {
+    let out = git_cmd(dir)
+        .env("GIT_TEST_REFTABLE_AUTOCOMPACTION", "false")
+        .args(args)
+        .output()
+        .expect("git runs");
+    assert!(
+        out.status.success(),
+        "git {args:?} failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
 /// Runs git with stdin.
 pub fn git_stdin(dir: &Path, args: &[&str], input: &[u8]) -> Output {
     use std::io::Write;
