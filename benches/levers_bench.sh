@@ -36,14 +36,12 @@ if [ -n "${MOUNT_BENCH_BIN:-}" ]; then bin="$MOUNT_BENCH_BIN"; else
 fi
 
 work=$(mktemp -d "${TMPDIR:-/tmp}/reftablefs-levers.XXXXXX")
-mnt="$work/mnt" pid="" conn="" tr_inst="" tr_mounted=""
+mnt="$work/mnt" pid="" conn=""
+# shellcheck source=benches/support/fuse_trace.sh
+. benches/support/fuse_trace.sh
 cleanup() {
     set +e
-    if [ -n "$tr_inst" ] && [ -d "$tr_inst" ]; then
-        echo 0 >"$tr_inst/events/fuse/fuse_request_send/enable"
-        rmdir "$tr_inst"
-    fi
-    [ -n "$tr_mounted" ] && umount "$work/tracefs"
+    fuse_trace_close
     if mountpoint -q "$mnt"; then
         timeout 20 fusermount3 -u "$mnt" || {
             [ -n "$conn" ] && echo 1 >"/sys/fs/fuse/connections/$conn/abort"
@@ -84,14 +82,8 @@ for _ in $(seq 300); do
 done
 [ -n "$conn" ] || { echo "levers: not mounted after 30 s"; exit 1; }
 
-if grep -q ' /sys/kernel/tracing tracefs ' /proc/self/mountinfo; then tr_root=/sys/kernel/tracing; else
-    mkdir -p "$work/tracefs" && mount -t tracefs nodev "$work/tracefs" && tr_root="$work/tracefs" tr_mounted=1
-fi
-tr_inst="$tr_root/instances/reftablefs-levers-$$"
-mkdir "$tr_inst"
-echo 16384 >"$tr_inst/buffer_size_kb"
-ev="$tr_inst/events/fuse/fuse_request_send"
-echo "connection == $conn" >"$ev/filter"
+fuse_trace_open reftablefs-levers "$work" || { echo "levers: no tracefs instance"; exit 1; }
+fuse_trace_filter "$conn"
 
 # flip: rewrite every bulk ref on the stack (git 2.47, not through the mount), so the
 # mount's next reads are of new content; waits until the mount shows it.
@@ -121,12 +113,11 @@ run() {
 }
 # traced WORKLOAD: one run on the mount with the tracepoint on; requests per file by opcode.
 traced() {
-    echo >"$tr_inst/trace"
-    echo 1 >"$ev/enable"
+    fuse_trace_on
     run mount "$1" >/dev/null
     sleep 0.2
-    echo 0 >"$ev/enable"
-    { grep -o 'opcode [0-9]* ([A-Z_]*)' "$tr_inst/trace" || true; } | sed 's/.*(FUSE_\(.*\))/\1/' | sort | uniq -c | sort -rn |
+    fuse_trace_off
+    { grep -o 'opcode [0-9]* ([A-Z_]*)' "$FT_INST/trace" || true; } | sed 's/.*(FUSE_\(.*\))/\1/' | sort | uniq -c | sort -rn |
         awk -v n="$n" '{ all += $1; if ($1 / n >= 0.005) s = s (s == "" ? "" : " + ") sprintf("%s %.2f", $2, $1 / n) }
             END { printf "%.2f (%s)\n", all / n, (s == "" ? "-" : s) }'
 }

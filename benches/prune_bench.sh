@@ -22,8 +22,9 @@
 #   OLD_GIT=/usr/bin/git                        the files-only git (2.39) that is timed
 #   PRUNE_TRACE=1                               also count the FUSE requests of each step
 #                                               of the packed layout (the kernel's
-#                                               fuse:fuse_request_send/_end tracepoints;
-#                                               root; tracefs mounted if it is not)
+#                                               fuse:fuse_request_send/_end tracepoints
+#                                               in a tracefs instance of the run's own,
+#                                               benches/support/fuse_trace.sh; root)
 #
 # The mount runs with its defaults (fsync on, batch window 5 ms). Every mount is removed
 # by the trap (reftablefs unmount, then fusermount3 -uz); every step is bounded by
@@ -48,6 +49,8 @@ else
     bin="$target/release/reftablefs"
 fi
 
+# shellcheck source=benches/support/fuse_trace.sh
+. benches/support/fuse_trace.sh
 work="$(mktemp -d "${TMPDIR:-/tmp}/reftablefs-prune.XXXXXX")"
 # The two mounts: the default (loose) layout and the packed one.
 mnt="$work/mnt"
@@ -68,6 +71,7 @@ unmount_all() {
 }
 cleanup() {
     set +e
+    fuse_trace_close
     unmount_all
     for m in "$mnt" "$pmnt"; do
         grep -q " $m " /proc/self/mountinfo && echo "prune: WARNING: $m is still mounted" >&2
@@ -152,39 +156,35 @@ run() {
     t1=$(now_us)
     took=$((t1 - t0))
 }
-# Request counts of the packed layout's steps (PRUNE_TRACE=1): the kernel's tracepoints,
-# kept to the packed mount's connection (its device number).
-trace_dir=/sys/kernel/tracing
+# Request counts of the packed layout's steps (PRUNE_TRACE=1): the kernel's tracepoints in
+# a tracefs instance of this run, kept to the packed mount's connection (its device minor).
 tracing=0
 if [ "${PRUNE_TRACE:-0}" = 1 ]; then
-    [ -e "$trace_dir/events/fuse" ] || mount -t tracefs nodev "$trace_dir" 2>/dev/null || true
-    if [ -w "$trace_dir/events/fuse/enable" ]; then
+    if fuse_trace_open reftablefs-prune "$work"; then
         tracing=1
-        echo 20000 >"$trace_dir/buffer_size_kb"
+        fuse_trace_filter "$(mountpoint -d "$pmnt" | cut -d: -f2)"
     else
-        echo "prune: PRUNE_TRACE=1 but the fuse tracepoints are not writable: no request counts"
+        echo "prune: PRUNE_TRACE=1 but no tracefs instance could be made: no request counts"
     fi
 fi
-pconn=$(mountpoint -d "$pmnt" | cut -d: -f2)
 trace_on() {
     [ "$tracing" = 1 ] || return 0
-    echo 0 >"$trace_dir/tracing_on"; echo >"$trace_dir/trace"
-    echo 1 >"$trace_dir/events/fuse/enable"; echo 1 >"$trace_dir/tracing_on"
+    fuse_trace_on
 }
 # trace_off LABEL: the requests the packed mount answered since trace_on, by opcode.
 trace_off() {
     [ "$tracing" = 1 ] || return 0
-    echo 0 >"$trace_dir/tracing_on"; echo 0 >"$trace_dir/events/fuse/enable"
-    awk -v conn="$pconn" -v label="$1" '
-        / fuse_request_send: / && $0 ~ ("connection " conn " ") {
+    fuse_trace_off
+    awk -v label="$1" '
+        / fuse_request_send: / {
             for (i = 1; i <= NF; i++) if ($i == "req") r = $(i + 1); else if ($i == "opcode") op = $(i + 2)
             gsub(/[()]/, "", op); sub(/^FUSE_/, "", op); pending[r] = op }
-        / fuse_request_end: / && $0 ~ ("connection " conn " ") {
+        / fuse_request_end: / {
             for (i = 1; i <= NF; i++) if ($i == "req") r = $(i + 1); else if ($i == "error") e = $(i + 1)
             if (r in pending) { n++; count[pending[r]]++; if (pending[r] == "LOOKUP" && e != 0) failed++; delete pending[r] } }
         END { line = ""; for (o in count) line = line " " o " " count[o]
               printf "  packed layout, %s: %d requests (%d LOOKUPs answered ENOENT):%s\n", label, n, failed, line }
-    ' "$trace_dir/trace" >>"$work/requests"
+    ' "$FT_INST/trace" >>"$work/requests"
 }
 
 load_before=$(load)
