@@ -37,7 +37,7 @@
 
 use std::collections::BTreeMap;
 use std::fs::{File, OpenOptions};
-use std::io::{self, Read, Write};
+use std::io::{self, Read};
 use std::os::fd::AsRawFd;
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
@@ -437,24 +437,13 @@ impl BrokenRefs {
             }
             return dir.sync_all();
         }
-        let tmp = self.path(TEMP_NAME);
-        let written = (|| {
-            let mut f = OpenOptions::new()
-                .write(true)
-                .create(true)
-                .truncate(true)
-                .mode(0o644)
-                .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
-                .open(&tmp)?;
-            f.write_all(&render(&self.map))?;
-            f.sync_all()?;
-            std::fs::rename(&tmp, &path)
-        })();
-        if let Err(e) = written {
-            let _ = std::fs::remove_file(&tmp);
-            return Err(e);
-        }
-        dir.sync_all()
+        let dir = self.path("");
+        crate::fs::durable::replace(
+            &dir,
+            Path::new(TEMP_NAME),
+            Path::new(FILE_NAME),
+            &render(&self.map),
+        )
     }
 }
 

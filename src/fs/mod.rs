@@ -18,6 +18,7 @@
 //! | [`inode`] | the ref view's inode table (stable numbers, sizes, the kernel's pages) |
 //! | [`queue`] | the batch queue (its own lock): sealed batches, written, failed, waiters |
 //! | [`protocol`] | the files-backend protocol, pure: the overlay, commit points staged as edits, which refs are loose or packed (the layout) |
+//! | `durable` | files the mount keeps beside the stack, replaced through a temporary file with `fsync`s |
 //! | [`broken`] | the store of broken refs (bad names, content that is no ref value, junk reflogs) and symbolic links kept beside the stack, as a files `.git` keeps them |
 //! | [`passthrough`] | everything else of the git directory, resolved beneath it |
 //! | `state` | one ref view: its caches behind one mutex (`mod.rs`), open files (`handles.rs`), directory listings (`listing.rs`), what each call on a file's content means (`calls.rs`) and each call on names (`names.rs`), the times it shows (`times.rs`), what went stale (`invalidate.rs`), what a linked worktree's view also allows (`linked.rs`), broken refs and symbolic links kept (`broken.rs`), the packed layer saved (`packed_state.rs`), `packed-refs` as a symbolic link (`packed_link.rs`) |
@@ -86,6 +87,7 @@ pub mod backend;
 pub mod broken;
 pub mod budget;
 pub mod config_view;
+mod durable;
 pub mod error;
 pub mod ino;
 pub mod inode;

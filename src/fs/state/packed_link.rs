@@ -34,6 +34,7 @@ use std::sync::{Arc, Mutex, OnceLock, RwLock};
 
 use fuser::FileAttr;
 
+use crate::fs::durable;
 use crate::fs::error::{FsError, Refusal};
 use crate::fs::ino::ROOT;
 use crate::fs::protocol::Caller;
@@ -151,29 +152,6 @@ fn read_target(gitdir: &Path, name: &[u8]) -> Result<Option<Vec<u8>>, Refusal> {
         ));
     }
     Ok(Some(data))
-}
-
-/// Fsyncs directory `dir`.
-fn sync_dir(dir: &Path) -> std::io::Result<()> {
-    std::fs::File::open(dir)?.sync_all()
-}
-
-/// Writes `content` to `dir/name` through `dir/temp` (fsynced, renamed, directory fsynced).
-fn write_via(dir: &Path, temp: &str, name: &Path, content: &[u8]) -> std::io::Result<()> {
-    let tmp = dir.join(temp);
-    let written = std::fs::OpenOptions::new()
-        .write(true)
-        .create(true)
-        .truncate(true)
-        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
-        .mode(0o644)
-        .open(&tmp)
-        .and_then(|mut f| f.write_all(content).and_then(|()| f.sync_all()));
-    if let Err(e) = written.and_then(|()| std::fs::rename(&tmp, dir.join(name))) {
-        let _ = std::fs::remove_file(&tmp);
-        return Err(e);
-    }
-    sync_dir(dir)
 }
 
 /// [`LINK_FILE`]'s content for `link`.
@@ -388,10 +366,15 @@ impl Shared {
         let _io = self.link.io.lock().unwrap_or_else(|p| p.into_inner());
         let link = self.lock().packed_link.clone();
         let r = match &link {
-            Some(l) => write_via(gitdir, LINK_TEMP, Path::new(LINK_FILE), &encode(l)),
+            Some(l) => durable::replace(
+                gitdir,
+                Path::new(LINK_TEMP),
+                Path::new(LINK_FILE),
+                &encode(l),
+            ),
             None => match std::fs::remove_file(gitdir.join(LINK_FILE)) {
                 Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
-                r => r.and_then(|()| sync_dir(gitdir)),
+                r => r.and_then(|()| durable::sync_dir(gitdir)),
             },
         };
         self.link.unsaved.store(r.is_err(), Ordering::Relaxed);
@@ -564,8 +547,10 @@ impl Shared {
             }
         }
         let r = match content {
-            Some(c) => write_via(gitdir, TARGET_TEMP, name, c),
-            None => std::fs::remove_file(gitdir.join(name)).and_then(|()| sync_dir(gitdir)),
+            Some(c) => durable::replace(gitdir, Path::new(TARGET_TEMP), name, c),
+            None => {
+                std::fs::remove_file(gitdir.join(name)).and_then(|()| durable::sync_dir(gitdir))
+            }
         };
         r.map_err(|e| refusal(libc::EIO, format!("writing {}: {e}", name.display())))
     }

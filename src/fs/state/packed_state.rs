@@ -11,13 +11,13 @@
 //! a valid one replaces it or it is unlinked. `create` of `packed-refs` when it does not
 //! exist is here too.
 
-use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use fuser::FileAttr;
 
+use crate::fs::durable;
 use crate::fs::error::{FsError, Refusal};
 use crate::fs::protocol::{JUNK_FILE, PACKED_JUNK_MAX, STATE_FILE};
 use crate::fs::view::Kind;
@@ -234,25 +234,20 @@ fn read_junk(path: &Path) -> Option<Vec<u8>> {
     }
 }
 
-/// Writes `path` through a temporary file beside it, fsynced, renamed over it, the
-/// directory fsynced.
+/// Writes `path` through `path.tmp` (`durable::replace`).
 fn write_replace(path: &Path, content: &[u8]) -> std::io::Result<()> {
-    let mut tmp = path.as_os_str().to_owned();
+    let (Some(dir), Some(name)) = (path.parent(), path.file_name()) else {
+        return Err(std::io::ErrorKind::InvalidInput.into());
+    };
+    let mut tmp = name.to_owned();
     tmp.push(".tmp");
-    let tmp = PathBuf::from(tmp);
-    let mut file = std::fs::File::create(&tmp)?;
-    let written = file.write_all(content).and_then(|()| file.sync_all());
-    if let Err(e) = written.and_then(|()| std::fs::rename(&tmp, path)) {
-        let _ = std::fs::remove_file(&tmp);
-        return Err(e);
-    }
-    sync_dir(path)
+    durable::replace(dir, Path::new(&tmp), Path::new(name), content)
 }
 
 /// Fsyncs the directory of `path` (a name in it was made or removed).
 fn sync_dir(path: &Path) -> std::io::Result<()> {
     match path.parent() {
-        Some(dir) => std::fs::File::open(dir)?.sync_all(),
+        Some(dir) => durable::sync_dir(dir),
         None => Ok(()),
     }
 }
