@@ -75,6 +75,14 @@ pub fn is_status(ino: u64) -> bool {
     space_of(ino) == Space::Status
 }
 
+/// The name of the status directory at the root of the mount.
+pub const STATUS_DIR_NAME: &[u8] = b".reftablefs";
+
+/// Whether `parent/name` is the status directory or lies in it.
+pub fn is_status_name(parent: u64, name: &[u8]) -> bool {
+    (parent == ROOT && name == STATUS_DIR_NAME) || parent == STATUS_DIR
+}
+
 /// The worktree slot of a [`WT_BIT`] number.
 pub fn slot_of(ino: u64) -> usize {
     usize::try_from((ino & !WT_BIT) >> SLOT_SHIFT).unwrap_or(usize::MAX)

@@ -15,13 +15,12 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
 use std::time::Duration;
 
+pub use crate::fs::ino::{is_status_name, STATUS_DIR_NAME as DIR_NAME};
 use crate::fs::ino::{STATUS_DIR as DIR_INO, STATUS_FILE as FILE_INO};
 use crate::fs::record::{errno_name, unix_now};
 use crate::fs::state::Shared;
 use crate::status_file::{Conflict, LastCommit, Refusal, Report, StaleLock};
 
-/// The name of the directory at the root of the mount.
-pub const DIR_NAME: &[u8] = b".reftablefs";
 /// The name of the status file in it.
 pub const FILE_NAME: &[u8] = b"status";
 /// The largest document served (the lists are bounded well below it).
@@ -143,11 +142,6 @@ fn stale_locks(lock: &std::path::Path) -> Vec<StaleLock> {
         }],
         _ => Vec::new(),
     }
-}
-
-/// Whether `parent/name` is the status directory or lies in it.
-pub fn is_status_name(parent: u64, name: &[u8]) -> bool {
-    (parent == crate::fs::ino::ROOT && name == DIR_NAME) || parent == DIR_INO
 }
 
 /// The status directory and file as a [`Backend`](crate::fs::backend::Backend): found,

@@ -26,7 +26,7 @@
 //!   view or the mount owns (`HEAD`, `refs`, `config`, `reftablefs-*`, …), one that is a
 //!   directory or a link on disk; `rename` to or from the link (`EPERM`).
 
-use std::io::{Read, Write};
+use std::io::Read;
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -89,7 +89,7 @@ fn target_refused(target: &[u8]) -> Option<&'static str> {
             || n.starts_with(b"reftable")
             || n == b"config"
             || n == b"config.lock"
-            || crate::fs::status::is_status_name(ROOT, n)
+            || crate::fs::ino::is_status_name(ROOT, n)
     };
     let with = |suffix: &[u8]| [target, suffix].concat();
     if owned(target) || owned(&with(b".lock")) || owned(&with(b".new")) {
