@@ -30,6 +30,7 @@ mod shells;
 mod status;
 mod stuck;
 mod times;
+mod uring;
 mod worktrees;
 mod write_path;
 

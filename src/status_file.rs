@@ -34,6 +34,9 @@ pub struct Report {
     pub inode_cap: Option<u64>,
     /// Whether the request threads follow their clients' CPU (`mount --no-follow-cpu`).
     pub follow_cpu: Option<bool>,
+    /// FUSE over io_uring while it serves: CPU queues and threads (`None`: `/dev/fuse`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub io_uring: Option<IoUring>,
     /// Age of the oldest pending edit; `None` when no batch is open.
     pub open_batch_age_ms: Option<u64>,
     /// Tables committed since mount.
@@ -55,6 +58,18 @@ pub struct Report {
     /// Lock files that look abandoned.
     #[serde(default)]
     pub stale_locks: Vec<StaleLock>,
+}
+
+/// FUSE over io_uring as it serves (`status`).
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+pub struct IoUring {
+    /// One per possible CPU.
+    pub queues: u64,
+    /// The threads serving them now.
+    pub threads: u64,
+    /// Requests served over io_uring since the mount started.
+    #[serde(default)]
+    pub requests: u64,
 }
 
 /// The last table the mount committed.

@@ -67,6 +67,9 @@ pub fn options(args: &Args) -> std::result::Result<MountOptions, String> {
     if args.flag(Id::NoFollowCpu) {
         opts.follow_cpu = false;
     }
+    if args.flag(Id::IoUring) {
+        opts.io_uring = true;
+    }
     if args.flag(Id::NoFsync) {
         opts.fsync = false;
     }

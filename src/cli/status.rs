@@ -329,6 +329,16 @@ pub fn render_text(m: &Mount, d: &Details) -> String {
                 };
                 s.push_str(&format!("    request threads: {how}\n"));
             }
+            if r.pid.is_some() {
+                let t = match &r.io_uring {
+                    Some(u) => format!(
+                        "io_uring, {} CPU queues, {} threads, {} requests (and /dev/fuse)",
+                        u.queues, u.threads, u.requests
+                    ),
+                    None => "/dev/fuse".into(),
+                };
+                s.push_str(&format!("    transport:       {t}\n"));
+            }
             if let Some(n) = r.commits {
                 s.push_str(&format!("    commits:         {n}\n"));
             }

@@ -48,6 +48,21 @@ thread_local! {
     static SEEN: Cell<(u32, u32)> = const { Cell::new((0, 0)) };
     /// The CPU this thread was last pinned to (-1: none, it may use every allowed CPU).
     static PINNED: Cell<i32> = const { Cell::new(-1) };
+    /// The thread serves one CPU's io_uring queue (`uring.rs`) and stays on that CPU.
+    static FIXED: Cell<bool> = const { Cell::new(false) };
+}
+
+/// Pins the calling thread to `cpu` for good, whatever the following: a thread of FUSE
+/// over io_uring serves the requests of that CPU's clients (`uring.rs`). The CPU is taken
+/// even beyond the CPUs the mount started with (the kernel picks the queue by the
+/// client's CPU); where a cpuset forbids it the thread stays where it may run.
+pub fn pin_for_good(cpu: usize) {
+    FIXED.with(|f| f.set(true));
+    if cpu < CpuSet::MAX_CPU {
+        let mut set = CpuSet::new();
+        set.set(cpu);
+        let _ = set_affinity(&set);
+    }
 }
 
 /// Turns following on or off for this process; saves the CPUs it may use and starts the
@@ -141,7 +156,7 @@ impl Chase {
 /// runs (at the first request from a new client, then once per [`CHECK_EVERY`]) and
 /// moves to the CPU the prober last saw a client on.
 pub fn on_request(tid: u32) {
-    if !enabled() {
+    if !enabled() || FIXED.with(Cell::get) {
         return;
     }
     if tid != 0 {

@@ -24,6 +24,9 @@ pub struct RefFs {
     pub(crate) router: Router,
     /// Whether to ask the kernel for FUSE passthrough (`--no-kernel-passthrough` clears it).
     pub(crate) kernel_passthrough: bool,
+    /// FUSE over io_uring (`uring.rs`): `None` unless asked for (`--io-uring`); else
+    /// where `init` leaves the prepared rings when the kernel offers the transport.
+    pub(crate) uring: Option<std::sync::Arc<std::sync::Mutex<Option<crate::fs::uring::Plan>>>>,
 }
 
 /// The reply's errno: [`FsError::errno`].
@@ -230,6 +233,31 @@ impl Filesystem for RefFs {
         // Cached pages are dropped whenever fresh attributes show another mtime or size
         // (a second line of defence behind the open-time content check).
         let _ = config.add_capabilities(fuser::InitFlags::FUSE_AUTO_INVAL_DATA);
+        if let Some(slot) = &self.uring {
+            // Everything that can fail is made first: once agreed, the kernel holds every
+            // request until each CPU's queue has an entry (`uring.rs`).
+            if config
+                .capabilities()
+                .contains(fuser::InitFlags::FUSE_OVER_IO_URING)
+            {
+                if let Some(plan) = crate::fs::uring::Plan::prepare() {
+                    if config
+                        .set_max_write(crate::fs::uring::PAYLOAD as u32)
+                        .is_ok()
+                        && config
+                            .add_capabilities(fuser::InitFlags::FUSE_OVER_IO_URING)
+                            .is_ok()
+                    {
+                        *slot.lock().unwrap_or_else(|e| e.into_inner()) = Some(plan);
+                        log::info!("reftablefs: FUSE over io_uring: a queue per CPU");
+                    }
+                }
+            } else {
+                log::info!(
+                    "reftablefs: FUSE over /dev/fuse (the kernel offers no io_uring: the fuse module's enable_uring is off, or the kernel is older than 6.14)"
+                );
+            }
+        }
         if let Some(p) = &self.router.pass {
             // Kernel passthrough for passed-through regular files; the backing files may
             // sit on a stacked filesystem (overlayfs) themselves, hence depth 2.

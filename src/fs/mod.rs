@@ -9,6 +9,7 @@
 //! | [`error`] | the one error type and its errno; a refusal (errno and reason) |
 //! | [`ino`] | the inode number space: which tree each number belongs to |
 //! | [`procfs`], [`cpu`] | what is read of a client in `/proc`; request threads near their clients |
+//! | [`uring`] | FUSE over io_uring: a queue per CPU beside `/dev/fuse`, served by threads on that CPU |
 //! | [`budget`], [`reserve`] | the bounds on what clients make the mount hold; disk space held for staged edits |
 //! | [`record`] | refusals, conflicts and commits recorded for `status`; the one place a refusal is made |
 //! | [`backend`] | the one trait every tree under the mount implements |
@@ -107,6 +108,7 @@ pub mod stack_source;
 pub mod status;
 #[cfg(test)]
 mod test_support;
+pub mod uring;
 pub mod view;
 pub mod worktree;
 
@@ -154,6 +156,10 @@ pub struct MountOptions {
     pub kernel_passthrough: bool,
     /// Event-loop threads run on their clients' CPU (`cpu.rs`; `--no-follow-cpu` clears it).
     pub follow_cpu: bool,
+    /// Serve requests over io_uring, a queue per CPU, when the kernel offers it (`uring.rs`;
+    /// the fuse module's `enable_uring` parameter; `--io-uring` sets it). Off by default:
+    /// a client of a stopped daemon cannot be killed then (docs/fuse.md).
+    pub io_uring: bool,
     /// Unmount when the mount process dies (fusermount3's `auto_unmount`; needs
     /// `allow_root` or `allow_other`, so `user_allow_other` in /etc/fuse.conf for a
     /// non-root user). Used by `mount --over`, where a dead mount would hide the real
@@ -183,6 +189,7 @@ impl Default for MountOptions {
             refs_only: false,
             kernel_passthrough: true,
             follow_cpu: true,
+            io_uring: false,
             auto_unmount: false,
             layout: protocol::Layout::Loose,
             allow_other: false,
@@ -348,7 +355,9 @@ pub fn mount(
             status_docs: Default::default(),
         },
         kernel_passthrough: opts.kernel_passthrough,
+        uring: uring_wanted(opts).then(Default::default),
     };
+    let uring_plan = fs.uring.clone();
     let mut config = Config::default();
     config.mount_options = vec![
         MountOption::FSName("reftablefs".into()),
@@ -415,7 +424,18 @@ pub fn mount(
             }
         })
         .map_err(|e| Error::io(mountpoint, e))?;
-    let result = session.run();
+    // FUSE over io_uring, when `init` prepared it and the kernel agreed (`uring.rs`).
+    let dev = std::os::fd::AsRawFd::as_raw_fd(&std::os::fd::AsFd::as_fd(&session));
+    let plan = uring_plan.and_then(|p| p.lock().unwrap_or_else(|e| e.into_inner()).take());
+    let abort = plan.as_ref().and_then(|_| uring::abort_path(mountpoint));
+    let result = session.run_with(
+        |d| plan.map(|p| p.start(dev, abort, d)),
+        |running| {
+            if let Some(r) = running {
+                r.stop();
+            }
+        },
+    );
     // Unmounted: write what is still pending, then stop the helpers.
     let flushed = threads.stop(&shared);
     shared.save_packed_state(true);
@@ -431,6 +451,20 @@ pub fn mount(
             mountpoint.display()
         ))
     })
+}
+
+/// Whether the mount asks for FUSE over io_uring (`--io-uring`). Not with
+/// `auto_unmount` (`mount --over`): a killed daemon's rings keep its connection alive
+/// for a moment after the process is gone, fusermount3 finds it alive then and leaves the
+/// dead mount over the real `.git` (measured: the mount stayed, answering `ENOTCONN`).
+fn uring_wanted(opts: &MountOptions) -> bool {
+    if opts.io_uring && opts.auto_unmount {
+        log::warn!(
+            "reftablefs: --io-uring is not used with an auto-unmounting mount (--over): a killed mount would stay over .git; serving /dev/fuse"
+        );
+        return false;
+    }
+    opts.io_uring
 }
 
 /// `umount2(MNT_DETACH)`, the last resort.

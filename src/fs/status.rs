@@ -94,6 +94,11 @@ pub(crate) fn document(shared: &Shared) -> Vec<u8> {
         known_names_dropping: Some(dropping as u64),
         inode_cap: Some(cap as u64),
         follow_cpu: Some(crate::fs::cpu::enabled()),
+        io_uring: crate::fs::uring::serving().map(|u| crate::status_file::IoUring {
+            queues: u.queues as u64,
+            threads: u.threads as u64,
+            requests: u.requests,
+        }),
         open_batch_age_ms: batch_age.map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX)),
         commits: Some(r.commits),
         last_commit: r.last_commit.as_ref().map(|(ui, table, time)| LastCommit {

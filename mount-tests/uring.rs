@@ -1,0 +1,197 @@
+//! Issue 26.6: FUSE over io_uring (`src/fs/uring.rs`) and its fallback to `/dev/fuse`.
+//!
+//! The fuse module's `enable_uring` parameter decides whether the kernel offers the
+//! transport to a new mount; each test sets it for its mounts and gives it back its value
+//! on every exit path (the runner runs one test at a time). The same git 2.39 session —
+//! writes of every kind the files backend knows, `pack-refs`, deletions, reflogs — runs
+//! through the mount and on a files `.git` twin, with the same output, in three setups:
+//! io_uring asked for (`--io-uring`) and offered, so used (its threads run, `status`
+//! counts the requests it served); offered and not asked for; asked for and not offered
+//! (the fallback). git 2.47, reading the stack alone after each unmount, sees the refs
+//! git 2.39 sees on the twin.
+
+use std::fs;
+use std::process::Command;
+
+use crate::harness::{check, note, stage, steps239, Ctx, Mount, Repo, TestResult, BIN};
+
+const PARAM: &str = "/sys/module/fuse/parameters/enable_uring";
+
+/// `enable_uring` set for the test, given back its value when dropped.
+struct UringParam {
+    old: String,
+}
+
+impl UringParam {
+    /// Sets the parameter; `None` when this kernel has no FUSE over io_uring at all.
+    fn set(on: bool) -> TestResult<Option<UringParam>> {
+        let Ok(old) = fs::read_to_string(PARAM) else {
+            return Ok(None);
+        };
+        fs::write(PARAM, if on { "1" } else { "0" })
+            .map_err(|e| format!("cannot set {PARAM}: {e}"))?;
+        Ok(Some(UringParam {
+            old: old.trim().to_string(),
+        }))
+    }
+}
+
+impl Drop for UringParam {
+    fn drop(&mut self) {
+        let v = if self.old == "Y" || self.old == "1" {
+            "1"
+        } else {
+            "0"
+        };
+        let _ = fs::write(PARAM, v);
+    }
+}
+
+/// git 2.39's session: every kind of write the files backend knows, and reads.
+const SESSION: &str = r#"
+G=/usr/bin/git
+$G update-ref refs/heads/topic HEAD
+$G branch side
+$G symbolic-ref HEAD refs/heads/side
+$G commit -q --allow-empty -m two
+$G tag -a -m t v1
+$G tag light
+$G pack-refs --all
+$G update-ref refs/heads/topic HEAD
+$G branch -D topic >/dev/null
+$G update-ref -d refs/tags/light
+for i in 1 2 3 4 5 6 7 8; do $G branch b$i; done
+$G branch -D b3 b5 | sed -E "s/[0-9a-f]{7,}/ID/"
+$G for-each-ref --format='%(refname) %(objecttype)'
+$G reflog show side --format='%gs' | cat
+cat .git/HEAD
+ls .git/refs/heads | wc -l
+$G rev-parse --symbolic-full-name HEAD
+"#;
+
+/// The refs as `<name> <type>` lines, by git 2.39 on the twin.
+fn refs239(ctx: &Ctx, twin: &Repo) -> TestResult<String> {
+    steps239(
+        ctx,
+        "twin",
+        "for-each-ref",
+        &twin.work,
+        "/usr/bin/git for-each-ref --format='%(refname) %(objecttype)'",
+    )
+}
+
+/// `reftablefs status` of the mount: its `transport:` line.
+fn transport(m: &Mount) -> TestResult<String> {
+    let out = Command::new(BIN).arg("status").arg(m.path("")).output()?;
+    check(&out, "reftablefs status")?;
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    let line = text
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("transport:"))
+        .ok_or_else(|| format!("no transport line in status:\n{text}"))?;
+    Ok(line.trim().to_string())
+}
+
+/// The requests `status` says io_uring served ("io_uring, Q CPU queues, T threads, N
+/// requests ...").
+fn uring_requests(line: &str) -> Option<u64> {
+    let before = line.split(" requests").next()?;
+    before.rsplit(' ').next()?.parse().ok()
+}
+
+/// The session through a mount of a fresh reftable repository (`name`) with `extra`
+/// options, on the files twin too; both outputs equal, git 2.47 agrees after unmounting.
+/// Returns the `transport:` line read before and after the session, and how many
+/// `fuse-uring-*` threads the mount ran.
+fn session(ctx: &Ctx, name: &str, extra: &[&str]) -> TestResult<(String, String, usize)> {
+    let twin = Repo::init(&ctx.path(&format!("{name}-files")), "files")?;
+    twin.commit("one")?;
+    let on_disk = steps239(ctx, name, "files .git", &twin.work, SESSION)?;
+    let repo = Repo::init(&ctx.path(name), "reftable")?;
+    repo.commit("one")?;
+    let m = Mount::start_over_with(&repo.work, extra)?;
+    let threads = (0..64)
+        .map(|q| m.threads_named(&format!("fuse-uring-{q}")))
+        .sum::<TestResult<usize>>()?;
+    let before = transport(&m)?;
+    let through = steps239(ctx, name, "mount", &repo.work, SESSION);
+    let after = transport(&m);
+    m.unmount()?;
+    let (through, after) = (through?, after?);
+    crate::harness::same_as_files(
+        name,
+        &on_disk,
+        &through,
+        &[
+            "refs/heads/b8 commit",
+            "refs/tags/v1 tag",
+            "ref: refs/heads/side",
+        ],
+    )?;
+    let (want, have) = (
+        refs239(ctx, &twin)?,
+        repo.git(&["for-each-ref", "--format=%(refname) %(objecttype)"])?,
+    );
+    ensure!(
+        want == have,
+        "{name}: git 2.47 on the stack:\n{have}\ngit 2.39 on the twin:\n{want}"
+    );
+    Ok((before, after, threads))
+}
+
+/// Asked for and offered by the kernel, the mount serves its requests over io_uring: two
+/// threads per CPU queue, the requests of a whole git session counted there, the session's
+/// result as on a files `.git`.
+pub fn requests_go_over_io_uring(ctx: &Ctx) -> TestResult {
+    let Some(_param) = UringParam::set(true)? else {
+        note("SKIP: this kernel has no FUSE over io_uring (no enable_uring parameter)");
+        return Ok(());
+    };
+    stage("io_uring offered");
+    let (before, after, threads) = session(ctx, "uring", &["--io-uring"])?;
+    ensure!(
+        before.starts_with("io_uring,"),
+        "the mount does not serve io_uring: {before}"
+    );
+    let queues: usize = before
+        .split(", ")
+        .nth(1)
+        .and_then(|q| q.split(' ').next())
+        .and_then(|q| q.parse().ok())
+        .ok_or_else(|| format!("no queue count in {before:?}"))?;
+    ensure!(
+        threads == queues * 2,
+        "{threads} fuse-uring threads for {queues} queues"
+    );
+    let (b, a) = (uring_requests(&before), uring_requests(&after));
+    ensure!(
+        matches!((b, a), (Some(b), Some(a)) if a >= b + 200),
+        "the session's requests did not go over io_uring: {before} -> {after}"
+    );
+    Ok(())
+}
+mount_test!(requests_go_over_io_uring, timeout = 180);
+
+/// The transport offered and not asked for (the default), and asked for where the kernel
+/// does not offer it (the fallback): `/dev/fuse` serves everything, no io_uring thread
+/// runs, the same session gives the same result.
+pub fn dev_fuse_unless_asked_for_and_offered(ctx: &Ctx) -> TestResult {
+    for (name, offered, extra) in [
+        ("not-asked-for", true, &[][..]),
+        ("not-offered", false, &["--io-uring"][..]),
+    ] {
+        let Some(_param) = UringParam::set(offered)? else {
+            note("SKIP: this kernel has no FUSE over io_uring (no enable_uring parameter)");
+            return Ok(());
+        };
+        stage(name);
+        let (before, after, threads) = session(ctx, name, extra)?;
+        ensure!(
+            before == "/dev/fuse" && after == "/dev/fuse",
+            "{name}: transport {before} -> {after}"
+        );
+        ensure!(threads == 0, "{name}: {threads} fuse-uring threads");
+    }
+    Ok(())
+}
+mount_test!(dev_fuse_unless_asked_for_and_offered, timeout = 240);
