@@ -513,9 +513,12 @@ impl Mount {
                 .unwrap_or_default()
         ));
         let logf = fs::File::create(&log)?;
+        // `make mount-test-uring`: every mount asks for FUSE over io_uring.
+        let uring = std::env::var_os("REFTABLEFS_TEST_IO_URING").is_some();
         let child = Command::new(BIN)
             .envs(env.iter().copied())
             .arg("mount")
+            .args(uring.then_some("--io-uring"))
             .args(args)
             .stdin(Stdio::null())
             .stdout(logf.try_clone()?)
