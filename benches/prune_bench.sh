@@ -20,6 +20,12 @@
 #   BENCH_SCALE=10 bash benches/prune_bench.sh  sizes divided by 10
 #   MOUNT_BENCH_BIN=/path/to/reftablefs ...     measure another build of the mount
 #   OLD_GIT=/usr/bin/git                        the files-only git (2.39) that is timed
+#   PRUNE_URING=1                               a fifth side, `uring`: the packed layout
+#                                               over FUSE over io_uring (`--io-uring`,
+#                                               the fuse module's enable_uring set to 1
+#                                               for the run and given back at exit;
+#                                               root, Linux 6.14+), timed right after
+#                                               `packed` in every step
 #   PRUNE_TRACE=1                               also count the FUSE requests of each step
 #                                               of the packed layout (the kernel's
 #                                               fuse:fuse_request_send/_end tracepoints
@@ -52,13 +58,21 @@ fi
 # shellcheck source=benches/support/fuse_trace.sh
 . benches/support/fuse_trace.sh
 work="$(mktemp -d "${TMPDIR:-/tmp}/reftablefs-prune.XXXXXX")"
-# The two mounts: the default (loose) layout and the packed one.
+# The mounts: the default (loose) layout, the packed one, the packed one over io_uring.
 mnt="$work/mnt"
 pmnt="$work/pmnt"
+umnt="$work/umnt"
+uring="${PRUNE_URING:-0}"
+param=/sys/module/fuse/parameters/enable_uring
+old_param=""
+if [ "$uring" = 1 ]; then
+    [ -w "$param" ] || { echo "SKIP prune benchmark: PRUNE_URING=1 needs a writable $param (root, Linux 6.14+)"; exit 0; }
+    old_param="$(cat "$param")"
+fi
 mount_pids=()
 unmount_all() {
     local m pid
-    for m in "$mnt" "$pmnt"; do
+    for m in "$mnt" "$pmnt" "$umnt"; do
         if grep -q " $m " /proc/self/mountinfo; then
             timeout 60 "$bin" unmount "$m" || fusermount3 -uz "$m" || umount -l "$m"
         fi
@@ -73,9 +87,12 @@ cleanup() {
     set +e
     fuse_trace_close
     unmount_all
-    for m in "$mnt" "$pmnt"; do
+    for m in "$mnt" "$pmnt" "$umnt"; do
         grep -q " $m " /proc/self/mountinfo && echo "prune: WARNING: $m is still mounted" >&2
     done
+    if [ -n "$old_param" ]; then
+        if [ "$old_param" = Y ]; then echo 1 >"$param"; else echo 0 >"$param"; fi
+    fi
     rm -rf "$work"
 }
 trap cleanup EXIT
@@ -115,6 +132,7 @@ cp -a "$work/files" "$work/loose"
 done && rm packed-refs)
 # The packed layout's clone: the reftable clone in the same state.
 cp -a "$work/reftable" "$work/reftable-p"
+[ "$uring" = 1 ] && cp -a "$work/reftable" "$work/reftable-u"
 nloose=$(find "$work/files/.git/refs" -type f | wc -l)
 fstype=$(findmnt -no FSTYPE -T "$work/files/.git" 2>/dev/null || stat -f -c %T "$work/files/.git")
 echo "  files clone: $nloose loose refs on $fstype, packed-refs $(wc -l <"$work/files/.git/packed-refs" 2>/dev/null || echo 0) lines"
@@ -140,6 +158,12 @@ mount_at() {
 }
 mount_at "$work/reftable/.git" "$mnt"
 mount_at "$work/reftable-p/.git" "$pmnt" --layout=packed
+if [ "$uring" = 1 ]; then
+    echo 1 >"$param"
+    mount_at "$work/reftable-u/.git" "$umnt" --layout=packed --io-uring
+    "$bin" status "$umnt" | grep -q 'transport: *io_uring' ||
+        { "$bin" status "$umnt"; echo "prune: the io_uring mount does not serve io_uring"; exit 1; }
+fi
 
 # side NAME: runs git 2.39 with the side's git directory; the elapsed µs in $took.
 took=0
@@ -148,6 +172,7 @@ run() {
     local gitdir="$work/$side/.git" wt="$work/$side"
     [ "$side" = mount ] && { gitdir="$mnt"; wt="$work/reftable"; }
     [ "$side" = packed ] && { gitdir="$pmnt"; wt="$work/reftable-p"; }
+    [ "$side" = uring ] && { gitdir="$umnt"; wt="$work/reftable-u"; }
     local t0 t1
     t0=$(now_us)
     if ! (cd "$wt" && GIT_DIR="$gitdir" timeout "$limit" "$oldgit" "$@" >"$work/out.$side" 2>&1); then
@@ -192,16 +217,21 @@ echo "== prune: fetch --prune ($nprune of $nb), then branch -D ($ndel of $nb) (l
 # What fetch --prune reads before it deletes: the same fetch with --dry-run.
 run mount fetch -q --dry-run --prune origin; m_dry=$took
 trace_on; run packed fetch -q --dry-run --prune origin; p_dry=$took; trace_off "fetch --dry-run --prune"
+u_dry=0; u_fetch=0; u_del=0
+[ "$uring" = 1 ] && { run uring fetch -q --dry-run --prune origin; u_dry=$took; }
 run loose fetch -q --dry-run --prune origin; l_dry=$took
 run files fetch -q --dry-run --prune origin; f_dry=$took
 run files fetch -q --prune origin; f_fetch=$took
 run loose fetch -q --prune origin; l_fetch=$took
 trace_on; run packed fetch -q --prune origin; p_fetch=$took; trace_off "fetch --prune"
+[ "$uring" = 1 ] && { run uring fetch -q --prune origin; u_fetch=$took; }
 run mount fetch -q --prune origin; m_fetch=$took
 # shellcheck disable=SC2086
 run mount branch -q -D $dels; m_del=$took
 # shellcheck disable=SC2086
 trace_on; run packed branch -q -D $dels; p_del=$took; trace_off "branch -D"
+# shellcheck disable=SC2086
+[ "$uring" = 1 ] && { run uring branch -q -D $dels; u_del=$took; }
 # shellcheck disable=SC2086
 run loose branch -q -D $dels; l_del=$took
 # shellcheck disable=SC2086
@@ -210,10 +240,12 @@ load_after=$(load)
 
 # Every side ends with the same refs (the mounts' written first).
 unmount_all
-for f in files loose reftable reftable-p; do
+sides="loose reftable reftable-p"
+[ "$uring" = 1 ] && sides="$sides reftable-u"
+for f in files $sides; do
     git -C "$work/$f" for-each-ref --format='%(refname) %(objectname)' >"$work/refs.$f"
 done
-for f in loose reftable reftable-p; do
+for f in $sides; do
     if ! cmp -s "$work/refs.files" "$work/refs.$f"; then
         echo "prune: the $f clone differs from the files clone after the run:"
         diff "$work/refs.files" "$work/refs.$f" | head; exit 1
@@ -231,5 +263,16 @@ row "git 2.39 fetch --dry-run --prune (reads only)" "$m_dry" "$p_dry" "$l_dry" "
 row "git 2.39 fetch --prune, $nprune pruned" "$m_fetch" "$p_fetch" "$l_fetch" "$f_fetch" "packed ≤ 2× files"
 row "git 2.39 branch -D, $ndel deleted" "$m_del" "$p_del" "$l_del" "$f_del" "packed ≤ 2× files"
 echo
+if [ "$uring" = 1 ]; then
+    echo "| step ($nb branches) | packed layout, /dev/fuse | packed layout, io_uring | files clone ($fstype) | packed / files | **io_uring / files** | io_uring / /dev/fuse |"
+    echo "| --- | --- | --- | --- | --- | --- | --- |"
+    urow() { # label packed uring files
+        echo "| $1 | $(ms "$2") | $(ms "$3") | $(ms "$4") | $(ratio "$2" "$4") | **$(ratio "$3" "$4")** | $(ratio "$3" "$2") |"
+    }
+    urow "git 2.39 fetch --dry-run --prune (reads only)" "$p_dry" "$u_dry" "$f_dry"
+    urow "git 2.39 fetch --prune, $nprune pruned" "$p_fetch" "$u_fetch" "$f_fetch"
+    urow "git 2.39 branch -D, $ndel deleted" "$p_del" "$u_del" "$f_del"
+    echo
+fi
 [ -s "$work/requests" ] && { echo; echo "FUSE requests (PRUNE_TRACE=1):"; cat "$work/requests"; }
 echo "($left refs left on each side, identical; load average before: $load_before, after: $load_after; $(nproc) CPUs)"
