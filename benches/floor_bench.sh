@@ -11,6 +11,11 @@
 #   BENCH_SCALE=10 bash benches/floor_bench.sh    2,000 refs
 #   FLOOR_ROUNDS=3 FLOOR_MODES=pinned FLOOR_ONLY="cat python" ...
 #   MOUNT_BENCH_BIN=/path/to/reftablefs  MOUNT_BENCH_OPTS="--no-follow-cpu"  OLD_GIT=/usr/bin/git
+#   FLOOR_URING=1                                 a fourth side, `uring`: the mount again
+#                                                 over FUSE over io_uring (`--io-uring`;
+#                                                 the fuse module's enable_uring set to 1
+#                                                 for the run, given back at exit; Linux
+#                                                 6.14+), in the same rounds
 #
 # Workloads (FLOOR_ONLY: any of cat feref branch python ls), each run in the side's git
 # directory (GIT_DIR for git) and timed whole, process start included, except python,
@@ -70,6 +75,14 @@ if [ -n "${MOUNT_BENCH_BIN:-}" ]; then
 else
     timeout 3600 cargo build --release --quiet --bin reftablefs
     bin="$target/release/reftablefs"
+fi
+
+uring="${FLOOR_URING:-0}"
+param=/sys/module/fuse/parameters/enable_uring
+old_param=""
+if [ "$uring" = 1 ]; then
+    [ -w "$param" ] || skip "FLOOR_URING=1 needs a writable $param (Linux 6.14+)"
+    old_param="$(cat "$param")"
 fi
 
 work="$(mktemp -d "${TMPDIR:-/tmp}/reftablefs-floor.XXXXXX")"
@@ -133,6 +146,9 @@ cleanup() {
     for i in "${!mounts[@]}"; do
         [ -n "$(mnt_conn "${mounts[$i]}")" ] && echo "floor: WARNING: ${mounts[$i]} is still mounted" >&2
     done
+    if [ -n "$old_param" ]; then
+        if [ "$old_param" = Y ]; then echo 1 >"$param"; else echo 0 >"$param"; fi
+    fi
     rm -rf "$work"
 }
 trap cleanup EXIT
@@ -280,7 +296,7 @@ tracing=""
 if tr_setup; then tracing=1; else echo "  (requests per operation not counted: no tracefs or tracepoint)"; fi
 
 declare -A res
-rows=()
+rows=() urows=()
 for mode in $modes; do
     echo "== floor: $mode"
     pre=()
@@ -297,26 +313,41 @@ for mode in $modes; do
     dir[ph]="${dir[ph-$mode]}" dir[mount]="${dir[mnt-$mode]}"
     conn[ph]="${conn[ph-$mode]}" conn[mount]="${conn[mnt-$mode]}"
     echo "  (passthrough_hp on connection ${conn[ph]}, reftablefs on ${conn[mount]})"
+    all_sides=(ext4 ph mount)
+    if [ "$uring" = 1 ]; then
+        echo 1 >"$param"
+        mkdir -p "$work/mnu-$mode"
+        # shellcheck disable=SC2086
+        "${pre[@]}" timeout -k 10 "$mount_limit" "$bin" mount --read-only --io-uring ${MOUNT_BENCH_OPTS:-} "$work/rt/.git" "$work/mnu-$mode" \
+            2>"$work/mnu-$mode.log" &
+        fuse_up mnu-$mode "$work/mnu-$mode"
+        dir[uring]="${dir[mnu-$mode]}" conn[uring]="${conn[mnu-$mode]}"
+        "$bin" status "$work/mnu-$mode" | grep -q 'transport: *io_uring' ||
+            { "$bin" status "$work/mnu-$mode"; echo "floor: the --io-uring mount does not serve io_uring"; exit 1; }
+        echo "  (reftablefs over io_uring on ${conn[uring]})"
+        all_sides+=(uring)
+    fi
 
     for w in $only; do
-        sides=(ext4 ph mount)
-        declare -A fail=([ext4]="" [ph]="" [mount]="")
+        sides=("${all_sides[@]}")
+        nsides=${#sides[@]}
+        declare -A fail=([ext4]="" [ph]="" [mount]="" [uring]="")
         rm -f "$work"/err.*
         # Warm-up, untimed; outputs compared (not for ls -l and python, which differ).
         for s in "${sides[@]}"; do run_side "$s" "$w" "$mode" "$work/out.$s" >/dev/null || fail[$s]+=x; done
         case "$w" in
             cat | feref | branch)
-                for s in ph mount; do cmp -s "$work/out.ext4" "$work/out.$s" || echo "  WARNING: $w differs between ext4 and $s"; done ;;
+                for s in "${sides[@]:1}"; do cmp -s "$work/out.ext4" "$work/out.$s" || echo "  WARNING: $w differs between ext4 and $s"; done ;;
         esac
         case "$w" in
             cat | python) ops=$(wc -l <"$work/pick.txt") ;;
             feref | branch) ops=$(wc -l <"$work/out.ext4") ;;
             ls) ops=$nfiles ;;
         esac
-        declare -A t=([ext4]="" [ph]="" [mount]="")
+        declare -A t=([ext4]="" [ph]="" [mount]="" [uring]="")
         for r in $(seq 0 $((rounds - 1))); do
-            for k in 0 1 2; do
-                s=${sides[$(((r + k) % 3))]}
+            for k in $(seq 0 $((nsides - 1))); do
+                s=${sides[$(((r + k) % nsides))]}
                 if us=$(run_side "$s" "$w" "$mode" /dev/null); then
                     t[$s]+=" $(awk -v u="$us" -v n="$ops" 'BEGIN { printf "%.3f", u / n }')"
                 else
@@ -335,16 +366,22 @@ for mode in $modes; do
                 res[$mode.$w.$s]=failed res[$mode.$w.$s.spread]=-
             fi
         done
-        req_ph="-" req_mnt="-"
+        req_ph="-" req_mnt="-" req_u="-"
         if [ -n "$tracing" ]; then
             req_ph=$(traced ph "$w" "$mode" "$ops")
             req_mnt=$(traced mount "$w" "$mode" "$ops")
+            [ "$uring" = 1 ] && req_u=$(traced uring "$w" "$mode" "$ops")
         fi
         e=${res[$mode.$w.ext4]} p=${res[$mode.$w.ph]} m=${res[$mode.$w.mount]}
         printf '  %-7s %7s ops  ext4 %6s (%s)  passthrough_hp %6s (%s)  mount %6s (%s) µs/op  mount/ext4 %s  mount/ph %s\n' \
             "$w" "$ops" "$(fmt1 "$e")" "${res[$mode.$w.ext4.spread]}" "$(fmt1 "$p")" "${res[$mode.$w.ph.spread]}" \
             "$(fmt1 "$m")" "${res[$mode.$w.mount.spread]}" "$(ratio "$m" "$e")" "$(ratio "$m" "$p")"
         [ -n "$tracing" ] && printf '          requests/op: passthrough_hp %s; mount %s\n' "$req_ph" "$req_mnt"
+        if [ "$uring" = 1 ]; then
+            u=${res[$mode.$w.uring]}
+            printf '          mount over io_uring %s (%s) µs/op  io_uring/ext4 %s  io_uring/ph %s  io_uring//dev/fuse %s; requests/op %s\n' \
+                "$(fmt1 "$u")" "${res[$mode.$w.uring.spread]}" "$(ratio "$u" "$e")" "$(ratio "$u" "$p")" "$(ratio "$u" "$m")" "$req_u"
+        fi
         case "$w" in
             cat) label="\`xargs cat\` of $ops ref files" ;;
             feref) label="git 2.39 \`for-each-ref\`, $ops refs" ;;
@@ -353,6 +390,7 @@ for mode in $modes; do
             ls) label="\`ls -lR refs\`, $ops ref files" ;;
         esac
         rows+=("| $label | $mode | $(fmt1 "$e") | $(fmt1 "$p") | $(fmt1 "$m") | $(ratio "$m" "$e") | $(ratio "$m" "$p") | $req_ph | $req_mnt |")
+        [ "$uring" = 1 ] && urows+=("| $label | $mode | $(fmt1 "$e") | $(fmt1 "$p") | $(fmt1 "$m") | $(fmt1 "${res[$mode.$w.uring]}") | $(ratio "${res[$mode.$w.uring]}" "$e") | $(ratio "${res[$mode.$w.uring]}" "$p") | $(ratio "${res[$mode.$w.uring]}" "$m") | $req_u |")
     done
 
     grep -q 'disabling rw passthrough' "$work/ph-$mode.log" &&
@@ -360,8 +398,9 @@ for mode in $modes; do
     grep -q 'ERROR' "$work/ph-$mode.log" &&
         echo "  WARNING: passthrough_hp logged errors: $(grep -c ERROR "$work/ph-$mode.log") lines, the first: $(grep -m1 ERROR "$work/ph-$mode.log")"
     i=${#mounts[@]}
-    fuse_down "${mounts[$((i - 1))]}" "${conns[$((i - 1))]}" "${pids[$((i - 1))]}"
-    fuse_down "${mounts[$((i - 2))]}" "${conns[$((i - 2))]}" "${pids[$((i - 2))]}"
+    for k in $(seq 1 "${#all_sides[@]}" | tail -n +2); do
+        fuse_down "${mounts[$((i - k + 1))]}" "${conns[$((i - k + 1))]}" "${pids[$((i - k + 1))]}"
+    done
 done
 tr_off
 
@@ -376,4 +415,12 @@ mkdir -p "$root/target"
     echo "| workload | mode | ext4 µs/op | passthrough_hp µs/op | mount µs/op | mount/ext4 | mount/passthrough_hp | passthrough_hp requests/op | mount requests/op |"
     echo "| --- | --- | ---: | ---: | ---: | ---: | ---: | --- | --- |"
     printf '%s\n' "${rows[@]}"
+    if [ "$uring" = 1 ]; then
+        echo
+        echo "The mount over FUSE over io_uring (\`--io-uring\`) in the same rounds:"
+        echo
+        echo "| workload | mode | ext4 µs/op | passthrough_hp µs/op | mount µs/op | mount over io_uring µs/op | io_uring/ext4 | io_uring/passthrough_hp | io_uring / \`/dev/fuse\` | io_uring requests/op |"
+        echo "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |"
+        printf '%s\n' "${urows[@]}"
+    fi
 } | tee -a "$root/target/bench-results.md"
