@@ -13,7 +13,7 @@
 use std::fs;
 use std::process::Command;
 
-use crate::harness::{check, note, stage, steps239, Ctx, Mount, Repo, TestResult, BIN};
+use crate::harness::{check, note, signal, stage, steps239, Ctx, Mount, Repo, TestResult, BIN};
 
 const PARAM: &str = "/sys/module/fuse/parameters/enable_uring";
 
@@ -64,8 +64,8 @@ for i in 1 2 3 4 5 6 7 8; do $G branch b$i; done
 $G branch -D b3 b5 | sed -E "s/[0-9a-f]{7,}/ID/"
 $G for-each-ref --format='%(refname) %(objecttype)'
 $G reflog show side --format='%gs' | cat
-cat .git/HEAD
-ls .git/refs/heads | wc -l
+cat "$GIT_DIR/HEAD"
+ls "$GIT_DIR/refs/heads" | wc -l
 $G rev-parse --symbolic-full-name HEAD
 "#;
 
@@ -100,22 +100,35 @@ fn uring_requests(line: &str) -> Option<u64> {
 }
 
 /// The session through a mount of a fresh reftable repository (`name`) with `extra`
-/// options, on the files twin too; both outputs equal, git 2.47 agrees after unmounting.
+/// options (beside its `.git`: `--over` never uses io_uring), on the files twin too; both
+/// outputs equal, git 2.47 agrees after unmounting.
 /// Returns the `transport:` line read before and after the session, and how many
 /// `fuse-uring-*` threads the mount ran.
-fn session(ctx: &Ctx, name: &str, extra: &[&str]) -> TestResult<(String, String, usize)> {
+fn session(ctx: &Ctx, name: &str, extra: &[&str]) -> TestResult<(String, String, usize, char)> {
     let twin = Repo::init(&ctx.path(&format!("{name}-files")), "files")?;
     twin.commit("one")?;
-    let on_disk = steps239(ctx, name, "files .git", &twin.work, SESSION)?;
+    let here = |gitdir: &std::path::Path| {
+        format!(
+            "export GIT_DIR='{}' GIT_WORK_TREE=\"$PWD\"\n{SESSION}",
+            gitdir.display()
+        )
+    };
+    let on_disk = steps239(ctx, name, "files .git", &twin.work, &here(&twin.gitdir))?;
     let repo = Repo::init(&ctx.path(name), "reftable")?;
     repo.commit("one")?;
-    let m = Mount::start_over_with(&repo.work, extra)?;
+    let m = Mount::start(&repo.gitdir, &ctx.path(&format!("{name}-mnt")), extra)?;
     let threads = (0..64)
         .map(|q| m.threads_named(&format!("fuse-uring-{q}")))
         .sum::<TestResult<usize>>()?;
     let before = transport(&m)?;
-    let through = steps239(ctx, name, "mount", &repo.work, SESSION);
+    let through = steps239(ctx, name, "mount", &repo.work, &here(&m.path("")));
     let after = transport(&m);
+    // A terminal's ^Z: the mount's state after it (`T`: stopped).
+    let pid = m.pid().ok_or("the mount process is gone")?;
+    signal(pid, "TSTP");
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    let state = process_state(pid);
+    signal(pid, "CONT");
     m.unmount()?;
     let (through, after) = (through?, after?);
     crate::harness::same_as_files(
@@ -136,19 +149,32 @@ fn session(ctx: &Ctx, name: &str, extra: &[&str]) -> TestResult<(String, String,
         want == have,
         "{name}: git 2.47 on the stack:\n{have}\ngit 2.39 on the twin:\n{want}"
     );
-    Ok((before, after, threads))
+    Ok((before, after, threads, state))
+}
+
+/// The state letter of process `pid` (`/proc/PID/stat`, field 3; `?` if unreadable).
+fn process_state(pid: u32) -> char {
+    let stat = fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    stat.rsplit_once(") ")
+        .and_then(|(_, rest)| rest.chars().next())
+        .unwrap_or('?')
 }
 
 /// Asked for and offered by the kernel, the mount serves its requests over io_uring: two
 /// threads per CPU queue, the requests of a whole git session counted there, the session's
-/// result as on a files `.git`.
+/// result as on a files `.git`; `^Z` does not stop it. With `--over` it is not used, with
+/// a log line.
 pub fn requests_go_over_io_uring(ctx: &Ctx) -> TestResult {
     let Some(_param) = UringParam::set(true)? else {
         note("SKIP: this kernel has no FUSE over io_uring (no enable_uring parameter)");
         return Ok(());
     };
     stage("io_uring offered");
-    let (before, after, threads) = session(ctx, "uring", &["--io-uring"])?;
+    let (before, after, threads, state) = session(ctx, "uring", &["--io-uring"])?;
+    ensure!(
+        state != 'T' && state != '?',
+        "a mount serving io_uring was stopped by SIGTSTP (state {state})"
+    );
     ensure!(
         before.starts_with("io_uring,"),
         "the mount does not serve io_uring: {before}"
@@ -168,13 +194,27 @@ pub fn requests_go_over_io_uring(ctx: &Ctx) -> TestResult {
         matches!((b, a), (Some(b), Some(a)) if a >= b + 200),
         "the session's requests did not go over io_uring: {before} -> {after}"
     );
+    // `--over` never uses it (a killed mount would stay over .git), and says so.
+    stage("--io-uring --over");
+    let repo = Repo::init(&ctx.path("over"), "reftable")?;
+    repo.commit("one")?;
+    let m = Mount::start_over_with(&repo.work, &["--io-uring"])?;
+    let t = transport(&m);
+    let log = m.log();
+    m.unmount()?;
+    let t = t?;
+    ensure!(t == "/dev/fuse", "--io-uring --over: transport {t}");
+    ensure!(
+        log.contains("--io-uring is not used with an auto-unmounting mount"),
+        "--io-uring --over ignored without a word:\n{log}"
+    );
     Ok(())
 }
 mount_test!(requests_go_over_io_uring, timeout = 180);
 
 /// The transport offered and not asked for (the default), and asked for where the kernel
 /// does not offer it (the fallback): `/dev/fuse` serves everything, no io_uring thread
-/// runs, the same session gives the same result.
+/// runs, the same session gives the same result; `^Z` stops the mount as before.
 pub fn dev_fuse_unless_asked_for_and_offered(ctx: &Ctx) -> TestResult {
     for (name, offered, extra) in [
         ("not-asked-for", true, &[][..]),
@@ -185,7 +225,12 @@ pub fn dev_fuse_unless_asked_for_and_offered(ctx: &Ctx) -> TestResult {
             return Ok(());
         };
         stage(name);
-        let (before, after, threads) = session(ctx, name, extra)?;
+        let (before, after, threads, state) = session(ctx, name, extra)?;
+        // Over /dev/fuse the mount stops at ^Z, as before (its clients stay killable).
+        ensure!(
+            state == 'T',
+            "{name}: the mount's state after SIGTSTP: {state}"
+        );
         ensure!(
             before == "/dev/fuse" && after == "/dev/fuse",
             "{name}: transport {before} -> {after}"

@@ -428,6 +428,14 @@ pub fn mount(
     let dev = std::os::fd::AsRawFd::as_raw_fd(&std::os::fd::AsFd::as_fd(&session));
     let plan = uring_plan.and_then(|p| p.lock().unwrap_or_else(|e| e.into_inner()).take());
     let abort = plan.as_ref().and_then(|_| uring::abort_path(mountpoint));
+    if plan.is_some() {
+        // A stopped mount's io_uring clients cannot be killed (docs/fuse.md): a terminal's
+        // ^Z (and a background read or write of the terminal) does not stop this one.
+        for sig in [libc::SIGTSTP, libc::SIGTTIN, libc::SIGTTOU] {
+            // SAFETY: sets the disposition of a job-control signal to "ignore".
+            unsafe { libc::signal(sig, libc::SIG_IGN) };
+        }
+    }
     let result = session.run_with(
         |d| plan.map(|p| p.start(dev, abort, d)),
         |running| {
