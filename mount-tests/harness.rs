@@ -736,6 +736,17 @@ pub fn same_as_files(label: &str, on_disk: &str, through: &str, wants: &[&str]) 
     Ok(())
 }
 
+/// The refs of the files twin `twin` as `<name> <type>` lines, by git 2.39.
+pub fn refs239(ctx: &Ctx, twin: &Repo) -> TestResult<String> {
+    steps239(
+        ctx,
+        "twin",
+        "for-each-ref",
+        &twin.work,
+        "/usr/bin/git for-each-ref --format='%(refname) %(objecttype)'",
+    )
+}
+
 /// Runs the bash `script` (git 2.39 steps, `label` names them, `what` says where) in the
 /// work tree `work`: what it printed (it must exit 0).
 pub fn steps239(

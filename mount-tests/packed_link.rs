@@ -11,7 +11,7 @@
 use std::fs;
 use std::path::Path;
 
-use crate::harness::{check, stage, steps239, Ctx, Mount, Repo, TestResult};
+use crate::harness::{check, refs239, stage, steps239, Ctx, Mount, Repo, TestResult};
 
 /// Shell helpers: `run` prints a command's exit status and its output with object ids
 /// masked (the twin's commits are not the mount's).
@@ -79,17 +79,6 @@ run cat .git/gone
 run $G for-each-ref
 run sh -c 'ls -A .git | grep -e packed -e deviant -e gone'
 "#;
-
-/// The refs as `<name> <type>` lines, by git 2.39 on the twin.
-fn refs239(ctx: &Ctx, twin: &Repo) -> TestResult<String> {
-    steps239(
-        ctx,
-        "twin",
-        "for-each-ref",
-        &twin.work,
-        "/usr/bin/git for-each-ref --format='%(refname) %(objecttype)'",
-    )
-}
 
 /// The same by git 2.47 on the reftable repository (the stack alone: it is unmounted).
 fn refs247(repo: &Repo) -> TestResult<String> {

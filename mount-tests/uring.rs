@@ -13,7 +13,9 @@
 use std::fs;
 use std::process::Command;
 
-use crate::harness::{check, note, signal, stage, steps239, Ctx, Mount, Repo, TestResult, BIN};
+use crate::harness::{
+    check, note, refs239, signal, stage, steps239, Ctx, Mount, Repo, TestResult, BIN,
+};
 
 const PARAM: &str = "/sys/module/fuse/parameters/enable_uring";
 
@@ -68,17 +70,6 @@ cat "$GIT_DIR/HEAD"
 ls "$GIT_DIR/refs/heads" | wc -l
 $G rev-parse --symbolic-full-name HEAD
 "#;
-
-/// The refs as `<name> <type>` lines, by git 2.39 on the twin.
-fn refs239(ctx: &Ctx, twin: &Repo) -> TestResult<String> {
-    steps239(
-        ctx,
-        "twin",
-        "for-each-ref",
-        &twin.work,
-        "/usr/bin/git for-each-ref --format='%(refname) %(objecttype)'",
-    )
-}
 
 /// `reftablefs status` of the mount: its `transport:` line.
 fn transport(m: &Mount) -> TestResult<String> {

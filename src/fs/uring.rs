@@ -195,18 +195,30 @@ impl Plan {
     ) -> Running {
         let mut threads = Vec::with_capacity(self.rings.len());
         let mut slots = Vec::with_capacity(self.rings.len());
+        let mut served = vec![0usize; QUEUES.load(Ordering::Relaxed)];
         for ring in self.rings {
             slots.push(ring.slot.clone());
             let d = dispatcher.clone();
-            let abort = abort.clone();
-            let name = format!("fuse-uring-{}", ring.qid);
+            let a = abort.clone();
+            let qid = usize::from(ring.qid);
+            let name = format!("fuse-uring-{qid}");
             match std::thread::Builder::new()
                 .name(name)
-                .spawn(move || ring.serve(dev, abort.as_deref(), &d))
+                .spawn(move || ring.serve(dev, a.as_deref(), &d))
             {
-                Ok(t) => threads.push(t),
+                Ok(t) => {
+                    threads.push(t);
+                    if let Some(n) = served.get_mut(qid) {
+                        *n += 1;
+                    }
+                }
                 Err(e) => log::error!("reftablefs: io_uring thread: {e}"),
             }
+        }
+        // A queue without a thread never gets an entry: the kernel would hold every
+        // request for good.
+        if served.contains(&0) {
+            abort_connection(abort.as_deref());
         }
         Running { threads, slots }
     }
@@ -604,11 +616,12 @@ pub fn abort_path(mountpoint: &Path) -> Option<PathBuf> {
     })
 }
 
-/// Aborts this mount's FUSE connection: a ring that cannot submit would otherwise leave
-/// every client of the mount waiting for good (the kernel holds requests until every
-/// queue has an entry). Without fusectl mounted there is nothing to write; logged.
+/// Aborts this mount's FUSE connection: a queue that cannot register its entry would
+/// otherwise leave every client of the mount waiting for good (the kernel holds requests
+/// until every queue has an entry). Without fusectl mounted there is nothing to write;
+/// logged.
 fn abort_connection(abort: Option<&Path>) {
-    log::error!("reftablefs: io_uring cannot submit; aborting the FUSE connection");
+    log::error!("reftablefs: an io_uring queue cannot be served; aborting the FUSE connection");
     if let Some(p) = abort {
         if let Err(e) = std::fs::write(p, b"1") {
             log::error!("reftablefs: {}: {e}", p.display());
@@ -619,6 +632,19 @@ fn abort_connection(abort: Option<&Path>) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The abort file is named after the device minor of the mount at that path.
+    #[test]
+    fn the_abort_file_is_found_by_mount_point() {
+        let root = abort_path(Path::new("/")).expect("/ is a mount point");
+        let s = root.to_string_lossy().into_owned();
+        let minor = s
+            .strip_prefix("/sys/fs/fuse/connections/")
+            .and_then(|r| r.strip_suffix("/abort"))
+            .expect("the fusectl layout");
+        assert!(minor.parse::<u32>().is_ok(), "{s}");
+        assert_eq!(abort_path(Path::new("/no/such/mount/point")), None);
+    }
 
     #[test]
     fn cpu_lists_count_as_the_kernel_does() {
