@@ -231,3 +231,50 @@ pub fn dev_fuse_unless_asked_for_and_offered(ctx: &Ctx) -> TestResult {
     Ok(())
 }
 mount_test!(dev_fuse_unless_asked_for_and_offered, timeout = 240);
+
+/// An entry the kernel refuses (a payload buffer smaller than it asks for, through the
+/// test hook `RTFS_TEST_URING_SHORT_PAYLOAD`) makes it give the transport up for the
+/// connection: the mount's requests, held until then, go over `/dev/fuse`, the session
+/// equals the files twin, no io_uring thread is left serving.
+pub fn a_refused_entry_falls_back_to_dev_fuse(ctx: &Ctx) -> TestResult {
+    let Some(_param) = UringParam::set(true)? else {
+        note("SKIP: this kernel has no FUSE over io_uring (no enable_uring parameter)");
+        return Ok(());
+    };
+    let twin = Repo::init(&ctx.path("files"), "files")?;
+    twin.commit("one")?;
+    let script = |gitdir: &std::path::Path| {
+        format!(
+            "export GIT_DIR='{}' GIT_WORK_TREE=\"$PWD\"\n{SESSION}",
+            gitdir.display()
+        )
+    };
+    let on_disk = steps239(
+        ctx,
+        "refused",
+        "files .git",
+        &twin.work,
+        &script(&twin.gitdir),
+    )?;
+    let repo = Repo::init(&ctx.path("r"), "reftable")?;
+    repo.commit("one")?;
+    let m = Mount::start_env(
+        &repo.gitdir,
+        &ctx.path("mnt"),
+        &["--io-uring"],
+        &[("RTFS_TEST_URING_SHORT_PAYLOAD", "1")],
+    )?;
+    let through = steps239(ctx, "refused", "mount", &repo.work, &script(&m.path("")));
+    let t = transport(&m);
+    let log = m.log();
+    m.unmount()?;
+    let (through, t) = (through?, t?);
+    crate::harness::same_as_files("refused", &on_disk, &through, &["refs/heads/b8 commit"])?;
+    ensure!(t == "/dev/fuse", "after refused entries: transport {t}");
+    ensure!(
+        log.contains("io_uring queue") && log.contains("Invalid argument"),
+        "the refused entries were not logged:\n{log}"
+    );
+    Ok(())
+}
+mount_test!(a_refused_entry_falls_back_to_dev_fuse, timeout = 180);

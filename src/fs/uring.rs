@@ -131,6 +131,18 @@ pub fn serving() -> Option<Serving> {
     }
 }
 
+/// The payload buffer's size: [`PAYLOAD`]. Test-only (feature `test-hooks`, never a
+/// release build): `RTFS_TEST_URING_SHORT_PAYLOAD` makes it 4 KiB, less than the kernel
+/// asks for, so that it refuses every entry and falls back to `/dev/fuse`
+/// (`uring::a_refused_entry_falls_back_to_dev_fuse`).
+fn payload_size() -> usize {
+    if cfg!(feature = "test-hooks") && std::env::var_os("RTFS_TEST_URING_SHORT_PAYLOAD").is_some() {
+        4096
+    } else {
+        PAYLOAD
+    }
+}
+
 /// The number of possible CPUs (`/sys/devices/system/cpu/possible`, "0-1,4"), as the
 /// kernel counts its queues.
 fn possible_cpus() -> Option<usize> {
@@ -258,7 +270,8 @@ impl Slot {
         // SAFETY: `fd` was just returned by eventfd and is owned by nothing else.
         let wake = unsafe { OwnedFd::from_raw_fd(fd) };
         let mut header = Box::new([0u64; HEADER / 8]);
-        let mut payload = vec![0u8; PAYLOAD].into_boxed_slice();
+        let mut payload = vec![0u8; payload_size()].into_boxed_slice();
+        let payload_len = payload.len();
         let iov = [
             libc::iovec {
                 iov_base: header.as_mut_ptr().cast(),
@@ -266,7 +279,7 @@ impl Slot {
             },
             libc::iovec {
                 iov_base: payload.as_mut_ptr().cast(),
-                iov_len: PAYLOAD,
+                iov_len: payload_len,
             },
         ];
         Ok(Slot {
@@ -296,6 +309,12 @@ impl Slot {
         unsafe { (*self.header.get()).as_mut_ptr().cast() }
     }
 
+    fn payload_len(&self) -> usize {
+        // SAFETY: the boxed slice's length, read without touching its bytes; the box
+        // itself is never replaced.
+        unsafe { (&*self.payload.get()).len() }
+    }
+
     fn payload_ptr(&self) -> *mut u8 {
         // SAFETY: a pointer to the boxed slice; no reference is made.
         unsafe { (*self.payload.get()).as_mut_ptr() }
@@ -309,7 +328,7 @@ impl Slot {
         let (header, payload) = unsafe {
             (
                 std::slice::from_raw_parts_mut(self.header_ptr(), HEADER),
-                std::slice::from_raw_parts_mut(self.payload_ptr(), PAYLOAD),
+                std::slice::from_raw_parts_mut(self.payload_ptr(), self.payload_len()),
             )
         };
         let result = write_reply(header, payload, commit_id, data);
@@ -563,7 +582,8 @@ impl Ring {
         // the buffers until the request's reply; the slices end before dispatching it.
         let (commit_id, rebuilt) = unsafe {
             let header = std::slice::from_raw_parts(self.slot.header_ptr(), HEADER);
-            let payload = std::slice::from_raw_parts(self.slot.payload_ptr(), PAYLOAD);
+            let payload =
+                std::slice::from_raw_parts(self.slot.payload_ptr(), self.slot.payload_len());
             (
                 u64_at(header, ENT_IN_OUT + 8),
                 rebuild(header, payload, request),
