@@ -134,14 +134,15 @@ mount-test:
 # cannot be killed: the kernel's doing, the reason io_uring is not the default).
 URING_PARAM := /sys/module/fuse/parameters/enable_uring
 mount-test-uring:
-	@if [ -e /dev/fuse ] && [ -w $(URING_PARAM) ] && command -v fusermount3 >/dev/null 2>&1; then \
+	@if [ -e /dev/fuse ] && [ -w $(URING_PARAM) ] && [ "$$(cat /proc/sys/kernel/io_uring_disabled 2>/dev/null)" != 2 ] && \
+		command -v fusermount3 >/dev/null 2>&1; then \
 		old=$$(cat $(URING_PARAM)); echo 1 > $(URING_PARAM); \
 		$(MAKE) mount-test MOUNT_TEST_ARGS="--skip uring:: --skip status::request_threads --skip stuck::a_stopped_mount_stalls_no_diagnosis $(MOUNT_TEST_ARGS)" \
 			REFTABLEFS_TEST_IO_URING=1; status=$$?; \
 		if [ "$$old" = Y ]; then echo 1 > $(URING_PARAM); else echo 0 > $(URING_PARAM); fi; \
 		exit $$status; \
 	else \
-		echo "SKIP mount tests over io_uring: no writable $(URING_PARAM) (Linux 6.14+, root)"; \
+		echo "SKIP mount tests over io_uring: no writable $(URING_PARAM) (Linux 6.14+, root), or kernel.io_uring_disabled=2"; \
 	fi
 
 # git 2.39's t/ scripts (tests/git-suite/scripts.txt), each with its trash repository

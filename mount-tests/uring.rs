@@ -25,11 +25,16 @@ struct UringParam {
 }
 
 impl UringParam {
-    /// Sets the parameter; `None` when this kernel has no FUSE over io_uring at all.
+    /// Sets the parameter; `None` when this kernel has no FUSE over io_uring at all, or
+    /// io_uring is switched off for every process (`kernel.io_uring_disabled` 2).
     fn set(on: bool) -> TestResult<Option<UringParam>> {
         let Ok(old) = fs::read_to_string(PARAM) else {
             return Ok(None);
         };
+        let disabled = fs::read_to_string("/proc/sys/kernel/io_uring_disabled").unwrap_or_default();
+        if disabled.trim() == "2" {
+            return Ok(None);
+        }
         fs::write(PARAM, if on { "1" } else { "0" })
             .map_err(|e| format!("cannot set {PARAM}: {e}"))?;
         Ok(Some(UringParam {
@@ -157,7 +162,7 @@ fn process_state(pid: u32) -> char {
 /// a log line.
 pub fn requests_go_over_io_uring(ctx: &Ctx) -> TestResult {
     let Some(_param) = UringParam::set(true)? else {
-        note("SKIP: this kernel has no FUSE over io_uring (no enable_uring parameter)");
+        note("SKIP: no FUSE over io_uring here (no enable_uring parameter, or kernel.io_uring_disabled=2)");
         return Ok(());
     };
     stage("io_uring offered");
@@ -212,7 +217,7 @@ pub fn dev_fuse_unless_asked_for_and_offered(ctx: &Ctx) -> TestResult {
         ("not-offered", false, &["--io-uring"][..]),
     ] {
         let Some(_param) = UringParam::set(offered)? else {
-            note("SKIP: this kernel has no FUSE over io_uring (no enable_uring parameter)");
+            note("SKIP: no FUSE over io_uring here (no enable_uring parameter, or kernel.io_uring_disabled=2)");
             return Ok(());
         };
         stage(name);
@@ -238,7 +243,7 @@ mount_test!(dev_fuse_unless_asked_for_and_offered, timeout = 240);
 /// equals the files twin, no io_uring thread is left serving.
 pub fn a_refused_entry_falls_back_to_dev_fuse(ctx: &Ctx) -> TestResult {
     let Some(_param) = UringParam::set(true)? else {
-        note("SKIP: this kernel has no FUSE over io_uring (no enable_uring parameter)");
+        note("SKIP: no FUSE over io_uring here (no enable_uring parameter, or kernel.io_uring_disabled=2)");
         return Ok(());
     };
     let twin = Repo::init(&ctx.path("files"), "files")?;
