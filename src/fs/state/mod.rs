@@ -116,6 +116,9 @@ pub struct Inner {
     pub(crate) junk_file: Option<packed_state::JunkFile>,
     /// `packed-refs` as a symbolic link to a file of GITDIR (`packed_link.rs`).
     packed_link: Option<packed_link::Link>,
+    /// What the kernel's pages of each `packed-refs` inode were filled with
+    /// (`handles.rs`, [`PackedPages`]).
+    pub(super) packed_pages: handles::PackedPages,
     /// Listings made (each a pass over the overlay at least), for tests.
     #[cfg(test)]
     pub(crate) listings: u64,
@@ -237,6 +240,7 @@ impl Shared {
                 broken_refs: Default::default(),
                 junk_file: None,
                 packed_link: None,
+                packed_pages: Default::default(),
                 wake: wake.clone(),
                 #[cfg(test)]
                 listings: 0,
@@ -743,8 +747,16 @@ impl Inner {
 
     /// `packed-refs` as it shows now, shared (see [`WriteState::packed_refs`]).
     pub(super) fn packed_refs(&mut self, path: &[u8]) -> Result<Arc<Vec<u8>>, FsError> {
+        Ok(self.packed_refs_marked(path)?.0)
+    }
+
+    /// [`Inner::packed_refs`] with the content's fingerprint.
+    pub(super) fn packed_refs_marked(
+        &mut self,
+        path: &[u8],
+    ) -> Result<(Arc<Vec<u8>>, u64), FsError> {
         let Inner { w, src, .. } = self;
-        w.packed_refs(src.as_mut())
+        w.packed_refs_marked(src.as_mut())
             .map_err(|r| self.rec.refuse("read", path, r))
     }
 }
