@@ -78,11 +78,10 @@ else
 fi
 
 uring="${FLOOR_URING:-0}"
-param=/sys/module/fuse/parameters/enable_uring
-old_param=""
+# shellcheck source=benches/support/uring_param.sh
+. benches/support/uring_param.sh
 if [ "$uring" = 1 ]; then
-    [ -w "$param" ] || skip "FLOOR_URING=1 needs a writable $param (Linux 6.14+)"
-    old_param="$(cat "$param")"
+    uring_param_save || skip "FLOOR_URING=1 needs a writable $URING_PARAM (Linux 6.14+)"
 fi
 
 work="$(mktemp -d "${TMPDIR:-/tmp}/reftablefs-floor.XXXXXX")"
@@ -146,9 +145,7 @@ cleanup() {
     for i in "${!mounts[@]}"; do
         [ -n "$(mnt_conn "${mounts[$i]}")" ] && echo "floor: WARNING: ${mounts[$i]} is still mounted" >&2
     done
-    if [ -n "$old_param" ]; then
-        if [ "$old_param" = Y ]; then echo 1 >"$param"; else echo 0 >"$param"; fi
-    fi
+    uring_param_restore
     rm -rf "$work"
 }
 trap cleanup EXIT
@@ -315,7 +312,7 @@ for mode in $modes; do
     echo "  (passthrough_hp on connection ${conn[ph]}, reftablefs on ${conn[mount]})"
     all_sides=(ext4 ph mount)
     if [ "$uring" = 1 ]; then
-        echo 1 >"$param"
+        uring_param_on
         mkdir -p "$work/mnu-$mode"
         # shellcheck disable=SC2086
         "${pre[@]}" timeout -k 10 "$mount_limit" "$bin" mount --read-only --io-uring ${MOUNT_BENCH_OPTS:-} "$work/rt/.git" "$work/mnu-$mode" \

@@ -63,11 +63,10 @@ mnt="$work/mnt"
 pmnt="$work/pmnt"
 umnt="$work/umnt"
 uring="${PRUNE_URING:-0}"
-param=/sys/module/fuse/parameters/enable_uring
-old_param=""
+# shellcheck source=benches/support/uring_param.sh
+. benches/support/uring_param.sh
 if [ "$uring" = 1 ]; then
-    [ -w "$param" ] || { echo "SKIP prune benchmark: PRUNE_URING=1 needs a writable $param (root, Linux 6.14+)"; exit 0; }
-    old_param="$(cat "$param")"
+    uring_param_save || { echo "SKIP prune benchmark: PRUNE_URING=1 needs a writable $URING_PARAM (root, Linux 6.14+)"; exit 0; }
 fi
 mount_pids=()
 unmount_all() {
@@ -90,9 +89,7 @@ cleanup() {
     for m in "$mnt" "$pmnt" "$umnt"; do
         grep -q " $m " /proc/self/mountinfo && echo "prune: WARNING: $m is still mounted" >&2
     done
-    if [ -n "$old_param" ]; then
-        if [ "$old_param" = Y ]; then echo 1 >"$param"; else echo 0 >"$param"; fi
-    fi
+    uring_param_restore
     rm -rf "$work"
 }
 trap cleanup EXIT
@@ -159,7 +156,7 @@ mount_at() {
 mount_at "$work/reftable/.git" "$mnt"
 mount_at "$work/reftable-p/.git" "$pmnt" --layout=packed
 if [ "$uring" = 1 ]; then
-    echo 1 >"$param"
+    uring_param_on
     mount_at "$work/reftable-u/.git" "$umnt" --layout=packed --io-uring
     "$bin" status "$umnt" | grep -q 'transport: *io_uring' ||
         { "$bin" status "$umnt"; echo "prune: the io_uring mount does not serve io_uring"; exit 1; }

@@ -18,10 +18,11 @@ set -euo pipefail
 src="${LIBFUSE_SRC:-}"
 nfiles="${PROBE_FILES:-5000}"
 rounds="${PROBE_ROUNDS:-7}"
-param=/sys/module/fuse/parameters/enable_uring
+# shellcheck source=benches/support/uring_param.sh
+. "$(dirname "$0")/support/uring_param.sh"
 
 [ "$(id -u)" = 0 ] || { echo "SKIP uring probe: needs root (the fuse module parameter)"; exit 0; }
-[ -w "$param" ] || { echo "SKIP uring probe: $param missing (kernel without FUSE over io_uring)"; exit 0; }
+[ -w "$URING_PARAM" ] || { echo "SKIP uring probe: $URING_PARAM missing (kernel without FUSE over io_uring)"; exit 0; }
 [ -n "$src" ] && [ -e "$src/lib/fuse_uring.c" ] || {
     echo "SKIP uring probe: set LIBFUSE_SRC to a libfuse checkout with io_uring (lib/fuse_uring.c)"; exit 0; }
 
@@ -36,7 +37,7 @@ grep -q "HAVE_URING" "$build/fuse_config.h" 2>/dev/null || {
 php="$build/example/passthrough_hp"
 
 work="$(mktemp -d "${TMPDIR:-/tmp}/reftablefs-uring.XXXXXX")"
-old_param="$(cat "$param")"
+uring_param_save
 pids=()
 cleanup() {
     set +e
@@ -49,7 +50,7 @@ cleanup() {
         for _ in $(seq 50); do kill -0 "$p" 2>/dev/null || break; sleep 0.1; done
         kill -KILL "$p" 2>/dev/null
     done
-    case "$old_param" in Y | 1) echo 1 >"$param" ;; *) echo 0 >"$param" ;; esac
+    uring_param_restore
     rm -rf "$work"
 }
 trap cleanup EXIT
@@ -64,7 +65,7 @@ for i in range(n):
     with open(os.path.join(d, "b%06d" % i), "w") as f:
         f.write("%040x\n" % i)
 EOF
-echo 1 >"$param"
+uring_param_on
 
 # mount_at DIR [OPTION...]: passthrough_hp in the foreground, ready.
 mount_at() {

@@ -76,6 +76,14 @@ ls "$GIT_DIR/refs/heads" | wc -l
 $G rev-parse --symbolic-full-name HEAD
 "#;
 
+/// [`SESSION`] with `gitdir` as git's directory and the current directory as the work tree.
+fn session_in(gitdir: &std::path::Path) -> String {
+    format!(
+        "export GIT_DIR='{}' GIT_WORK_TREE=\"$PWD\"\n{SESSION}",
+        gitdir.display()
+    )
+}
+
 /// `reftablefs status` of the mount: its `transport:` line.
 fn transport(m: &Mount) -> TestResult<String> {
     let out = Command::new(BIN).arg("status").arg(m.path("")).output()?;
@@ -103,13 +111,13 @@ fn uring_requests(line: &str) -> Option<u64> {
 fn session(ctx: &Ctx, name: &str, extra: &[&str]) -> TestResult<(String, String, usize, char)> {
     let twin = Repo::init(&ctx.path(&format!("{name}-files")), "files")?;
     twin.commit("one")?;
-    let here = |gitdir: &std::path::Path| {
-        format!(
-            "export GIT_DIR='{}' GIT_WORK_TREE=\"$PWD\"\n{SESSION}",
-            gitdir.display()
-        )
-    };
-    let on_disk = steps239(ctx, name, "files .git", &twin.work, &here(&twin.gitdir))?;
+    let on_disk = steps239(
+        ctx,
+        name,
+        "files .git",
+        &twin.work,
+        &session_in(&twin.gitdir),
+    )?;
     let repo = Repo::init(&ctx.path(name), "reftable")?;
     repo.commit("one")?;
     let m = Mount::start(&repo.gitdir, &ctx.path(&format!("{name}-mnt")), extra)?;
@@ -117,7 +125,7 @@ fn session(ctx: &Ctx, name: &str, extra: &[&str]) -> TestResult<(String, String,
         .map(|q| m.threads_named(&format!("fuse-uring-{q}")))
         .sum::<TestResult<usize>>()?;
     let before = transport(&m)?;
-    let through = steps239(ctx, name, "mount", &repo.work, &here(&m.path("")));
+    let through = steps239(ctx, name, "mount", &repo.work, &session_in(&m.path("")));
     let after = transport(&m);
     // A terminal's ^Z: the mount's state after it (`T`: stopped).
     let pid = m.pid().ok_or("the mount process is gone")?;
@@ -248,18 +256,12 @@ pub fn a_refused_entry_falls_back_to_dev_fuse(ctx: &Ctx) -> TestResult {
     };
     let twin = Repo::init(&ctx.path("files"), "files")?;
     twin.commit("one")?;
-    let script = |gitdir: &std::path::Path| {
-        format!(
-            "export GIT_DIR='{}' GIT_WORK_TREE=\"$PWD\"\n{SESSION}",
-            gitdir.display()
-        )
-    };
     let on_disk = steps239(
         ctx,
         "refused",
         "files .git",
         &twin.work,
-        &script(&twin.gitdir),
+        &session_in(&twin.gitdir),
     )?;
     let repo = Repo::init(&ctx.path("r"), "reftable")?;
     repo.commit("one")?;
@@ -269,7 +271,13 @@ pub fn a_refused_entry_falls_back_to_dev_fuse(ctx: &Ctx) -> TestResult {
         &["--io-uring"],
         &[("RTFS_TEST_URING_SHORT_PAYLOAD", "1")],
     )?;
-    let through = steps239(ctx, "refused", "mount", &repo.work, &script(&m.path("")));
+    let through = steps239(
+        ctx,
+        "refused",
+        "mount",
+        &repo.work,
+        &session_in(&m.path("")),
+    );
     let t = transport(&m);
     let log = m.log();
     m.unmount()?;

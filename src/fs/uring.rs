@@ -59,6 +59,8 @@ const ENT_IN_OUT: usize = 256;
 /// `struct fuse_in_header` and `struct fuse_out_header`.
 const IN_HEADER: usize = 40;
 const OUT_HEADER: usize = 16;
+/// Completion queue entries of a ring (two are ever outstanding).
+const CQ_ENTRIES: u32 = 8;
 /// `user_data` of the entry's command and of the wake-up poll.
 const UD_ENTRY: u64 = 1;
 const UD_WAKE: u64 = 2;
@@ -443,7 +445,7 @@ impl Ring {
     fn new(qid: u16) -> io::Result<Ring> {
         let uring = IoUring::<squeue::Entry128, cqueue::Entry>::builder()
             .dontfork()
-            .setup_cqsize(8)
+            .setup_cqsize(CQ_ENTRIES)
             .build(4)?;
         Ok(Ring {
             qid,
@@ -523,12 +525,15 @@ impl Ring {
                     return Err(e);
                 }
             }
-            let done: Vec<(u64, i32)> = self
-                .uring
-                .completion()
-                .map(|c| (c.user_data(), c.result()))
-                .collect();
-            for (ud, res) in done {
+            // At most two completions are ever outstanding (the entry's command and the
+            // wake-up poll); taken without allocating, any beyond stay for the next turn.
+            let mut done = [(0u64, 0i32); CQ_ENTRIES as usize];
+            let mut n = 0;
+            for c in self.uring.completion().take(done.len()) {
+                done[n] = (c.user_data(), c.result());
+                n += 1;
+            }
+            for &(ud, res) in &done[..n] {
                 if ud == UD_WAKE {
                     self.slot.drain_wake();
                     if self.slot.stop.load(Ordering::SeqCst) {

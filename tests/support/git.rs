@@ -61,13 +61,7 @@ pub fn git_out(dir: &Path, args: &[&str]) -> Output {
 
 /// Runs git, asserts success, returns stdout.
 pub fn git(dir: &Path, args: &[&str]) -> String {
-    let out = git_out(dir, args);
-    assert!(
-        out.status.success(),
-        "git {args:?} failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8(out.stdout).expect("utf-8 output")
+    succeeded(git_out(dir, args), args)
 }
 
 /// Runs git without auto-compaction (each command leaves its own table), asserts
@@ -78,11 +72,17 @@ pub fn git_no_compaction(dir: &Path, args: &[&str]) {
         .args(args)
         .output()
         .expect("git runs");
+    succeeded(out, args);
+}
+
+/// The stdout of git run with `args`, after asserting that it succeeded.
+fn succeeded(out: Output, args: &[&str]) -> String {
     assert!(
         out.status.success(),
         "git {args:?} failed: {}",
         String::from_utf8_lossy(&out.stderr)
     );
+    String::from_utf8(out.stdout).expect("utf-8 output")
 }
 
 /// Runs git with stdin.
