@@ -33,7 +33,8 @@ struct Node {
     /// node's own (older entries of a forgotten and re-learnt number are skipped).
     seq: u64,
     /// Fingerprint of the content the kernel's pages of this inode may hold (valid when
-    /// `has_pages`).
+    /// `has_pages`); for a `packed-refs` inode, the version of the one content it shows
+    /// (see [`Inodes::remember_version`]).
     pages: u64,
     /// A ref file's inode has one size for its whole life (its number is a hash of path,
     /// kind and size): the kernel's cached size can never be stale, so its content may go
@@ -61,7 +62,10 @@ impl Node {
         (self.size != NO_SIZE).then_some(u64::from(self.size))
     }
     fn pages(&self) -> Option<u64> {
-        self.has_pages.then_some(self.pages)
+        (self.has_pages && self.kind != Kind::PackedRefs).then_some(self.pages)
+    }
+    fn version(&self) -> Option<u64> {
+        (self.has_pages && self.kind == Kind::PackedRefs).then_some(self.pages)
     }
     fn set_pages(&mut self, fp: Option<u64>) {
         self.has_pages = fp.is_some();
@@ -337,16 +341,24 @@ pub fn ino_of(path: &[u8], kind: Kind) -> u64 {
 /// FNV-1a over the path, the kind and (for a ref file of fixed size) the size, never 0
 /// or 1, within a view's numbers (`ino.rs`).
 pub fn ino_of_sized(path: &[u8], kind: Kind, size: Option<u64>) -> u64 {
+    ino_of_content(path, kind, size, None)
+}
+
+/// [`ino_of_sized`], and the version of the content (a `packed-refs` inode).
+fn ino_of_content(path: &[u8], kind: Kind, size: Option<u64>, version: Option<u64>) -> u64 {
     if path.is_empty() {
         return ROOT;
     }
     let mut h: u64 = 0xcbf2_9ce4_8422_2325;
     let size_bytes = size.map(u64::to_le_bytes);
+    let version_bytes = version.map(u64::to_le_bytes);
     let tail = size_bytes.as_ref().map_or(&[][..], |b| &b[..]);
+    let tail2 = version_bytes.as_ref().map_or(&[][..], |b| &b[..]);
     for &b in path
         .iter()
         .chain(std::iter::once(&(kind as u8)))
         .chain(tail)
+        .chain(tail2)
     {
         h ^= u64::from(b);
         h = h.wrapping_mul(0x0000_0100_0000_01b3);
@@ -370,10 +382,41 @@ impl Inodes {
         kind: Kind,
         size: Option<u64>,
     ) -> u64 {
+        self.remember_as(parent, name, path, kind, size, None)
+    }
+
+    /// [`Inodes::remember`] for `packed-refs` (`kind` [`Kind::PackedRefs`]) showing the
+    /// content of version `version`, `len` bytes: an inode of that one content for its
+    /// whole life (its number hashes the version too), as a `packed-refs` renamed over the
+    /// old one on a disk is a new inode. Its size never changes, and the kernel's pages of
+    /// it only ever hold that content: never pages of two contents mixed, whoever fills
+    /// them and when.
+    pub fn remember_version(
+        &mut self,
+        parent: u64,
+        name: &[u8],
+        path: &[u8],
+        kind: Kind,
+        len: u64,
+        version: u64,
+    ) -> u64 {
+        self.remember_as(parent, name, path, kind, Some(len), Some(version))
+    }
+
+    fn remember_as(
+        &mut self,
+        parent: u64,
+        name: &[u8],
+        path: &[u8],
+        kind: Kind,
+        size: Option<u64>,
+        version: Option<u64>,
+    ) -> u64 {
         if path.is_empty() {
             return ROOT;
         }
-        let mut ino = ino_of_sized(path, kind, size);
+        let version = version.filter(|_| kind == Kind::PackedRefs);
+        let mut ino = ino_of_content(path, kind, size, version);
         loop {
             match self.nodes.get_mut(&ino) {
                 None => {
@@ -385,10 +428,10 @@ impl Inodes {
                             parent,
                             nlookup: 1,
                             seq,
-                            pages: 0,
+                            pages: version.unwrap_or(0),
                             size: stored_size(size),
                             kind,
-                            has_pages: false,
+                            has_pages: version.is_some(),
                             name: Name::new(name),
                         },
                     );
@@ -401,11 +444,15 @@ impl Inodes {
                     }
                     return ino;
                 }
+                // A `packed-refs` inode is found by its version alone: one opened for
+                // writing (its size then not fixed) stays the one every open finds until
+                // what is written changes the content, as on a disk (go-git `flock`s it).
                 Some(n)
                     if n.parent == parent
                         && *n.name == *name
                         && n.kind == kind
-                        && n.size == stored_size(size) =>
+                        && n.version() == version
+                        && (version.is_some() || n.size == stored_size(size)) =>
                 {
                     n.nlookup += 1;
                     if n.seq == UNQUEUED {
@@ -488,6 +535,13 @@ impl Inodes {
         None
     }
 
+    /// The version of the content `ino` shows, for a `packed-refs` inode made by
+    /// [`Inodes::remember_version`] and not renamed since (one written or truncated
+    /// through the kernel keeps it, without a fixed size).
+    pub fn version(&self, ino: u64) -> Option<u64> {
+        self.nodes.get(&ino).and_then(Node::version)
+    }
+
     /// The fixed size of `ino` (a ref file looked up with its size), if any.
     pub fn fixed_size(&self, ino: u64) -> Option<u64> {
         self.nodes.get(&ino).and_then(Node::size)
@@ -538,13 +592,20 @@ impl Inodes {
     pub fn suspect(&mut self, ino: u64) {
         if let Some(n) = self.nodes.get_mut(&ino) {
             n.size = NO_SIZE;
-            n.set_pages(None);
+            if n.kind != Kind::PackedRefs {
+                n.set_pages(None);
+            }
         }
     }
 
-    /// The kernel was told to drop the pages of `ino` (`inval_inode`).
+    /// The kernel was told to drop the pages of `ino` (`inval_inode`). (A `packed-refs`
+    /// inode keeps its version: the pages it may fill again hold the same content.)
     pub fn invalidated(&mut self, ino: u64) {
-        if let Some(n) = self.nodes.get_mut(&ino) {
+        if let Some(n) = self
+            .nodes
+            .get_mut(&ino)
+            .filter(|n| n.kind != Kind::PackedRefs)
+        {
             n.set_pages(None);
         }
     }
@@ -835,6 +896,71 @@ mod tests {
         assert_eq!(t.open_for_read(again, 18, 1), OpenMode::Refill);
         // Unknown inodes are direct.
         assert_eq!(t.open_for_read(12345, 18, 1), OpenMode::Direct);
+    }
+
+    /// `packed-refs` gets an inode per version of its content: the same version is the
+    /// same inode (also once opened for writing, without a fixed size then: go-git's
+    /// `flock` of it must meet the next opener's), another version another inode; a lock
+    /// renamed over it has none, and the kernel dropping pages leaves the version.
+    #[test]
+    fn packed_refs_is_an_inode_per_version() {
+        let mut t = Inodes::new();
+        let p = b"packed-refs";
+        let v1 = t.remember_version(ROOT, p, p, Kind::PackedRefs, 5000, 1);
+        assert_eq!(
+            t.remember_version(ROOT, p, p, Kind::PackedRefs, 5000, 1),
+            v1
+        );
+        let v2 = t.remember_version(ROOT, p, p, Kind::PackedRefs, 5000, 2);
+        assert_ne!(v1, v2, "another content, another inode (the same size)");
+        assert_eq!((t.version(v1), t.version(v2)), (Some(1), Some(2)));
+        assert_eq!(t.fixed_size(v2), Some(5000));
+        t.invalidated(v2);
+        assert_eq!(
+            t.version(v2),
+            Some(2),
+            "dropped pages hold the same content again"
+        );
+        assert_eq!(
+            t.kernel_view(v2),
+            Some((Some(5000), None)),
+            "no ref page fingerprint"
+        );
+        t.suspect(v2);
+        assert_eq!((t.version(v2), t.fixed_size(v2)), (Some(2), None));
+        assert_eq!(
+            t.remember_version(ROOT, p, p, Kind::PackedRefs, 5000, 2),
+            v2,
+            "written through the kernel: still the inode every open finds"
+        );
+        let lock = t.remember(
+            ROOT,
+            b"packed-refs.lock",
+            b"packed-refs.lock",
+            Kind::Scratch,
+            None,
+        );
+        t.moved(
+            ROOT,
+            b"packed-refs.lock",
+            b"packed-refs.lock",
+            Kind::Scratch,
+            ROOT,
+            p,
+            Kind::PackedRefs,
+        );
+        assert_eq!(
+            t.version(lock),
+            None,
+            "a lock renamed over it shows no version"
+        );
+        let v3 = t.remember_version(ROOT, p, p, Kind::PackedRefs, 4000, 3);
+        assert!(![v1, v2, lock].contains(&v3));
+        assert_eq!(
+            t.remember(ROOT, b"HEAD", b"HEAD", Kind::Ref, Some(41)),
+            t.remember(ROOT, b"HEAD", b"HEAD", Kind::Ref, Some(41)),
+            "other kinds are as before"
+        );
     }
 
     #[test]

@@ -38,6 +38,10 @@ fn ttls(kind: Kind, cache: bool) -> (Duration, Duration) {
         // A lock file's name must not stay cached once it is gone (git retries a held
         // lock for only 100 ms); nor a kept symbolic link's, which a rename replaces.
         Kind::Scratch | Kind::Link => (FILE_ATTR_TTL, Duration::ZERO),
+        // An inode per content (`Inodes::remember_version`): its attributes never change,
+        // and every path walk looks the name up, so that an open after a change finds the
+        // new content's inode (as on a disk, where `packed-refs` is renamed over).
+        Kind::PackedRefs => (attr_ttl(FileType::RegularFile, cache), Duration::ZERO),
         _ => (attr_ttl(FileType::RegularFile, cache), ENTRY_TTL),
     }
 }

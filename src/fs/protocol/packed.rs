@@ -113,13 +113,6 @@ pub fn packable(name: &[u8], v: &RefValue) -> bool {
         && matches!(v, RefValue::Val1(_) | RefValue::Val2 { .. })
 }
 
-/// A 64-bit FNV-1a fingerprint of `data` (the mark of a `packed-refs` content's time).
-pub(super) fn fingerprint(data: &[u8]) -> u64 {
-    data.iter().fold(0xcbf2_9ce4_8422_2325_u64, |h, &b| {
-        (h ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01b3)
-    })
-}
-
 /// A rendering of `packed-refs`, shared by every reader of its generation.
 #[derive(Debug)]
 struct Rendered {
@@ -128,8 +121,59 @@ struct Rendered {
     /// [`PackedLayer::epoch`] when it was rendered.
     epoch: u64,
     bytes: Arc<Vec<u8>>,
-    /// The content's fingerprint (FNV-1a), made once with it (the mark of its time).
-    fp: u64,
+}
+
+/// The contents `packed-refs` showed last, newest first, each with its version: a number
+/// that changes exactly when the content does (a new content is compared with the last
+/// one, byte for byte). A version names one content for the mount's life: the inode a
+/// lookup gives `packed-refs` is made of it (`fs/inode.rs`), so the kernel's pages of that
+/// inode only ever hold that content, and an open that raced with a change still finds
+/// the content its lookup saw. At most [`SHOWN_KEPT`] contents, and beyond the newest
+/// only while they total at most [`SHOWN_BYTES_MAX`].
+#[derive(Debug, Default)]
+struct Shown {
+    recent: std::collections::VecDeque<(Arc<Vec<u8>>, u64)>,
+    last_version: u64,
+}
+
+/// How many contents [`Shown`] keeps.
+const SHOWN_KEPT: usize = 4;
+/// How many bytes the contents [`Shown`] keeps besides the newest may hold.
+const SHOWN_BYTES_MAX: usize = 64 << 20;
+
+impl Shown {
+    /// `bytes` is what `packed-refs` shows now: the shared content and its version (the
+    /// last one's when the content is the same).
+    fn show(&mut self, bytes: Arc<Vec<u8>>) -> (Arc<Vec<u8>>, u64) {
+        if let Some((last, v)) = self.recent.front() {
+            if Arc::ptr_eq(last, &bytes) || **last == *bytes {
+                return (last.clone(), *v);
+            }
+        }
+        self.last_version += 1;
+        let v = self.last_version;
+        self.recent.push_front((bytes.clone(), v));
+        self.recent.truncate(SHOWN_KEPT);
+        let mut total = 0usize;
+        let mut keep = 0usize;
+        for (i, (b, _)) in self.recent.iter().enumerate() {
+            total = total.saturating_add(b.len());
+            if i > 0 && total > SHOWN_BYTES_MAX {
+                break;
+            }
+            keep = i + 1;
+        }
+        self.recent.truncate(keep);
+        (bytes, v)
+    }
+
+    /// The content of version `v`, if still kept.
+    fn get(&self, v: u64) -> Option<Arc<Vec<u8>>> {
+        self.recent
+            .iter()
+            .find(|(_, x)| *x == v)
+            .map(|(b, _)| b.clone())
+    }
 }
 
 /// The packed layout's loose refs that are not in [`PackedLayer::refs`]: the refs below
@@ -166,8 +210,10 @@ pub struct PackedLayer {
     /// unlinked since; it exists too while it has entries (`packed_whole.rs`).
     pub(super) present: bool,
     /// What was last written to `packed-refs` when it is no valid `packed-refs`, shown byte
-    /// for byte (with its fingerprint) instead of the rendering (`packed_whole.rs`).
-    pub(super) junk: Option<(Arc<Vec<u8>>, u64)>,
+    /// for byte instead of the rendering (`packed_whole.rs`).
+    pub(super) junk: Option<Arc<Vec<u8>>>,
+    /// The contents shown last, with their versions.
+    shown: Shown,
     /// Bumped by every change of [`Self::junk`].
     pub(super) junk_revision: u64,
 }
@@ -417,17 +463,19 @@ impl WriteState {
         Ok(self.packed_refs_marked(src)?.0)
     }
 
-    /// [`Self::packed_refs`] with the content's fingerprint (FNV-1a of every byte, made
-    /// once per rendering).
+    /// [`Self::packed_refs`] with the content's version ([`Shown`]): the same number for
+    /// the same content shown again, a new one for every change.
     pub fn packed_refs_marked(&mut self, src: &mut dyn RefSource) -> R<(Arc<Vec<u8>>, u64)> {
-        if let Some((bytes, fp)) = &self.packed.junk {
-            return Ok((bytes.clone(), *fp));
+        if let Some(bytes) = &self.packed.junk {
+            let bytes = bytes.clone();
+            return Ok(self.packed.shown.show(bytes));
         }
         let generation = src.generation();
         if let Some(r) = &self.packed.rendered {
             let same_stack = self.packed.layout == Layout::Loose || r.generation == generation;
             if r.epoch == self.packed.epoch && same_stack {
-                return Ok((r.bytes.clone(), r.fp));
+                let bytes = r.bytes.clone();
+                return Ok(self.packed.shown.show(bytes));
             }
         }
         let mut out = Vec::new();
@@ -456,15 +504,19 @@ impl WriteState {
             ));
         }
         out.shrink_to_fit();
-        let fp = fingerprint(&out);
-        let bytes = Arc::new(out);
+        let (bytes, version) = self.packed.shown.show(Arc::new(out));
         self.packed.rendered = Some(Rendered {
             generation,
             epoch: self.packed.epoch,
             bytes: bytes.clone(),
-            fp,
         });
-        Ok((bytes, fp))
+        Ok((bytes, version))
+    }
+
+    /// The content of `packed-refs` version `version` ([`Self::packed_refs_marked`]), if it
+    /// is the last one shown or still kept with the few before it.
+    pub fn packed_refs_version(&self, version: u64) -> Option<Arc<Vec<u8>>> {
+        self.packed.shown.get(version)
     }
 
     /// The packed layout's unpackable refs of this generation, found by one pass (which
@@ -776,5 +828,46 @@ impl WriteState {
             self.packed.epoch += 1;
             self.packed.revision += 1;
         }
+    }
+}
+
+#[cfg(test)]
+mod shown_tests {
+    use super::*;
+
+    /// A version changes exactly when the content does (the same bytes shown again share
+    /// the first copy), and the last [`SHOWN_KEPT`] contents stay findable by version,
+    /// fewer when they are large.
+    #[test]
+    fn a_version_per_content_and_the_last_few_kept() {
+        let mut s = Shown::default();
+        let a = Arc::new(b"a\n".to_vec());
+        let (first, v1) = s.show(a.clone());
+        assert_eq!(s.show(Arc::new(b"a\n".to_vec())), (first.clone(), v1));
+        assert!(Arc::ptr_eq(&s.show(Arc::new(b"a\n".to_vec())).0, &a));
+        let (_, v2) = s.show(Arc::new(b"b\n".to_vec()));
+        assert_ne!(v1, v2);
+        let (_, v3) = s.show(Arc::new(b"a\n".to_vec()));
+        assert!(
+            v3 != v1 && v3 != v2,
+            "a content shown again after another: new"
+        );
+        assert_eq!(s.get(v1).as_deref(), Some(&b"a\n".to_vec()));
+        for c in [b"c\n", b"d\n", b"e\n"] {
+            s.show(Arc::new(c.to_vec()));
+        }
+        assert!(
+            s.get(v1).is_none() && s.get(v2).is_none(),
+            "only the last 4 kept"
+        );
+        assert!(s.get(v3).is_some());
+        let big = |b: u8| Arc::new(vec![b; SHOWN_BYTES_MAX / 2 + 1]);
+        let (_, b1) = s.show(big(1));
+        let (_, b2) = s.show(big(2));
+        assert!(
+            s.get(b1).is_none(),
+            "beyond the bytes kept besides the newest"
+        );
+        assert!(s.get(b2).is_some(), "the newest is always kept");
     }
 }

@@ -34,7 +34,7 @@ pub const JUNK_FILE: &str = "reftablefs-packed.junk";
 impl PackedLayer {
     /// The content kept because it is no valid `packed-refs`, if any.
     pub fn junk(&self) -> Option<&Arc<Vec<u8>>> {
-        self.junk.as_ref().map(|(j, _)| j)
+        self.junk.as_ref()
     }
 
     /// Changes with every change of [`Self::junk`].
@@ -102,10 +102,7 @@ impl WriteState {
 
     /// Shows `junk` as `packed-refs` (`None`: the rendering again).
     pub fn set_packed_junk(&mut self, junk: Option<Vec<u8>>) {
-        self.packed.junk = junk.map(|j| {
-            let fp = fingerprint(&j);
-            (Arc::new(j), fp)
-        });
+        self.packed.junk = junk.map(Arc::new);
         self.packed.junk_revision += 1;
         self.packed.epoch += 1;
     }

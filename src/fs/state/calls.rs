@@ -67,18 +67,24 @@ impl Shared {
         })?;
         let kind = g.classify(&path)?.ok_or(FsError::ENOENT)?;
         let size = g.size_of(&path, kind)?;
-        // A ref file small enough for one page gets an inode of its own size.
-        let fixed = (kind == Kind::Ref && size <= PAGE_CACHED_MAX as u64).then_some(size);
-        let ino = g.inodes.remember(parent, name, &path, kind, fixed);
+        // A ref file small enough for one page gets an inode of its own size; `packed-refs`
+        // an inode of its content (`Inodes::remember_version`).
+        let (ino, fixed) = if kind == Kind::PackedRefs {
+            let (_, version) = g.packed_refs_marked(&path)?;
+            let ino = (g.inodes).remember_version(parent, name, &path, kind, size, version);
+            (ino, g.inodes.fixed_size(ino).is_some())
+        } else {
+            let fixed = (kind == Kind::Ref && size <= PAGE_CACHED_MAX as u64).then_some(size);
+            (
+                g.inodes.remember(parent, name, &path, kind, fixed),
+                fixed.is_some(),
+            )
+        };
         if g.inodes.over_cap() {
             // The watcher asks the kernel to drop the oldest names (see `inode.rs`).
             self.wake_watcher();
         }
-        Ok((
-            self.attr_timed(&mut g, ino, &path, kind, size),
-            kind,
-            fixed.is_some(),
-        ))
+        Ok((self.attr_timed(&mut g, ino, &path, kind, size), kind, fixed))
     }
 
     /// Attributes of `ino`, and whether they may be cached with a positive TTL.
@@ -86,6 +92,12 @@ impl Shared {
         let mut g = self.lock();
         g.fresh()?;
         let (path, kind) = g.path_of(ino)?;
+        if let (Some(_), Some(len)) = (g.inodes.version(ino), g.inodes.fixed_size(ino)) {
+            // A `packed-refs` inode shows one content for its whole life; when that is no
+            // longer the content, the name has another inode already (its entry is never
+            // cached: every path walk looks it up).
+            return Ok((self.attr_timed(&mut g, ino, &path, kind, len), true));
+        }
         let size = g.size_of(&path, kind)?;
         match g.inodes.fixed_size(ino) {
             // The inode keeps its size: page-cache readers opened before a change read

@@ -2,7 +2,6 @@
 //! (the page-cache rules: a ref file's pages kept only for the content last filled) and
 //! for writing, reads, and release.
 
-use std::collections::HashMap;
 use std::sync::Arc;
 
 use crate::fs::budget::{HANDLES_MAX, HELD_BYTES_MAX};
@@ -42,14 +41,9 @@ pub enum Handle {
     /// value however the ref changes meanwhile. `fp` is the content's fingerprint when
     /// the handle fills the page cache of a ref file.
     File { data: Vec<u8>, fp: Option<u64> },
-    /// `packed-refs` opened for reading: its rendering as of `open`, shared with every
-    /// other reader of the same rendering; `fp` its fingerprint (what a page it fills is
-    /// recorded as, [`PackedPages`]).
-    Shared {
-        data: Arc<Vec<u8>>,
-        fp: u64,
-        refill_at: Option<u64>,
-    },
+    /// `packed-refs` opened for reading: the one content of its inode (a version of the
+    /// rendering, `Inodes::remember_version`), shared with every other reader of it.
+    Shared { data: Arc<Vec<u8>> },
     /// An open directory: the listing as of `opendir`.
     Dir {
         path: Vec<u8>,
@@ -83,88 +77,6 @@ impl Handle {
 /// Ref files up to this size (one page: one read request fills it at once) go through
 /// the page cache; longer ones (only a symref to a very long name) are direct-IO.
 pub(super) const PAGE_CACHED_MAX: usize = 4096;
-
-/// What the kernel's page cache may hold of each `packed-refs` inode, so that an open may
-/// keep its pages (`FOPEN_KEEP_CACHE`) when they hold the content it shows, instead of
-/// dropping them and having every reader refill them (issue 26.3: 200 single-ref
-/// transactions re-read an unchanged 620 KB `packed-refs`).
-///
-/// Per page: the fingerprint of the rendering the mount answered its last fill with, and
-/// when (a clock of this table); no record: the kernel holds no page there. An open keeps
-/// the pages only when every record within its content's length is of that content. An
-/// open that drops them (`Refill`) records nothing then: the kernel drops the pages only
-/// once the reply reaches it, and an open answered "keep" in between would read the old
-/// pages. The first read through such a handle proves the drop happened (the kernel drops
-/// before the opener can read): every record older than that open is then forgotten,
-/// while fills answered after the open stay recorded, since they may have come after the
-/// drop. A page is filled by one read, so its record is what the kernel holds; a page the
-/// kernel dropped by itself only makes an open drop them all again.
-///
-/// Bounded: at most [`PACKED_PAGES_INODES`] inodes (a view has one `packed-refs`, and
-/// one more while it is a link's target), each at most the pages of the largest
-/// `packed-refs`; an inode beyond them is never followed, and its opens always drop.
-#[derive(Default)]
-pub struct PackedPages {
-    inodes: HashMap<u64, Vec<(u64, u64)>>,
-    /// An inode was turned away (beyond the bound): an inode without records may then
-    /// hold pages no record tells of.
-    overflow: bool,
-    clock: u64,
-}
-
-/// How many `packed-refs` inodes [`PackedPages`] follows.
-const PACKED_PAGES_INODES: usize = 8;
-const PAGE: u64 = 4096;
-
-impl PackedPages {
-    /// The clock now, for a dropping open (its handle's `refill_at`).
-    pub(super) fn now(&mut self) -> u64 {
-        self.clock += 1;
-        self.clock
-    }
-
-    /// Records a fill of `len` bytes at `offset` of inode `ino` from content `fp`.
-    pub(super) fn filled(&mut self, ino: u64, offset: u64, len: usize, fp: u64) {
-        if len == 0 {
-            return;
-        }
-        if !self.inodes.contains_key(&ino) && self.inodes.len() >= PACKED_PAGES_INODES {
-            self.overflow = true;
-            return;
-        }
-        let t = self.now();
-        let max = (crate::fs::budget::SCRATCH_FILE_MAX as u64).div_ceil(PAGE);
-        let first = (offset / PAGE).min(max) as usize;
-        let end = (offset + len as u64).div_ceil(PAGE).min(max) as usize;
-        let pages = self.inodes.entry(ino).or_default();
-        if pages.len() < end {
-            pages.resize(end, (0, 0));
-        }
-        for p in &mut pages[first..end] {
-            *p = (fp, t);
-        }
-    }
-
-    /// The first read through a handle of `ino` opened at `at` with its pages dropped:
-    /// the drop has happened, so every fill recorded before that open is gone.
-    pub(super) fn dropped_before(&mut self, ino: u64, at: u64) {
-        if let Some(pages) = self.inodes.get_mut(&ino) {
-            for p in pages.iter_mut().filter(|p| p.1 < at) {
-                *p = (0, 0);
-            }
-        }
-    }
-
-    /// Whether an open of `ino` whose content is `len` bytes of fingerprint `fp` may keep
-    /// the kernel's pages: every page within `len` holds nothing or was filled from `fp`.
-    pub(super) fn all_from(&self, ino: u64, len: usize, fp: u64) -> bool {
-        let n = (len as u64).div_ceil(PAGE) as usize;
-        match self.inodes.get(&ino) {
-            Some(pages) => pages.iter().take(n).all(|&(f, t)| t == 0 || f == fp),
-            None => !self.overflow,
-        }
-    }
-}
 
 /// A 64-bit FNV-1a fingerprint of a file's content.
 pub(super) fn fingerprint(data: &[u8]) -> u64 {
@@ -210,18 +122,23 @@ impl Shared {
             return Err(FsError::ELOOP);
         }
         if !writing && kind == Kind::PackedRefs {
-            let (data, fp) = g.packed_refs_marked(&path)?;
-            let (mode, refill_at) = if g.packed_pages.all_from(ino, data.len(), fp) {
-                (OpenMode::Cached, None)
-            } else {
-                (OpenMode::Refill, Some(g.packed_pages.now()))
+            // The inode's one content, whose pages the kernel keeps: every page of it ever
+            // filled holds this content. An inode whose content is no longer kept (more
+            // changes came between the lookup and this open than are kept) or that never
+            // had one (a lock renamed over `packed-refs`) is stale: the kernel looks the
+            // name up again. One opened for writing through the kernel (go-git) is read
+            // direct-IO: its size and pages in the kernel may come from those writes.
+            let current = g.packed_refs_marked(&path)?;
+            let data = match g.inodes.version(ino) {
+                Some(v) if v == current.1 => current.0,
+                Some(v) => g.w.packed_refs_version(v).ok_or(FsError::ESTALE)?,
+                None => return Err(FsError::ESTALE),
             };
-            let h = Handle::Shared {
-                data,
-                fp,
-                refill_at,
+            let mode = match g.inodes.fixed_size(ino) {
+                Some(_) => OpenMode::Cached,
+                None => OpenMode::Direct,
             };
-            let fh = g.add_handle(&path, h)?;
+            let fh = g.add_handle(&path, Handle::Shared { data })?;
             return Ok((fh, mode));
         }
         if !writing {
@@ -237,7 +154,6 @@ impl Shared {
                     }
                     (mode, (mode != OpenMode::Direct).then_some(fp))
                 }
-                Kind::PackedRefs => (OpenMode::Refill, None),
                 _ => (OpenMode::Direct, None),
             };
             let fh = g.add_handle(&path, Handle::File { data, fp })?;
@@ -277,23 +193,7 @@ impl Shared {
         };
         match g.handles.get(&fh) {
             Some(Handle::File { fp: None, data }) => Ok(slice(data)),
-            Some(Handle::Shared {
-                data,
-                fp,
-                refill_at,
-            }) => {
-                let (out, fp, at) = (slice(data), *fp, *refill_at);
-                if let Some(at) = at {
-                    g.packed_pages.dropped_before(ino, at);
-                    if let Some(Handle::Shared { refill_at, .. }) = g.handles.get_mut(&fh) {
-                        *refill_at = None;
-                    }
-                }
-                if !direct {
-                    g.packed_pages.filled(ino, offset, out.len(), fp);
-                }
-                Ok(out)
-            }
+            Some(Handle::Shared { data }) => Ok(slice(data)),
             Some(Handle::File { fp: Some(fp), data }) => {
                 let (own_fp, own) = (*fp, slice(data));
                 let len = data.len();
@@ -610,47 +510,4 @@ fn unfinished_line(len: usize) -> String {
         "the last reflog line written never ended ({len} bytes without a newline): it was \
          not stored (the lines before it were)"
     )
-}
-
-#[cfg(test)]
-mod packed_pages_tests {
-    use super::PackedPages;
-
-    /// Pages are kept only while every record within the content is of it; a dropping
-    /// open forgets nothing until a read through it shows the drop happened, and then only
-    /// what was filled before it.
-    #[test]
-    fn pages_are_kept_only_when_every_one_holds_the_content_shown() {
-        let mut p = PackedPages::default();
-        let ino = 7;
-        assert!(p.all_from(ino, 10_000, 0xA), "nothing filled: nothing held");
-        p.filled(ino, 0, 8192, 0xA);
-        p.filled(ino, 8192, 1808, 0xA);
-        assert!(p.all_from(ino, 10_000, 0xA), "every page of A");
-        assert!(!p.all_from(ino, 10_000, 0xB), "A's pages are not B's");
-        // B opens: dropped. A read through an older handle of A lands meanwhile.
-        let at = p.now();
-        p.filled(ino, 4096, 4096, 0xA);
-        assert!(
-            !p.all_from(ino, 10_000, 0xB),
-            "a dropping open forgets nothing by itself"
-        );
-        // The first read through B's handle: what was filled before B's open is gone.
-        p.dropped_before(ino, at);
-        p.filled(ino, 0, 4096, 0xB);
-        assert!(
-            !p.all_from(ino, 10_000, 0xB),
-            "A's page filled after B's open may have come after the drop"
-        );
-        p.filled(ino, 4096, 4096, 0xB);
-        assert!(p.all_from(ino, 10_000, 0xB), "the rest holds nothing or B");
-        // Beyond the bound, an inode is never followed and its opens drop.
-        for other in 100..108 {
-            p.filled(other, 0, 1, 0xC);
-        }
-        assert!(
-            !p.all_from(999, 100, 0xC),
-            "an inode turned away is never kept"
-        );
-    }
 }

@@ -116,9 +116,6 @@ pub struct Inner {
     pub(crate) junk_file: Option<packed_state::JunkFile>,
     /// `packed-refs` as a symbolic link to a file of GITDIR (`packed_link.rs`).
     packed_link: Option<packed_link::Link>,
-    /// What the kernel's pages of each `packed-refs` inode were filled with
-    /// (`handles.rs`, [`PackedPages`]).
-    pub(super) packed_pages: handles::PackedPages,
     /// Listings made (each a pass over the overlay at least), for tests.
     #[cfg(test)]
     pub(crate) listings: u64,
@@ -240,7 +237,6 @@ impl Shared {
                 broken_refs: Default::default(),
                 junk_file: None,
                 packed_link: None,
-                packed_pages: Default::default(),
                 wake: wake.clone(),
                 #[cfg(test)]
                 listings: 0,
