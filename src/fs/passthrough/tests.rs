@@ -387,8 +387,6 @@ fn plain(o: Opened) -> u64 {
     }
 }
 
-/// `config` written in place is stored (with the extension) at close, fsync or release;
-/// every open shares its content; `rm` keeps the extension in GITDIR and shows no
 /// Writes a reftable repository's config into `dir`; returns its text.
 fn reftable_config(dir: &Path) -> &'static [u8] {
     let init = b"[core]\n\trepositoryformatversion = 1\n[extensions]\n\trefStorage = reftable\n";
@@ -401,6 +399,8 @@ fn has_ext(text: &str) -> bool {
     text.contains("\trefStorage = reftable\n")
 }
 
+/// `config` written in place is stored (with the extension) at close, fsync or release;
+/// every open shares its content; `rm` keeps the extension in GITDIR and shows no
 /// config; a create, truncate, rename away and a replacement while open work as on a
 /// file.
 #[test]
@@ -649,4 +649,105 @@ fn config_stores_are_fsynced_when_the_client_asks() {
         .filter(|n| n != "config")
         .collect();
     assert!(left.is_empty(), "{left:?}");
+}
+
+/// git 2.39's `branch -D` renames a `config.lock` holding the config it read over
+/// `config`, once per deleted branch: where that is exactly GITDIR's config (owner and
+/// mode too) and no durability was asked for, the lock goes and GITDIR's config stays,
+/// with no data sync and its mtime moved; the renamed node reads as the config. A lock
+/// with another text, or another mode, is stored as before (a data sync before its
+/// rename), and so is one fsynced first (durable: both syncs).
+#[test]
+fn config_renamed_over_with_its_own_text_is_kept() {
+    use std::os::unix::fs::MetadataExt;
+    let t = tempfile::tempdir().unwrap();
+    let dir = t.path();
+    let init = reftable_config(dir);
+    let p = Passthrough::new(dir).unwrap();
+    let none = |_: &File| -> io::Result<BackingId> { Err(io::Error::other("no")) };
+    let past = std::time::UNIX_EPOCH + std::time::Duration::from_secs(1_000_000);
+    let cfg = dir.join("config");
+    let set_past = || {
+        File::options()
+            .write(true)
+            .open(&cfg)
+            .unwrap()
+            .set_modified(past)
+            .unwrap()
+    };
+    set_past();
+    let mode = std::fs::metadata(&cfg).unwrap().mode() & 0o7777;
+    let before = std::fs::metadata(&cfg).unwrap().ino();
+    // What a client reads as `config`, written back unchanged.
+    let cino = p.lookup(ROOT, b"config").unwrap().ino.0;
+    let fh = plain(p.open(cino, libc::O_RDONLY, none).unwrap());
+    let served = p.read(fh, 0, 4096).unwrap();
+    p.release(fh);
+    let a = put(
+        &p,
+        node(ROOT, b"config.lock", mode, 0),
+        libc::O_RDWR | libc::O_EXCL,
+        &served,
+    );
+    rename(&p, ROOT, b"config.lock", ROOT, b"config").unwrap();
+    assert_eq!(
+        std::fs::read(&cfg).unwrap(),
+        init,
+        "GITDIR's config as it was"
+    );
+    assert_eq!(
+        std::fs::metadata(&cfg).unwrap().ino(),
+        before,
+        "not replaced"
+    );
+    assert!(!dir.join("config.lock").exists(), "the lock is gone");
+    assert_eq!((p.config_data_syncs(), p.config_syncs()), (0, 0));
+    assert!(
+        std::fs::metadata(&cfg).unwrap().modified().unwrap() > past,
+        "mtime moved"
+    );
+    assert_eq!(
+        p.lookup(ROOT, b"config").unwrap().ino,
+        a.ino,
+        "the renamed node"
+    );
+    let fh = plain(p.open(a.ino.0, libc::O_RDONLY, none).unwrap());
+    assert_eq!(p.read(fh, 0, 4096).unwrap(), served);
+    p.release(fh);
+
+    // Another mode: stored as a rename on a disk would leave it.
+    set_past();
+    let other = if mode == 0o600 { 0o644 } else { 0o600 };
+    put(
+        &p,
+        node(ROOT, b"config.lock", other, 0),
+        libc::O_RDWR | libc::O_EXCL,
+        &served,
+    );
+    rename(&p, ROOT, b"config.lock", ROOT, b"config").unwrap();
+    assert_eq!(std::fs::metadata(&cfg).unwrap().mode() & 0o7777, other);
+    assert_eq!(p.config_data_syncs(), 1);
+
+    // Another text: stored, with the data sync before its rename.
+    let mut more = served.clone();
+    more.extend_from_slice(b"[branch \"x\"]\n\tremote = origin\n");
+    put(
+        &p,
+        node(ROOT, b"config.lock", other, 0),
+        libc::O_RDWR | libc::O_EXCL,
+        &more,
+    );
+    rename(&p, ROOT, b"config.lock", ROOT, b"config").unwrap();
+    assert!(String::from_utf8(std::fs::read(&cfg).unwrap())
+        .unwrap()
+        .contains("[branch \"x\"]"));
+    assert_eq!((p.config_data_syncs(), p.config_syncs()), (2, 0));
+
+    // The same text fsynced first: durable, stored with both syncs.
+    let (_, fh) = create(&p, node(ROOT, b"config.lock", other, 0), libc::O_RDWR);
+    p.write(fh, 0, &more).unwrap();
+    p.fsync(fh, false).unwrap();
+    p.release(fh);
+    rename(&p, ROOT, b"config.lock", ROOT, b"config").unwrap();
+    assert_eq!(p.config_syncs(), 2);
 }
