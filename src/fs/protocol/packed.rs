@@ -654,16 +654,19 @@ impl WriteState {
         {
             return self.keep_packed_junk(content, &e.to_string());
         }
-        let mut new: BTreeMap<Vec<u8>, Packed> = BTreeMap::new();
-        for p in parsed {
-            new.insert(
-                p.name,
-                Packed {
+        // Both lists are sorted by name, each name once (`parse_packed_refs` sorts and
+        // refuses duplicates; `packed_entries` is in name order): one merge finds what
+        // changes.
+        let new: Vec<(Vec<u8>, Packed)> = parsed
+            .into_iter()
+            .map(|p| {
+                let q = Packed {
                     id: p.id,
                     peeled: p.peeled,
-                },
-            );
-        }
+                };
+                (p.name, q)
+            })
+            .collect();
         let header = match content.first() {
             Some(b'#') => {
                 let end = content
@@ -674,43 +677,67 @@ impl WriteState {
             }
             _ => Vec::new(),
         };
-        let current: BTreeMap<Vec<u8>, (Packed, bool)> = self
-            .packed_entries(src)?
-            .into_iter()
-            .map(|(n, p, only)| (n, (p, only)))
-            .collect();
-        // What changes: (name, new packing, staged value).
+        let mut current = self.packed_entries(src)?;
+        if !current.windows(2).all(|w| w[0].0 < w[1].0) {
+            // Not expected (`visit_packed_entries` goes in name order): the merge needs it.
+            current.sort_by(|a, b| a.0.cmp(&b.0));
+            current.dedup_by(|a, b| a.0 == b.0);
+        }
+        // What changes: (name, new packing, staged value); entries of `current` first,
+        // then the names `content` adds, each in name order.
         let mut changes: Vec<(Vec<u8>, Option<Packing>, Option<RefValue>)> = Vec::new();
-        for (name, (p, only)) in &current {
-            match (new.get(name), only) {
-                (None, true) => changes.push((name.clone(), None, Some(RefValue::Deletion))),
-                (None, false) => changes.push((name.clone(), Some(Packing::Loose(None)), None)),
-                (Some(q), true) if q.id != p.id => {
-                    changes.push((name.clone(), Some(Packing::PackedOnly(*q)), Some(q.value())))
+        let mut added: Vec<(&[u8], Packed)> = Vec::new();
+        let (mut i, mut j) = (0, 0);
+        loop {
+            let order = match (current.get(i), new.get(j)) {
+                (None, None) => break,
+                (Some(_), None) => std::cmp::Ordering::Less,
+                (None, Some(_)) => std::cmp::Ordering::Greater,
+                (Some((a, _, _)), Some((b, _))) => a.cmp(b),
+            };
+            match (order, current.get(i), new.get(j)) {
+                (std::cmp::Ordering::Less, Some((name, _, only)), _) => {
+                    i += 1;
+                    if *only {
+                        changes.push((name.clone(), None, Some(RefValue::Deletion)));
+                    } else {
+                        changes.push((name.clone(), Some(Packing::Loose(None)), None));
+                    }
                 }
-                (Some(q), true) if q != p => {
-                    changes.push((name.clone(), Some(Packing::PackedOnly(*q)), None))
+                (std::cmp::Ordering::Greater, _, Some((name, q))) => {
+                    j += 1;
+                    added.push((name, *q));
                 }
-                (Some(q), false) if q != p => {
-                    changes.push((name.clone(), Some(Packing::Loose(Some(*q))), None))
+                (_, Some((name, p, only)), Some((_, q))) => {
+                    i += 1;
+                    j += 1;
+                    match only {
+                        true if q.id != p.id => changes.push((
+                            name.clone(),
+                            Some(Packing::PackedOnly(*q)),
+                            Some(q.value()),
+                        )),
+                        true if q != p => {
+                            changes.push((name.clone(), Some(Packing::PackedOnly(*q)), None))
+                        }
+                        false if q != p => {
+                            changes.push((name.clone(), Some(Packing::Loose(Some(*q))), None))
+                        }
+                        _ => {}
+                    }
                 }
-                _ => {}
+                _ => break,
             }
         }
-        let created: std::collections::BTreeSet<&[u8]> = new
-            .keys()
-            .filter(|n| !current.contains_key(*n))
-            .map(Vec::as_slice)
-            .collect();
-        for (name, q) in &new {
-            if current.contains_key(name) {
-                continue;
-            }
+        // `added` is sorted: a name it also lists as a directory of another is found by
+        // a binary search.
+        let created = |dir: &[u8]| added.binary_search_by(|(n, _)| (*n).cmp(dir)).is_ok();
+        for &(name, q) in &added {
             if self.effective(src, name)?.is_some() {
-                changes.push((name.clone(), Some(Packing::Loose(Some(*q))), None));
+                changes.push((name.to_vec(), Some(Packing::Loose(Some(q))), None));
             } else {
                 for dir in dir_prefixes(name) {
-                    if created.contains(dir) && self.effective(src, dir)?.is_none() {
+                    if created(dir) && self.effective(src, dir)?.is_none() {
                         return Err(Refusal::new(
                             libc::EINVAL,
                             format!(
@@ -733,7 +760,7 @@ impl WriteState {
                     ));
                 }
                 self.check_new_name(src, name)?;
-                changes.push((name.clone(), Some(Packing::PackedOnly(*q)), Some(q.value())));
+                changes.push((name.to_vec(), Some(Packing::PackedOnly(q)), Some(q.value())));
             }
         }
         for (name, packing, value) in changes {

@@ -864,3 +864,61 @@ fn the_packed_layer_survives_a_remount() {
     assert!(fresh.packed.is_default());
     assert_eq!(fresh.load_packed_state(&mut m2, b"something else\n"), 0);
 }
+
+/// A `packed-refs` written whole is merged against what it showed: an entry dropped is a
+/// deletion (packed only) or a loose ref left alone, a changed id a new value, a new name
+/// a creation; a new name that is also a directory of another new name is refused with
+/// nothing staged (as git's D/F check), and so is a creation after another writer
+/// changed the stack while `packed-refs` was locked.
+#[test]
+fn a_packed_refs_written_whole_is_merged_name_by_name() {
+    let (mut m, mut w, _s) = setup();
+    let header = "# pack-refs with: peeled fully-peeled sorted \n";
+    let all = format!(
+        "{header}{} refs/heads/main\n{} refs/heads/topic\n{} refs/tags/v1\n",
+        hex(1),
+        hex(2),
+        hex(3)
+    );
+    w.commit_packed_refs(&mut m, &ME, all.as_bytes(), None)
+        .unwrap();
+    for n in ["refs/heads/main", "refs/heads/topic", "refs/tags/v1"] {
+        w.unlink_ref(&mut m, &ME, n.as_bytes()).unwrap();
+    }
+    flush(&mut w, &mut m);
+    // topic dropped, v1 moved, new added (sorted between main and topic).
+    let next = format!(
+        "{header}{} refs/heads/main\n{} refs/heads/new\n{} refs/tags/v1\n",
+        hex(1),
+        hex(4),
+        hex(5)
+    );
+    w.commit_packed_refs(&mut m, &ME, next.as_bytes(), None)
+        .unwrap();
+    flush(&mut w, &mut m);
+    assert_eq!(m.refs.get(&b"refs/heads/topic"[..]), None);
+    assert_eq!(
+        m.refs.get(&b"refs/heads/new"[..]),
+        Some(&RefValue::Val1(id(4)))
+    );
+    assert_eq!(
+        m.refs.get(&b"refs/tags/v1"[..]),
+        Some(&RefValue::Val1(id(5)))
+    );
+    assert_eq!(packed_text(&mut w, &mut m), next);
+    // Both `refs/heads/d` and `refs/heads/d/e`, neither existing: refused, nothing staged.
+    let df = format!(
+        "{header}{} refs/heads/d\n{} refs/heads/d/e\n{} refs/heads/main\n{} refs/heads/new\n{} refs/tags/v1\n",
+        hex(6),
+        hex(6),
+        hex(1),
+        hex(4),
+        hex(5)
+    );
+    let e = w
+        .commit_packed_refs(&mut m, &ME, df.as_bytes(), None)
+        .unwrap_err();
+    assert_eq!(e.errno, libc::EINVAL, "{}", e.reason);
+    assert!(w.open.is_empty());
+    assert_eq!(packed_text(&mut w, &mut m), next);
+}
