@@ -385,21 +385,20 @@ impl Inodes {
         self.remember_as(parent, name, path, kind, size, None)
     }
 
-    /// [`Inodes::remember`] for `packed-refs` (`kind` [`Kind::PackedRefs`]) showing the
-    /// content of version `version`, `len` bytes: an inode of that one content for its
-    /// whole life (its number hashes the version too), as a `packed-refs` renamed over the
-    /// old one on a disk is a new inode. Its size never changes, and the kernel's pages of
-    /// it only ever hold that content: never pages of two contents mixed, whoever fills
-    /// them and when.
+    /// [`Inodes::remember`] for `packed-refs` showing the content of version `version`,
+    /// `len` bytes: an inode of that one content for its whole life (its number hashes
+    /// the version too), as a `packed-refs` renamed over the old one on a disk is a new
+    /// inode. Its size never changes, and the kernel's pages of it only ever hold that
+    /// content: never pages of two contents mixed, whoever fills them and when.
     pub fn remember_version(
         &mut self,
         parent: u64,
         name: &[u8],
         path: &[u8],
-        kind: Kind,
         len: u64,
         version: u64,
     ) -> u64 {
+        let kind = Kind::PackedRefs;
         self.remember_as(parent, name, path, kind, Some(len), Some(version))
     }
 
@@ -415,7 +414,6 @@ impl Inodes {
         if path.is_empty() {
             return ROOT;
         }
-        let version = version.filter(|_| kind == Kind::PackedRefs);
         let mut ino = ino_of_content(path, kind, size, version);
         loop {
             match self.nodes.get_mut(&ino) {
@@ -906,12 +904,9 @@ mod tests {
     fn packed_refs_is_an_inode_per_version() {
         let mut t = Inodes::new();
         let p = b"packed-refs";
-        let v1 = t.remember_version(ROOT, p, p, Kind::PackedRefs, 5000, 1);
-        assert_eq!(
-            t.remember_version(ROOT, p, p, Kind::PackedRefs, 5000, 1),
-            v1
-        );
-        let v2 = t.remember_version(ROOT, p, p, Kind::PackedRefs, 5000, 2);
+        let v1 = t.remember_version(ROOT, p, p, 5000, 1);
+        assert_eq!(t.remember_version(ROOT, p, p, 5000, 1), v1);
+        let v2 = t.remember_version(ROOT, p, p, 5000, 2);
         assert_ne!(v1, v2, "another content, another inode (the same size)");
         assert_eq!((t.version(v1), t.version(v2)), (Some(1), Some(2)));
         assert_eq!(t.fixed_size(v2), Some(5000));
@@ -929,7 +924,7 @@ mod tests {
         t.suspect(v2);
         assert_eq!((t.version(v2), t.fixed_size(v2)), (Some(2), None));
         assert_eq!(
-            t.remember_version(ROOT, p, p, Kind::PackedRefs, 5000, 2),
+            t.remember_version(ROOT, p, p, 5000, 2),
             v2,
             "written through the kernel: still the inode every open finds"
         );
@@ -954,7 +949,7 @@ mod tests {
             None,
             "a lock renamed over it shows no version"
         );
-        let v3 = t.remember_version(ROOT, p, p, Kind::PackedRefs, 4000, 3);
+        let v3 = t.remember_version(ROOT, p, p, 4000, 3);
         assert!(![v1, v2, lock].contains(&v3));
         assert_eq!(
             t.remember(ROOT, b"HEAD", b"HEAD", Kind::Ref, Some(41)),

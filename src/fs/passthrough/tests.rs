@@ -715,29 +715,23 @@ fn config_renamed_over_with_its_own_text_is_kept() {
     assert_eq!(p.read(fh, 0, 4096).unwrap(), served);
     p.release(fh);
 
+    // git's rewrite: config.lock of `mode` holding `text`, renamed over config.
+    let rewrite = |mode: u32, text: &[u8]| {
+        let n = node(ROOT, b"config.lock", mode, 0);
+        put(&p, n, libc::O_RDWR | libc::O_EXCL, text);
+        rename(&p, ROOT, b"config.lock", ROOT, b"config").unwrap();
+    };
     // Another mode: stored as a rename on a disk would leave it.
     set_past();
     let other = if mode == 0o600 { 0o644 } else { 0o600 };
-    put(
-        &p,
-        node(ROOT, b"config.lock", other, 0),
-        libc::O_RDWR | libc::O_EXCL,
-        &served,
-    );
-    rename(&p, ROOT, b"config.lock", ROOT, b"config").unwrap();
+    rewrite(other, &served);
     assert_eq!(std::fs::metadata(&cfg).unwrap().mode() & 0o7777, other);
     assert_eq!(p.config_data_syncs(), 1);
 
     // Another text: stored, with the data sync before its rename.
     let mut more = served.clone();
     more.extend_from_slice(b"[branch \"x\"]\n\tremote = origin\n");
-    put(
-        &p,
-        node(ROOT, b"config.lock", other, 0),
-        libc::O_RDWR | libc::O_EXCL,
-        &more,
-    );
-    rename(&p, ROOT, b"config.lock", ROOT, b"config").unwrap();
+    rewrite(other, &more);
     assert!(String::from_utf8(std::fs::read(&cfg).unwrap())
         .unwrap()
         .contains("[branch \"x\"]"));

@@ -71,7 +71,7 @@ impl Shared {
         // an inode of its content (`Inodes::remember_version`).
         let (ino, fixed) = if kind == Kind::PackedRefs {
             let (_, version) = g.packed_refs_marked(&path)?;
-            let ino = (g.inodes).remember_version(parent, name, &path, kind, size, version);
+            let ino = (g.inodes).remember_version(parent, name, &path, size, version);
             (ino, g.inodes.fixed_size(ino).is_some())
         } else {
             let fixed = (kind == Kind::Ref && size <= PAGE_CACHED_MAX as u64).then_some(size);
