@@ -463,7 +463,7 @@ impl WriteState {
         Ok(self.packed_refs_marked(src)?.0)
     }
 
-    /// [`Self::packed_refs`] with the content's version ([`Shown`]): the same number for
+    /// [`Self::packed_refs`] with the content's version (`Shown`): the same number for
     /// the same content shown again, a new one for every change.
     pub fn packed_refs_marked(&mut self, src: &mut dyn RefSource) -> R<(Arc<Vec<u8>>, u64)> {
         if let Some(bytes) = &self.packed.junk {
