@@ -7,7 +7,7 @@
 //!
 //! | what | bound | beyond it |
 //! | --- | --- | --- |
-//! | bytes held for lock and scratch files, files written in place and open files' snapshots (counted by allocation, not length) | [`HELD_BYTES_MAX`] | `EFBIG` (`write`, `truncate`), `ENOMEM` (`open`) |
+//! | bytes held for lock and scratch files, files written in place and open files' snapshots (counted by allocation, not length); content stops [`OPEN_RESERVE`] short of it | [`HELD_BYTES_MAX`] | `EFBIG` (`write`, `truncate`), `ENOMEM` (`open`) |
 //! | one ref file, ref lock or in-place ref write | [`REF_FILE_MAX`] | `EFBIG` |
 //! | one other scratch file | [`SCRATCH_FILE_MAX`] | `EFBIG` |
 //! | lock and scratch files | [`SCRATCH_FILES_MAX`] | `ENOSPC` |
@@ -31,6 +31,14 @@ pub const REF_FILE_MAX: usize = 64 << 10;
 pub const SCRATCH_FILE_MAX: usize = 256 << 20;
 /// All bytes held for clients together (see the module docs).
 pub const HELD_BYTES_MAX: usize = 512 << 20;
+/// The last bytes of [`HELD_BYTES_MAX`], which content (scratch files, in-place writes,
+/// unfinished reflog lines) never takes: they are kept for opens' own bookkeeping (a
+/// handle's name, a ref's snapshot). Without it a full budget made the next `open`'s
+/// outcome depend on whether the kernel's asynchronous RELEASE of the previous file had
+/// arrived (`ENOMEM` at the open, or `EFBIG` at the first write).
+pub const OPEN_RESERVE: usize = 1 << 20;
+/// What content may hold together: [`HELD_BYTES_MAX`] less [`OPEN_RESERVE`].
+pub const CONTENT_BYTES_MAX: usize = HELD_BYTES_MAX - OPEN_RESERVE;
 /// Number of scratch files (locks and others) at most.
 pub const SCRATCH_FILES_MAX: usize = 1 << 16;
 /// Open files (and directories) at most.
@@ -160,14 +168,14 @@ fn grow_within(buf: &mut Vec<u8>, end: usize, limit: usize, others: usize) -> Re
     if end <= buf.capacity() {
         return Ok(());
     }
-    let room = HELD_BYTES_MAX.saturating_sub(others);
+    let room = CONTENT_BYTES_MAX.saturating_sub(others);
     if end > room {
         return Err(FsError::EFBIG);
     }
     let doubled = buf.capacity().saturating_mul(2).max(64);
     let cap = doubled.min(limit).min(room).max(end);
     buf.reserve_exact(cap - buf.len());
-    if others.saturating_add(buf.capacity()) > HELD_BYTES_MAX {
+    if others.saturating_add(buf.capacity()) > CONTENT_BYTES_MAX {
         // The allocator rounded up past the budget: give the excess back.
         buf.shrink_to(end);
     }
@@ -204,9 +212,9 @@ mod tests {
         assert!(splice(&mut buf, 0, &[1; 100], false, 64, 0).is_err());
         assert!(buf.is_empty());
         // Near the budget: the allocation never crosses it.
-        let others = HELD_BYTES_MAX - 1000;
+        let others = CONTENT_BYTES_MAX - 1000;
         splice(&mut buf, 0, &[1; 600], false, 1 << 20, others).expect("fits");
-        assert!(others + buf.capacity() <= HELD_BYTES_MAX);
+        assert!(others + buf.capacity() <= CONTENT_BYTES_MAX);
         assert!(splice(&mut buf, 600, &[1; 600], false, 1 << 20, others).is_err());
         assert_eq!(buf.len(), 600, "a refused write changes nothing");
         // Many small appends: the allocation doubles (linear time), not one per write.

@@ -4,7 +4,7 @@
 
 use std::sync::Arc;
 
-use crate::fs::budget::{HANDLES_MAX, HELD_BYTES_MAX};
+use crate::fs::budget::{CONTENT_BYTES_MAX, HANDLES_MAX, HELD_BYTES_MAX};
 use crate::fs::error::FsError;
 use crate::fs::inode::OpenMode;
 use crate::fs::protocol::Caller;
@@ -420,7 +420,7 @@ impl Inner {
             None => kept + data.len(),
         };
         let others = self.w.files.bytes() + self.handle_bytes - before;
-        if unfinished > LOG_LINE_MAX || others + kept + data.len() > HELD_BYTES_MAX {
+        if unfinished > LOG_LINE_MAX || others + kept + data.len() > CONTENT_BYTES_MAX {
             put_back(self, text, None);
             return Err(self
                 .rec

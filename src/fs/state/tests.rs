@@ -310,3 +310,40 @@ fn a_directory_time_moves_with_its_entries_only() {
     }
     assert!(time(remotes_dir) > r0);
 }
+
+/// With the bytes held for clients full, the next lock can still be opened and its first
+/// write is refused `EFBIG`, whether or not the kernel's RELEASE of the file that filled
+/// them has arrived: content stops `OPEN_RESERVE` short of the budget (CI once saw
+/// `ENOMEM` at the `open` instead, when that RELEASE came late).
+#[test]
+fn a_full_budget_refuses_the_write_not_the_next_open() {
+    use crate::fs::budget::{HELD_BYTES_MAX, OPEN_RESERVE};
+    let shared = view(MemSource::new(), false, Duration::from_secs(60), 1000);
+    let me = std::process::id();
+    // Another scratch file holds all but 2 MiB (an allocation never touched: no memory).
+    shared.lock().w.files.insert(
+        b"packed-refs.new".to_vec(),
+        Vec::with_capacity(HELD_BYTES_MAX - 2 * OPEN_RESERVE),
+    );
+    let logs = shared.lookup(ROOT, b"logs").expect("logs").0.ino.0;
+    let flags = libc::O_CREAT | libc::O_EXCL | libc::O_WRONLY;
+    let (_, a) = shared.create(logs, b"a.lock", flags, me).expect("a.lock");
+    // Fill the rest: 64 KiB writes until one is refused, then single bytes.
+    let mut at = 0u64;
+    for chunk in [&[b'x'; 64 << 10][..], b"x"] {
+        while shared.write(a, at, chunk, 0, me).is_ok() {
+            at += chunk.len() as u64;
+        }
+    }
+    assert!(at > 0, "nothing was written");
+    // a.lock is still open (its RELEASE not yet arrived): the next open is not refused.
+    let (_, b) = shared
+        .create(logs, b"b.lock", flags, me)
+        .expect("the next lock opens");
+    let e = shared
+        .write(b, 0, b"x", 0, me)
+        .expect_err("the budget is full");
+    assert_eq!(e.errno(), libc::EFBIG);
+    shared.release(b);
+    shared.release(a);
+}
