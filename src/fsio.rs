@@ -220,6 +220,13 @@ pub fn read_to_end(f: &mut File, path: &Path, buf: &mut Vec<u8>) -> io::Result<u
     f.read_to_end(buf)
 }
 
+/// Reads into `buf` from `offset` of `f` (at `path`), `pread`.
+pub fn read_at(f: &File, path: &Path, buf: &mut [u8], offset: u64) -> io::Result<usize> {
+    use std::os::unix::fs::FileExt;
+    check(Op::Read, path)?;
+    f.read_at(buf, offset)
+}
+
 /// Writes all of `bytes` to `f` (at `path`). An injected failure writes the first half
 /// of `bytes`, then fails.
 pub fn write_all(f: &mut File, path: &Path, bytes: &[u8]) -> io::Result<()> {

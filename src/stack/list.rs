@@ -197,6 +197,34 @@ pub(super) fn list_is(path: &Path, names: &[String]) -> Result<bool> {
     Ok(lists_names(&content, names))
 }
 
+/// Whether the open `tables.list` file `f` (at `path`, for errors) names exactly `names`
+/// now: read from its start with `pread`, whatever was read through it before.
+fn file_lists(f: &File, path: &Path, names: &[String]) -> Result<bool> {
+    let mut content = vec![0u8; names.len() * 43 + 64];
+    let mut len = 0usize;
+    loop {
+        if len == content.len() {
+            if content.len() >= MAX_LIST_BYTES {
+                // Not compared here: taken as changed, and read whole by the reload.
+                return Ok(false);
+            }
+            content.resize((content.len() * 2).min(MAX_LIST_BYTES), 0);
+        }
+        let buf = content.get_mut(len..).unwrap_or_default();
+        match fsio::read_at(f, path, buf, len as u64) {
+            Ok(0) => break,
+            Ok(n) => len += n,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(Error::io(path, e)),
+        }
+    }
+    Ok(lists_names(content.get(..len).unwrap_or_default(), names))
+}
+
+/// The most bytes [`file_lists`] compares of a `tables.list` (390,000 table names);
+/// a longer one is taken as changed.
+const MAX_LIST_BYTES: usize = 16 << 20;
+
 /// For a missing `tables.list`: `Ok` (an empty stack) when its directory holds no table,
 /// else the error that says so.
 pub fn missing_list_error(list: &Path) -> Result<()> {
@@ -350,7 +378,13 @@ impl Stack {
                 ListCheck::Unchanged => Ok(Some(None)),
                 ListCheck::Changed => Ok(None),
                 ListCheck::Racy => {
-                    let same = list_is(&self.list_path, &self.names)?;
+                    let same = match &self.list_file {
+                        // The file `id` is of, held open since it was read: its inode
+                        // cannot have been reused, so the same (dev, ino) at the path is
+                        // this very file, read where it is (no open by path).
+                        Some(f) => file_lists(f, &self.list_path, &self.names)?,
+                        None => list_is(&self.list_path, &self.names)?,
+                    };
                     Ok(same.then(|| Some(SystemTime::now())))
                 }
             };
@@ -592,6 +626,36 @@ mod tests {
             verified: at(900, 0),
         };
         assert_eq!(held.check(&file), ListCheck::Racy);
+    }
+
+    /// A racy `tables.list` is compared through the file the stack holds open (its inode
+    /// cannot be reused meanwhile): read from its start whatever was read through it
+    /// before, an in-place change of that file seen, a longer list than is compared taken
+    /// as changed.
+    #[test]
+    fn a_held_list_is_compared_where_it_is() {
+        use std::io::Read;
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("tables.list");
+        let names = vec!["a.ref".to_owned(), "b.ref".to_owned()];
+        std::fs::write(&path, "a.ref\nb.ref\n").unwrap();
+        let mut f = File::open(&path).unwrap();
+        let mut seen = String::new();
+        f.read_to_string(&mut seen).unwrap();
+        assert!(
+            file_lists(&f, &path, &names).unwrap(),
+            "read from its start"
+        );
+        let w = std::fs::OpenOptions::new().write(true).open(&path).unwrap();
+        std::os::unix::fs::FileExt::write_all_at(&w, b"c", 0).unwrap();
+        assert!(!file_lists(&f, &path, &names).unwrap(), "changed in place");
+        let many: Vec<String> = (0..3).map(|i| format!("{i}.ref")).collect();
+        let long = "x".repeat(MAX_LIST_BYTES + 1);
+        std::fs::write(&path, long).unwrap();
+        assert!(
+            !file_lists(&f, &path, &many).unwrap(),
+            "too long: changed, not an error"
+        );
     }
 
     #[test]
