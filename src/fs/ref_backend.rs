@@ -30,22 +30,13 @@ pub const FILE_ATTR_TTL: Duration = Duration::ZERO;
 /// Attribute TTL for directories.
 pub const DIR_ATTR_TTL: Duration = Duration::from_secs(1);
 
-/// Whether `name` is a lock's (`x.lock`: never a ref or reflog name). A lock's name
-/// appears and goes only through the kernel (`create`, `rename`, `unlink`; the mount never
-/// removes one by itself, and a refused rename leaves it), which updates its own entry:
-/// its presence may be cached as its absence is (`lookup`), sparing the `LOOKUP` before
-/// git's `unlink` or `rename` of its lock, two per ref transaction.
-fn is_lock(name: &[u8]) -> bool {
-    name.ends_with(b".lock")
-}
-
 /// (attribute TTL, entry TTL) for a node of `kind`; `cache`: the attributes of a ref
 /// file may be cached (its size is stable).
 fn ttls(kind: Kind, cache: bool) -> (Duration, Duration) {
     match kind {
         Kind::Dir => (DIR_ATTR_TTL, ENTRY_TTL),
-        // A scratch file's name must not stay cached once it is gone (a lock's may,
-        // `is_lock`); nor a kept symbolic link's, which a rename replaces.
+        // A lock file's name must not stay cached once it is gone (git retries a held
+        // lock for only 100 ms); nor a kept symbolic link's, which a rename replaces.
         Kind::Scratch | Kind::Link => (FILE_ATTR_TTL, Duration::ZERO),
         // An inode per content (`Inodes::remember_version`): its attributes never change,
         // and every path walk looks the name up, so that an open after a change finds the
@@ -161,9 +152,6 @@ impl Backend for RefView {
             Err(e) => return Err(e),
         };
         let (attr_ttl, mut entry_ttl) = ttls(kind, cache);
-        if kind == Kind::Scratch && is_lock(name) {
-            entry_ttl = ENTRY_TTL;
-        }
         if claimed {
             // A file `packed-refs` links to goes back to the passthrough with the link
             // (`state/packed_link.rs`): its name is not cached.
@@ -223,16 +211,11 @@ impl Backend for RefView {
         } else {
             Duration::ZERO
         };
-        let entry_ttl = if a.kind == FileType::RegularFile && is_lock(name) {
-            ENTRY_TTL
-        } else {
-            ttl
-        };
         Ok((
             Entry {
                 attr: self.out(a),
                 attr_ttl: ttl,
-                entry_ttl,
+                entry_ttl: ttl,
             },
             Opened {
                 fh,
@@ -354,10 +337,10 @@ mod tests {
     use crate::RefValue;
 
     /// An absent lock's name is answered as a remembered absence (node id 0 with the entry
-    /// TTL); an absent ref name is an error the kernel does not keep; a present lock's
-    /// name is kept for the entry TTL too, another scratch file's is not.
+    /// TTL); an absent ref name is an error the kernel does not keep; a present lock is
+    /// an ordinary entry.
     #[test]
-    fn only_a_lock_name_is_remembered_absent_or_present() {
+    fn only_a_lock_name_is_remembered_absent() {
         let shared = crate::fs::test_support::writable_view(&[(
             "refs/heads/main",
             RefValue::Val1(ObjectId::from_bytes(&[1; 20]).expect("id")),
@@ -394,21 +377,9 @@ mod tests {
         let held = view.lookup(req, heads, b"main.lock").expect("the lock");
         assert!(!held.is_absent());
         assert_eq!(
-            held.entry_ttl, ENTRY_TTL,
-            "a lock's name is kept while it exists (it goes only through the kernel)"
-        );
-        assert_eq!(held.attr_ttl, Duration::ZERO, "its size is never kept");
-        shared.release(fh);
-        // Another scratch name (a file created at a ref's name becomes the ref behind
-        // the kernel) is not kept.
-        let (_, fh) = shared
-            .create(shared_ino(&view, heads), b"new", flags, std::process::id())
-            .expect("a file created in place");
-        let made = view.lookup(req, heads, b"new").expect("the file");
-        assert_eq!(
-            made.entry_ttl,
+            held.entry_ttl,
             Duration::ZERO,
-            "a scratch name is never kept"
+            "a lock's name is never kept"
         );
         shared.release(fh);
     }
