@@ -46,6 +46,10 @@ struct Node {
     name: Name,
 }
 
+/// The name of a node taken off its name ([`Inodes::unlinked`]): a NUL, which no file
+/// name holds, so no lookup finds it and its path leads nowhere.
+const DETACHED: &[u8] = b"\0";
+
 /// `Node::size` of a node whose size is not fixed.
 const NO_SIZE: u32 = u32::MAX;
 
@@ -280,9 +284,10 @@ pub struct Inodes {
     /// The times names showed (per name, bounded by the cap like the nodes).
     pub times: Times,
     nodes: NodeTable,
-    /// Nodes living under a name they got by a rename (their number is the hash of an
-    /// older path): (parent, name) -> inode. Small: only renamed, still known nodes.
-    renamed: HashMap<(u64, Box<[u8]>), u64>,
+    /// Nodes the kernel made at their name (a scratch file's `create`) or moved there (a
+    /// rename; their number is the hash of an older path), while they are there:
+    /// (parent, name) -> inode. Small: scratch files and renamed nodes still known.
+    bound: HashMap<(u64, Box<[u8]>), u64>,
     /// Known nodes in the order the kernel learnt them, oldest first: (inode, seq). The
     /// first ones are those the watcher asks the kernel to drop when the table is above
     /// its cap ([`Inodes::evictable_over_cap`]). Kept at most [`queue_bound`] long (the entries of
@@ -301,7 +306,7 @@ impl Default for Inodes {
         Inodes {
             times: Times::with_cap(INODE_CAP),
             nodes: NodeTable::for_cap(INODE_CAP),
-            renamed: HashMap::new(),
+            bound: HashMap::new(),
             order: VecDeque::new(),
             next_seq: 0,
             asked: 0,
@@ -414,32 +419,19 @@ impl Inodes {
         if path.is_empty() {
             return ROOT;
         }
+        if kind == Kind::Scratch {
+            // The scratch file the kernel made or moved here, not an unlinked one of the
+            // same name that it may still hold.
+            if let Some(ino) = self.bound_at(parent, name, kind) {
+                self.looked_up_again(ino);
+                return ino;
+            }
+        }
         let mut ino = ino_of_content(path, kind, size, version);
         loop {
             match self.nodes.get_mut(&ino) {
                 None => {
-                    let seq = self.next_seq;
-                    self.next_seq += 1;
-                    self.nodes.insert(
-                        ino,
-                        Node {
-                            parent,
-                            nlookup: 1,
-                            seq,
-                            pages: version.unwrap_or(0),
-                            size: stored_size(size),
-                            kind,
-                            has_pages: version.is_some(),
-                            name: Name::new(name),
-                        },
-                    );
-                    self.order.push_back((ino, seq));
-                    if self.order.len() > queue_bound(self.nodes.len()) {
-                        // Drop the entries of forgotten nodes (each live node has one).
-                        let nodes = &self.nodes;
-                        self.order
-                            .retain(|(i, s)| nodes.get(i).is_some_and(|n| n.seq == *s));
-                    }
+                    self.insert_new(ino, parent, name, kind, size, version);
                     return ino;
                 }
                 // A `packed-refs` inode is found by its version alone: one opened for
@@ -452,18 +444,109 @@ impl Inodes {
                         && n.version() == version
                         && (version.is_some() || n.size == stored_size(size)) =>
                 {
-                    n.nlookup += 1;
-                    if n.seq == UNQUEUED {
-                        // Learnt again after the watcher asked the kernel to drop it.
-                        self.asked -= 1;
-                        n.seq = self.next_seq;
-                        self.next_seq += 1;
-                        self.order.push_back((ino, n.seq));
-                    }
+                    self.looked_up_again(ino);
                     return ino;
                 }
                 // A 64-bit hash collision: probe (stable as long as the colliding node lives).
                 Some(_) => ino = next_ref_ino(ino),
+            }
+        }
+    }
+
+    /// A new node `ino` (a number no known node has).
+    fn insert_new(
+        &mut self,
+        ino: u64,
+        parent: u64,
+        name: &[u8],
+        kind: Kind,
+        size: Option<u64>,
+        version: Option<u64>,
+    ) {
+        let seq = self.next_seq;
+        self.next_seq += 1;
+        self.nodes.insert(
+            ino,
+            Node {
+                parent,
+                nlookup: 1,
+                seq,
+                pages: version.unwrap_or(0),
+                size: stored_size(size),
+                kind,
+                has_pages: version.is_some(),
+                name: Name::new(name),
+            },
+        );
+        self.order.push_back((ino, seq));
+        if self.order.len() > queue_bound(self.nodes.len()) {
+            // Drop the entries of forgotten nodes (each live node has one).
+            let nodes = &self.nodes;
+            self.order
+                .retain(|(i, s)| nodes.get(i).is_some_and(|n| n.seq == *s));
+        }
+    }
+
+    /// One more kernel lookup of the known node `ino`.
+    fn looked_up_again(&mut self, ino: u64) {
+        let Some(n) = self.nodes.get_mut(&ino) else {
+            return;
+        };
+        n.nlookup += 1;
+        if n.seq == UNQUEUED {
+            // Learnt again after the watcher asked the kernel to drop it.
+            self.asked -= 1;
+            n.seq = self.next_seq;
+            self.next_seq += 1;
+            self.order.push_back((ino, n.seq));
+        }
+    }
+
+    /// The node bound at `parent/name` (made or moved there by the kernel) if it is of
+    /// `kind`.
+    fn bound_at(&self, parent: u64, name: &[u8], kind: Kind) -> Option<u64> {
+        let ino = *self.bound.get(&(parent, Box::from(name)))?;
+        let n = self.nodes.get(&ino)?;
+        (n.parent == parent && *n.name == *name && n.kind == kind).then_some(ino)
+    }
+
+    /// Records the kernel's `create` of `parent/name` (path `path`), a name that did not
+    /// exist. A scratch file gets a number no known node has, bound to its name: a known
+    /// node of that name is an unlinked file whose inode the kernel may still hold (an
+    /// open descriptor, a FORGET on its way), and on a disk a new file is never that
+    /// inode. The kernel taking the two for one inode showed a ref renamed from a lock
+    /// as the next, empty lock (issue 26's lock-name cache, reverted in 6200129). Other
+    /// kinds as [`Inodes::remember`].
+    pub fn created(&mut self, parent: u64, name: &[u8], path: &[u8], kind: Kind) -> u64 {
+        if kind != Kind::Scratch || path.is_empty() {
+            return self.remember(parent, name, path, kind, None);
+        }
+        let mut ino = ino_of(path, kind);
+        while self.nodes.get(&ino).is_some() {
+            ino = next_ref_ino(ino);
+        }
+        self.insert_new(ino, parent, name, kind, None, None);
+        if let Some(old) = self.bound.insert((parent, Box::from(name)), ino) {
+            // Still bound there: no longer (the kernel made a new file at the name).
+            self.detach(old, parent, name);
+        }
+        ino
+    }
+
+    /// Records the kernel's `unlink` of the scratch file `parent/name`: its node, if
+    /// known, keeps living until the kernel forgets it, under no name (no lookup or
+    /// create of the name finds it again).
+    pub fn unlinked(&mut self, parent: u64, name: &[u8]) {
+        if let Some(ino) = self.bound.remove(&(parent, Box::from(name))) {
+            self.detach(ino, parent, name);
+        }
+    }
+
+    /// Takes `ino`, if still known as `parent/name`, off that name.
+    fn detach(&mut self, ino: u64, parent: u64, name: &[u8]) {
+        if let Some(n) = self.nodes.get_mut(&ino) {
+            if n.parent == parent && *n.name == *name {
+                n.name = Name::new(DETACHED);
             }
         }
     }
@@ -482,7 +565,7 @@ impl Inodes {
         new_kind: Kind,
     ) {
         let mut found = None;
-        if let Some(&ino) = self.renamed.get(&(parent, Box::from(name))) {
+        if let Some(&ino) = self.bound.get(&(parent, Box::from(name))) {
             found = Some(ino);
         } else {
             let mut ino = ino_of(from, kind);
@@ -507,7 +590,13 @@ impl Inodes {
                 .map(|(&ino, _)| ino);
         }
         let Some(ino) = found else { return };
-        self.renamed.remove(&(parent, Box::from(name)));
+        self.bound.remove(&(parent, Box::from(name)));
+        // The file the kernel had at the new name is replaced: unlinked, as by `unlink`.
+        if let Some(old) = self.bound.remove(&(newparent, Box::from(newname))) {
+            if old != ino {
+                self.detach(old, newparent, newname);
+            }
+        }
         if let Some(n) = self.nodes.get_mut(&ino) {
             n.parent = newparent;
             n.name = Name::new(newname);
@@ -515,7 +604,7 @@ impl Inodes {
             // The kernel's size for it came from writes, not from us.
             n.size = NO_SIZE;
             n.set_pages(None);
-            self.renamed.insert((newparent, Box::from(newname)), ino);
+            self.bound.insert((newparent, Box::from(newname)), ino);
         }
     }
 
@@ -618,8 +707,8 @@ impl Inodes {
                         self.asked -= 1;
                     }
                     let key = (n.parent, Box::<[u8]>::from(&*n.name));
-                    if self.renamed.get(&key) == Some(&ino) {
-                        self.renamed.remove(&key);
+                    if self.bound.get(&key) == Some(&ino) {
+                        self.bound.remove(&key);
                     }
                 }
             }
@@ -714,7 +803,8 @@ impl Inodes {
                 break;
             };
             match self.nodes.get_mut(&ino) {
-                Some(n) if n.seq == seq => {
+                // A detached node has no name the kernel could drop.
+                Some(n) if n.seq == seq && *n.name != *DETACHED => {
                     n.seq = UNQUEUED;
                     self.asked += 1;
                     out.push((n.parent, Box::from(&*n.name)));
@@ -956,6 +1046,67 @@ mod tests {
             t.remember(ROOT, b"HEAD", b"HEAD", Kind::Ref, Some(41)),
             "other kinds are as before"
         );
+    }
+
+    /// A created scratch file is a new inode, never one the kernel may still hold under
+    /// another name or none; a rename moves the one the kernel made at that name.
+    #[test]
+    fn a_created_lock_is_a_new_inode_and_the_renamed_one_is_moved() {
+        let mut t = Inodes::new();
+        let dir = t.remember(ROOT, b"d", b"d", Kind::Dir, None);
+        let lock = |t: &mut Inodes| t.created(dir, b"c.lock", b"d/c.lock", Kind::Scratch);
+        let rename = |t: &mut Inodes| {
+            t.moved(
+                dir,
+                b"c.lock",
+                b"d/c.lock",
+                Kind::Scratch,
+                dir,
+                b"c",
+                Kind::Ref,
+            )
+        };
+        let path = |t: &Inodes, ino| {
+            let mut p = Vec::new();
+            t.path(ino, &mut p).map(|_| p)
+        };
+        let a = lock(&mut t);
+        rename(&mut t);
+        assert_eq!(path(&t, a).as_deref(), Some(&b"d/c"[..]));
+        // The next lock while the kernel holds `a` as `d/c`.
+        let b = lock(&mut t);
+        assert_ne!(b, a);
+        // Unlinked (a refused rename), its inode still held (its FORGET not yet here).
+        t.unlinked(dir, b"c.lock");
+        let c = lock(&mut t);
+        assert!(
+            c != a && c != b,
+            "a new lock is a new inode: {a:x} {b:x} {c:x}"
+        );
+        assert_eq!(
+            t.remember(dir, b"c.lock", b"d/c.lock", Kind::Scratch, None),
+            c,
+            "a lookup finds the lock the kernel made, not the unlinked one"
+        );
+        rename(&mut t);
+        assert_eq!(
+            path(&t, c).as_deref(),
+            Some(&b"d/c"[..]),
+            "the lock made is moved"
+        );
+        assert_ne!(path(&t, b).as_deref(), Some(&b"d/c.lock"[..]));
+        assert_ne!(
+            path(&t, a).as_deref(),
+            Some(&b"d/c"[..]),
+            "a, replaced, has no name"
+        );
+        // Forgetting the detached nodes leaves the one at the name bound.
+        t.forget(a, 1);
+        t.forget(b, 1);
+        let d = lock(&mut t);
+        assert!(d != c);
+        rename(&mut t);
+        assert_eq!(path(&t, d).as_deref(), Some(&b"d/c"[..]));
     }
 
     #[test]

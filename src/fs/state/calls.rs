@@ -248,7 +248,7 @@ impl Shared {
         }
         // A name appeared: its directory's time moves (the kernel drops its attributes).
         g.entries_changed(super::parent_dir(&path), true);
-        let ino = g.inodes.remember(parent, name, &path, kind, None);
+        let ino = g.inodes.created(parent, name, &path, kind);
         Ok((self.attr_timed(&mut g, ino, &path, kind, 0), fh))
     }
 

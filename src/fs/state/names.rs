@@ -87,6 +87,8 @@ impl Shared {
             g.all_entries_changed();
         }
         if kind == Kind::Scratch {
+            // The kernel's inode of it lives on under no name (`Inodes::unlinked`).
+            g.inodes.unlinked(parent, name);
             // A broken ref removed (`broken.rs`).
             g.broken_sync(&path)
                 .map_err(|r| self.rec.refuse("unlink", &path, r))?;
