@@ -26,13 +26,15 @@
 #                                               for the run and given back at exit;
 #                                               root, Linux 6.14+), timed right after
 #                                               `packed` in every step
+#   PRUNE_MOUNT_OPTS="--batch-window 20"        more options for every mount (a lever
+#                                               measured beside the defaults' run)
 #   PRUNE_TRACE=1                               also count the FUSE requests of each step
 #                                               of the packed layout (the kernel's
 #                                               fuse:fuse_request_send/_end tracepoints
 #                                               in a tracefs instance of the run's own,
 #                                               benches/support/fuse_trace.sh; root)
 #
-# The mount runs with its defaults (fsync on, batch window 5 ms). Every mount is removed
+# The mount runs with its defaults (fsync on, batch window 5 ms) unless PRUNE_MOUNT_OPTS. Every mount is removed
 # by the trap (reftablefs unmount, then fusermount3 -uz); every step is bounded by
 # `timeout`. The load average is printed before and after: the figures mean little when
 # other work shares the machine.
@@ -144,7 +146,8 @@ dels=$(awk -v n="$ndel" -v s="$step" 'BEGIN { for (i = 0; i < n; i++) printf "b%
 mount_at() {
     local gitdir="$1" at="$2"; shift 2
     mkdir -p "$at"
-    timeout "$limit" "$bin" mount "$@" "$gitdir" "$at" 2>>"$work/mount.log" &
+    # shellcheck disable=SC2086 # PRUNE_MOUNT_OPTS is words on purpose
+    timeout "$limit" "$bin" mount "$@" ${PRUNE_MOUNT_OPTS:-} "$gitdir" "$at" 2>>"$work/mount.log" &
     mount_pids+=("$!")
     for _ in $(seq 300); do
         grep -q " $at " /proc/self/mountinfo && return 0
