@@ -198,19 +198,14 @@ pub(super) fn list_is(path: &Path, names: &[String]) -> Result<bool> {
 }
 
 /// Whether the open `tables.list` file `f` (at `path`, for errors) names exactly `names`
-/// now: read from its start with `pread`, whatever was read through it before.
+/// now: read from its start with `pread`, whatever was read through it before. At most
+/// one byte more than `names` take is read: a longer list is taken as changed (the
+/// reload reads it whole).
 fn file_lists(f: &File, path: &Path, names: &[String]) -> Result<bool> {
-    let mut content = vec![0u8; names.len() * 43 + 64];
+    let want: usize = names.iter().map(|n| n.len() + 1).sum();
+    let mut content = vec![0u8; want + 1];
     let mut len = 0usize;
-    loop {
-        if len == content.len() {
-            if content.len() >= MAX_LIST_BYTES {
-                // Not compared here: taken as changed, and read whole by the reload.
-                return Ok(false);
-            }
-            content.resize((content.len() * 2).min(MAX_LIST_BYTES), 0);
-        }
-        let buf = content.get_mut(len..).unwrap_or_default();
+    while let Some(buf) = content.get_mut(len..).filter(|b| !b.is_empty()) {
         match fsio::read_at(f, path, buf, len as u64) {
             Ok(0) => break,
             Ok(n) => len += n,
@@ -218,12 +213,8 @@ fn file_lists(f: &File, path: &Path, names: &[String]) -> Result<bool> {
             Err(e) => return Err(Error::io(path, e)),
         }
     }
-    Ok(lists_names(content.get(..len).unwrap_or_default(), names))
+    Ok(len <= want && lists_names(content.get(..len).unwrap_or_default(), names))
 }
-
-/// The most bytes [`file_lists`] compares of a `tables.list` (390,000 table names);
-/// a longer one is taken as changed.
-const MAX_LIST_BYTES: usize = 16 << 20;
 
 /// For a missing `tables.list`: `Ok` (an empty stack) when its directory holds no table,
 /// else the error that says so.
@@ -650,7 +641,7 @@ mod tests {
         std::os::unix::fs::FileExt::write_all_at(&w, b"c", 0).unwrap();
         assert!(!file_lists(&f, &path, &names).unwrap(), "changed in place");
         let many: Vec<String> = (0..3).map(|i| format!("{i}.ref")).collect();
-        let long = "x".repeat(MAX_LIST_BYTES + 1);
+        let long = "x".repeat(1 << 20);
         std::fs::write(&path, long).unwrap();
         assert!(
             !file_lists(&f, &path, &many).unwrap(),
