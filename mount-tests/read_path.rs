@@ -1126,3 +1126,55 @@ pub fn absent_names_cached_safely(ctx: &Ctx) -> TestResult {
     m.unmount()
 }
 mount_test!(absent_names_cached_safely, timeout = 120);
+
+/// An ioctl on a file of the mount (Python asks `TCGETS` at every text-mode `open`) is
+/// answered `ENOTTY`, as a disk answers for a regular file, and leaves no line in the
+/// mount's log (fuser's default logged a warning for each: the log grew by two lines per
+/// ref a Python client read).
+pub fn ioctl_is_enotty_and_unlogged(ctx: &Ctx) -> TestResult {
+    let repo = Repo::init(&ctx.path("repo"), "reftable")?;
+    build_scenario(&repo)?;
+    let m = Mount::start(&repo.gitdir, &ctx.path("mnt"), &[])?;
+    let script = r#"
+import errno, fcntl, os, sys, termios
+for p in sys.argv[1:]:
+    with open(p) as f:
+        f.read()
+    fd = os.open(p, os.O_RDONLY)
+    try:
+        fcntl.ioctl(fd, termios.TCGETS, bytes(64))
+        print(p, 'ioctl succeeded')
+    except OSError as e:
+        print(p, errno.errorcode.get(e.errno, e.errno))
+    finally:
+        os.close(fd)
+"#;
+    let paths = ["HEAD", "refs/heads/main", "config"];
+    let out = std::process::Command::new("python3")
+        .arg("-c")
+        .arg(script)
+        .args(paths.iter().map(|p| m.path(p)))
+        .output()?;
+    crate::harness::check(&out, "python3 ioctl")?;
+    let text = String::from_utf8_lossy(&out.stdout);
+    for p in paths {
+        let line = text
+            .lines()
+            .find(|l| l.starts_with(&*m.path(p).to_string_lossy()))
+            .ok_or_else(|| format!("no answer for {p}: {text}"))?;
+        ensure!(line.ends_with(" ENOTTY"), "ioctl TCGETS on {p}: {line}");
+    }
+    let log = m.log();
+    m.unmount()?;
+    ensure!(
+        !log.contains("ioctl"),
+        "the mount logged the ioctls:\n{}",
+        log.lines()
+            .filter(|l| l.contains("ioctl"))
+            .take(5)
+            .collect::<Vec<_>>()
+            .join("\n")
+    );
+    Ok(())
+}
+mount_test!(ioctl_is_enotty_and_unlogged, timeout = 60);

@@ -351,6 +351,25 @@ impl Filesystem for RefFs {
         self.on_node(r, ino, reply, |b, q| b.fsync(q, ino.0, fh.0, datasync))
     }
 
+    /// No file of the mount takes an ioctl: `ENOTTY`, as a disk answers for a regular file,
+    /// and no log line. Every text-mode `open` in Python asks whether the file is a
+    /// terminal (`TCGETS`); fuser's default logged a warning for each one, two lines of
+    /// the daemon's log per ref a Python client read.
+    #[allow(clippy::too_many_arguments)]
+    fn ioctl(
+        &self,
+        _r: &Request,
+        _ino: INodeNo,
+        _fh: FileHandle,
+        _flags: fuser::IoctlFlags,
+        _cmd: u32,
+        _in_data: &[u8],
+        _out_size: u32,
+        reply: fuser::ReplyIoctl,
+    ) {
+        reply.error(fuser::Errno::ENOTTY);
+    }
+
     fn fsyncdir(&self, r: &Request, ino: INodeNo, _fh: FileHandle, _ds: bool, reply: ReplyEmpty) {
         self.on_node(r, ino, reply, |b, q| b.fsyncdir(q, ino.0))
     }
