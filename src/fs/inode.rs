@@ -43,11 +43,14 @@ struct Node {
     size: u32,
     kind: Kind,
     has_pages: bool,
+    /// Replaced at its name by a rename over it: no lookup, rename or eviction finds it by
+    /// name any more, but its path still leads to the name ([`Inodes::detach`]).
+    detached: bool,
     name: Name,
 }
 
-/// The name of a node taken off its name ([`Inodes::unlinked`]): a NUL, which no file
-/// name holds, so no lookup finds it and its path leads nowhere.
+/// The name of a scratch node taken off its name ([`Inodes::unlinked`]): a NUL, which no
+/// file name holds, so no lookup finds it and its path leads nowhere.
 const DETACHED: &[u8] = b"\0";
 
 /// `Node::size` of a node whose size is not fixed.
@@ -439,6 +442,7 @@ impl Inodes {
                 // what is written changes the content, as on a disk (go-git `flock`s it).
                 Some(n)
                     if n.parent == parent
+                        && !n.detached
                         && *n.name == *name
                         && n.kind == kind
                         && n.version() == version
@@ -475,6 +479,7 @@ impl Inodes {
                 size: stored_size(size),
                 kind,
                 has_pages: version.is_some(),
+                detached: false,
                 name: Name::new(name),
             },
         );
@@ -507,7 +512,7 @@ impl Inodes {
     fn bound_at(&self, parent: u64, name: &[u8], kind: Kind) -> Option<u64> {
         let ino = *self.bound.get(&(parent, Box::from(name)))?;
         let n = self.nodes.get(&ino)?;
-        (n.parent == parent && *n.name == *name && n.kind == kind).then_some(ino)
+        (n.parent == parent && !n.detached && *n.name == *name && n.kind == kind).then_some(ino)
     }
 
     /// Records the kernel's `create` of `parent/name` (path `path`), a name that did not
@@ -542,11 +547,21 @@ impl Inodes {
         }
     }
 
-    /// Takes `ino`, if still known as `parent/name`, off that name.
+    /// Takes `ino`, if still known as `parent/name`, off that name: no lookup of the name
+    /// finds it again. A scratch file (an unlinked lock) leads nowhere. A file renamed
+    /// onto a ref's name and replaced there by the next rename keeps its path: the kernel
+    /// may have resolved the name to it just before the rename, and on a disk the `open`
+    /// or `stat` that follows such a walk finds the replaced file, never `ENOENT`; here it
+    /// gets what the name holds now (a reader racing a `rename` over a ref saw the ref
+    /// missing: `write_path::renames_over_a_ref_never_hide_it`).
     fn detach(&mut self, ino: u64, parent: u64, name: &[u8]) {
         if let Some(n) = self.nodes.get_mut(&ino) {
-            if n.parent == parent && *n.name == *name {
-                n.name = Name::new(DETACHED);
+            if n.parent == parent && !n.detached && *n.name == *name {
+                if n.kind == Kind::Scratch {
+                    n.name = Name::new(DETACHED);
+                } else {
+                    n.detached = true;
+                }
             }
         }
     }
@@ -571,7 +586,12 @@ impl Inodes {
             let mut ino = ino_of(from, kind);
             for _ in 0..64 {
                 match self.nodes.get(&ino) {
-                    Some(n) if n.parent == parent && *n.name == *name && n.kind == kind => {
+                    Some(n)
+                        if n.parent == parent
+                            && !n.detached
+                            && *n.name == *name
+                            && n.kind == kind =>
+                    {
                         found = Some(ino);
                         break;
                     }
@@ -586,7 +606,9 @@ impl Inodes {
             found = self
                 .nodes
                 .iter()
-                .find(|(_, n)| n.parent == parent && *n.name == *name && n.kind == kind)
+                .find(|(_, n)| {
+                    n.parent == parent && !n.detached && *n.name == *name && n.kind == kind
+                })
                 .map(|(&ino, _)| ino);
         }
         let Some(ino) = found else { return };
@@ -744,9 +766,13 @@ impl Inodes {
         Some(kind)
     }
 
-    /// Parent inode and name of a known inode.
+    /// Parent inode and name of a known inode that is still at its name (a detached one's
+    /// name is another node's now: nothing to drop or refresh there for it).
     pub fn parent_and_name(&self, ino: u64) -> Option<(u64, &[u8])> {
-        self.nodes.get(&ino).map(|n| (n.parent, &*n.name))
+        self.nodes
+            .get(&ino)
+            .filter(|n| !n.detached)
+            .map(|n| (n.parent, &*n.name))
     }
 
     /// Every known inode with its kind (for invalidation passes).
@@ -804,7 +830,7 @@ impl Inodes {
             };
             match self.nodes.get_mut(&ino) {
                 // A detached node has no name the kernel could drop.
-                Some(n) if n.seq == seq && *n.name != *DETACHED => {
+                Some(n) if n.seq == seq && !n.detached && *n.name != *DETACHED => {
                     n.seq = UNQUEUED;
                     self.asked += 1;
                     out.push((n.parent, Box::from(&*n.name)));
@@ -1095,10 +1121,15 @@ mod tests {
             "the lock made is moved"
         );
         assert_ne!(path(&t, b).as_deref(), Some(&b"d/c.lock"[..]));
-        assert_ne!(
-            path(&t, a).as_deref(),
-            Some(&b"d/c"[..]),
-            "a, replaced, has no name"
+        // a, replaced at `d/c` by c: still leads to the name (an open racing the rename
+        // reads the ref, not ENOENT), but no lookup, rename or eviction finds it there.
+        assert_eq!(path(&t, a).as_deref(), Some(&b"d/c"[..]));
+        assert_eq!(t.parent_and_name(a), None, "a's name is c's now");
+        assert_eq!(t.parent_and_name(c), Some((dir, &b"c"[..])));
+        let looked_up = t.remember(dir, b"c", b"d/c", Kind::Ref, None);
+        assert!(
+            looked_up != a,
+            "a lookup of the name never finds the replaced file"
         );
         // Forgetting the detached nodes leaves the one at the name bound.
         t.forget(a, 1);
