@@ -30,13 +30,22 @@ pub const FILE_ATTR_TTL: Duration = Duration::ZERO;
 /// Attribute TTL for directories.
 pub const DIR_ATTR_TTL: Duration = Duration::from_secs(1);
 
+/// Whether `name` is a lock's (`x.lock`: never a ref or reflog name). A lock's name
+/// appears and goes only through the kernel (`create`, `rename`, `unlink`; the mount never
+/// removes one by itself, and a refused rename leaves it), which updates its own entry:
+/// its presence may be cached as its absence is (`lookup`), sparing the `LOOKUP` before
+/// git's `unlink` or `rename` of its lock, two per ref transaction.
+fn is_lock(name: &[u8]) -> bool {
+    name.ends_with(b".lock")
+}
+
 /// (attribute TTL, entry TTL) for a node of `kind`; `cache`: the attributes of a ref
 /// file may be cached (its size is stable).
 fn ttls(kind: Kind, cache: bool) -> (Duration, Duration) {
     match kind {
         Kind::Dir => (DIR_ATTR_TTL, ENTRY_TTL),
-        // A lock file's name must not stay cached once it is gone (git retries a held
-        // lock for only 100 ms); nor a kept symbolic link's, which a rename replaces.
+        // A scratch file's name must not stay cached once it is gone (a lock's may,
+        // `is_lock`); nor a kept symbolic link's, which a rename replaces.
         Kind::Scratch | Kind::Link => (FILE_ATTR_TTL, Duration::ZERO),
         // An inode per content (`Inodes::remember_version`): its attributes never change,
         // and every path walk looks the name up, so that an open after a change finds the
@@ -152,6 +161,9 @@ impl Backend for RefView {
             Err(e) => return Err(e),
         };
         let (attr_ttl, mut entry_ttl) = ttls(kind, cache);
+        if kind == Kind::Scratch && is_lock(name) {
+            entry_ttl = ENTRY_TTL;
+        }
         if claimed {
             // A file `packed-refs` links to goes back to the passthrough with the link
             // (`state/packed_link.rs`): its name is not cached.
@@ -211,11 +223,16 @@ impl Backend for RefView {
         } else {
             Duration::ZERO
         };
+        let entry_ttl = if a.kind == FileType::RegularFile && is_lock(name) {
+            ENTRY_TTL
+        } else {
+            ttl
+        };
         Ok((
             Entry {
                 attr: self.out(a),
                 attr_ttl: ttl,
-                entry_ttl: ttl,
+                entry_ttl,
             },
             Opened {
                 fh,
