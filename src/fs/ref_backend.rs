@@ -354,10 +354,10 @@ mod tests {
     use crate::RefValue;
 
     /// An absent lock's name is answered as a remembered absence (node id 0 with the entry
-    /// TTL); an absent ref name is an error the kernel does not keep; a present lock is
-    /// an ordinary entry.
+    /// TTL); an absent ref name is an error the kernel does not keep; a present lock's
+    /// name is kept for the entry TTL too, another scratch file's is not.
     #[test]
-    fn only_a_lock_name_is_remembered_absent() {
+    fn only_a_lock_name_is_remembered_absent_or_present() {
         let shared = crate::fs::test_support::writable_view(&[(
             "refs/heads/main",
             RefValue::Val1(ObjectId::from_bytes(&[1; 20]).expect("id")),
@@ -394,9 +394,21 @@ mod tests {
         let held = view.lookup(req, heads, b"main.lock").expect("the lock");
         assert!(!held.is_absent());
         assert_eq!(
-            held.entry_ttl,
+            held.entry_ttl, ENTRY_TTL,
+            "a lock's name is kept while it exists (it goes only through the kernel)"
+        );
+        assert_eq!(held.attr_ttl, Duration::ZERO, "its size is never kept");
+        shared.release(fh);
+        // Another scratch name (a file created at a ref's name becomes the ref behind
+        // the kernel) is not kept.
+        let (_, fh) = shared
+            .create(shared_ino(&view, heads), b"new", flags, std::process::id())
+            .expect("a file created in place");
+        let made = view.lookup(req, heads, b"new").expect("the file");
+        assert_eq!(
+            made.entry_ttl,
             Duration::ZERO,
-            "a lock's name is never kept"
+            "a scratch name is never kept"
         );
         shared.release(fh);
     }
