@@ -43,14 +43,14 @@ struct Node {
     size: u32,
     kind: Kind,
     has_pages: bool,
-    /// Replaced at its name by a rename over it: no lookup, rename or eviction finds it by
-    /// name any more, but its path still leads to the name ([`Inodes::detach`]).
+    /// Taken off its name ([`Inodes::detach`]): no lookup, rename or eviction finds it by
+    /// name any more.
     detached: bool,
     name: Name,
 }
 
 /// The name of a scratch node taken off its name ([`Inodes::unlinked`]): a NUL, which no
-/// file name holds, so no lookup finds it and its path leads nowhere.
+/// file name holds, so its path leads nowhere.
 const DETACHED: &[u8] = b"\0";
 
 /// `Node::size` of a node whose size is not fixed.
@@ -65,6 +65,10 @@ fn stored_size(size: Option<u64>) -> u32 {
 }
 
 impl Node {
+    /// Whether the node is known as `parent/name` of `kind` (and not taken off it).
+    fn is_at(&self, parent: u64, name: &[u8], kind: Kind) -> bool {
+        self.parent == parent && !self.detached && *self.name == *name && self.kind == kind
+    }
     fn size(&self) -> Option<u64> {
         (self.size != NO_SIZE).then_some(u64::from(self.size))
     }
@@ -441,10 +445,7 @@ impl Inodes {
                 // writing (its size then not fixed) stays the one every open finds until
                 // what is written changes the content, as on a disk (go-git `flock`s it).
                 Some(n)
-                    if n.parent == parent
-                        && !n.detached
-                        && *n.name == *name
-                        && n.kind == kind
+                    if n.is_at(parent, name, kind)
                         && n.version() == version
                         && (version.is_some() || n.size == stored_size(size)) =>
                 {
@@ -512,7 +513,7 @@ impl Inodes {
     fn bound_at(&self, parent: u64, name: &[u8], kind: Kind) -> Option<u64> {
         let ino = *self.bound.get(&(parent, Box::from(name)))?;
         let n = self.nodes.get(&ino)?;
-        (n.parent == parent && !n.detached && *n.name == *name && n.kind == kind).then_some(ino)
+        n.is_at(parent, name, kind).then_some(ino)
     }
 
     /// Records the kernel's `create` of `parent/name` (path `path`), a name that did not
@@ -550,17 +551,16 @@ impl Inodes {
     /// Takes `ino`, if still known as `parent/name`, off that name: no lookup of the name
     /// finds it again. A scratch file (an unlinked lock) leads nowhere. A file renamed
     /// onto a ref's name and replaced there by the next rename keeps its path: the kernel
-    /// may have resolved the name to it just before the rename, and on a disk the `open`
-    /// or `stat` that follows such a walk finds the replaced file, never `ENOENT`; here it
-    /// gets what the name holds now (a reader racing a `rename` over a ref saw the ref
-    /// missing: `write_path::renames_over_a_ref_never_hide_it`).
+    /// may still send an `open` or `stat` to it (a lock's name is cached, and the dentry
+    /// moved at the rename keeps that), and on a disk that finds the replaced file, never
+    /// `ENOENT`; here it gets what the name holds now. Answering `ENOENT` there made a CAS
+    /// client count a landed increment as failed (`write_path::cas_increments_never_lost`).
     fn detach(&mut self, ino: u64, parent: u64, name: &[u8]) {
         if let Some(n) = self.nodes.get_mut(&ino) {
             if n.parent == parent && !n.detached && *n.name == *name {
+                n.detached = true;
                 if n.kind == Kind::Scratch {
                     n.name = Name::new(DETACHED);
-                } else {
-                    n.detached = true;
                 }
             }
         }
@@ -586,12 +586,7 @@ impl Inodes {
             let mut ino = ino_of(from, kind);
             for _ in 0..64 {
                 match self.nodes.get(&ino) {
-                    Some(n)
-                        if n.parent == parent
-                            && !n.detached
-                            && *n.name == *name
-                            && n.kind == kind =>
-                    {
+                    Some(n) if n.is_at(parent, name, kind) => {
                         found = Some(ino);
                         break;
                     }
@@ -606,9 +601,7 @@ impl Inodes {
             found = self
                 .nodes
                 .iter()
-                .find(|(_, n)| {
-                    n.parent == parent && !n.detached && *n.name == *name && n.kind == kind
-                })
+                .find(|(_, n)| n.is_at(parent, name, kind))
                 .map(|(&ino, _)| ino);
         }
         let Some(ino) = found else { return };
@@ -830,7 +823,7 @@ impl Inodes {
             };
             match self.nodes.get_mut(&ino) {
                 // A detached node has no name the kernel could drop.
-                Some(n) if n.seq == seq && !n.detached && *n.name != *DETACHED => {
+                Some(n) if n.seq == seq && !n.detached => {
                     n.seq = UNQUEUED;
                     self.asked += 1;
                     out.push((n.parent, Box::from(&*n.name)));

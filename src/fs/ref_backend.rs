@@ -39,13 +39,14 @@ fn is_lock(name: &[u8]) -> bool {
     name.ends_with(b".lock")
 }
 
-/// (attribute TTL, entry TTL) for a node of `kind`; `cache`: the attributes of a ref
-/// file may be cached (its size is stable).
-fn ttls(kind: Kind, cache: bool) -> (Duration, Duration) {
+/// (attribute TTL, entry TTL) for a node of `kind` named `name`; `cache`: the attributes
+/// of a ref file may be cached (its size is stable).
+fn ttls(kind: Kind, name: &[u8], cache: bool) -> (Duration, Duration) {
     match kind {
         Kind::Dir => (DIR_ATTR_TTL, ENTRY_TTL),
-        // A scratch file's name must not stay cached once it is gone (a lock's may,
-        // `is_lock`); nor a kept symbolic link's, which a rename replaces.
+        Kind::Scratch if is_lock(name) => (FILE_ATTR_TTL, ENTRY_TTL),
+        // Another scratch file's name must not stay cached once it is gone; nor a kept
+        // symbolic link's, which a rename replaces.
         Kind::Scratch | Kind::Link => (FILE_ATTR_TTL, Duration::ZERO),
         // An inode per content (`Inodes::remember_version`): its attributes never change,
         // and every path walk looks the name up, so that an open after a change finds the
@@ -160,10 +161,7 @@ impl Backend for RefView {
             }
             Err(e) => return Err(e),
         };
-        let (attr_ttl, mut entry_ttl) = ttls(kind, cache);
-        if kind == Kind::Scratch && is_lock(name) {
-            entry_ttl = ENTRY_TTL;
-        }
+        let (attr_ttl, mut entry_ttl) = ttls(kind, name, cache);
         if claimed {
             // A file `packed-refs` links to goes back to the passthrough with the link
             // (`state/packed_link.rs`): its name is not cached.
@@ -218,20 +216,16 @@ impl Backend for RefView {
         let (parent, name) = (self.inn(n.parent), n.name);
         self.check_creatable(parent, name)?;
         let (a, fh) = self.shared.create(parent, name, how.flags, req.pid)?;
-        let ttl = if a.kind == FileType::Directory {
-            DIR_ATTR_TTL
-        } else {
-            Duration::ZERO
-        };
-        let entry_ttl = if a.kind == FileType::RegularFile && is_lock(name) {
-            ENTRY_TTL
-        } else {
-            ttl
+        // A created file is a scratch file until something is written and renamed.
+        let (attr_ttl, entry_ttl) = match a.kind {
+            FileType::Directory => (DIR_ATTR_TTL, DIR_ATTR_TTL),
+            FileType::RegularFile => ttls(Kind::Scratch, name, false),
+            _ => (Duration::ZERO, Duration::ZERO),
         };
         Ok((
             Entry {
                 attr: self.out(a),
-                attr_ttl: ttl,
+                attr_ttl,
                 entry_ttl,
             },
             Opened {
