@@ -26,6 +26,17 @@
 #                                               for the run and given back at exit;
 #                                               root, Linux 6.14+), timed right after
 #                                               `packed` in every step
+#   PRUNE_PH=1                                  a sixth side, `ph`: a copy of the files
+#                                               clone through libfuse's passthrough_hp
+#                                               (Debian's fuse3, built once by
+#                                               benches/support/passthrough_hp.sh; its
+#                                               defaults: kernel passthrough, entries,
+#                                               absent names and attributes cached a day),
+#                                               the fastest FUSE file system measured here,
+#                                               timed right after `files` in every step:
+#                                               what any FUSE mount costs git 2.39 on these
+#                                               steps (root; a note and no such side when
+#                                               it cannot be built)
 #   PRUNE_MOUNT_OPTS="--batch-window 20"        more options for every mount (a lever
 #                                               measured beside the defaults' run)
 #   PRUNE_TRACE=1                               also count the FUSE requests of each step
@@ -64,6 +75,7 @@ work="$(mktemp -d "${TMPDIR:-/tmp}/reftablefs-prune.XXXXXX")"
 mnt="$work/mnt"
 pmnt="$work/pmnt"
 umnt="$work/umnt"
+phmnt="$work/phmnt"
 uring="${PRUNE_URING:-0}"
 # shellcheck source=benches/support/uring_param.sh
 . benches/support/uring_param.sh
@@ -78,6 +90,9 @@ unmount_all() {
             timeout 60 "$bin" unmount "$m" || fusermount3 -uz "$m" || umount -l "$m"
         fi
     done
+    if grep -q " $phmnt " /proc/self/mountinfo; then
+        timeout 60 fusermount3 -u "$phmnt" || fusermount3 -uz "$phmnt" || umount -l "$phmnt"
+    fi
     for pid in "${mount_pids[@]}"; do
         for _ in $(seq 100); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
         kill -KILL "$pid" 2>/dev/null || true
@@ -88,7 +103,7 @@ cleanup() {
     set +e
     fuse_trace_close
     unmount_all
-    for m in "$mnt" "$pmnt" "$umnt"; do
+    for m in "$mnt" "$pmnt" "$umnt" "$phmnt"; do
         grep -q " $m " /proc/self/mountinfo && echo "prune: WARNING: $m is still mounted" >&2
     done
     uring_param_restore
@@ -97,6 +112,16 @@ cleanup() {
 trap cleanup EXIT
 trap 'exit 130' INT
 trap 'exit 143' TERM
+
+# passthrough_hp (PRUNE_PH=1), built before anything is timed.
+ph=""
+if [ "${PRUNE_PH:-0}" = 1 ]; then
+    if [ "$(id -u)" != 0 ]; then
+        echo "prune: PRUNE_PH=1 needs root (passthrough_hp's kernel passthrough): no passthrough_hp side"
+    elif ! ph=$(timeout 3600 bash benches/support/passthrough_hp.sh); then
+        echo "prune: passthrough_hp could not be built (above): no passthrough_hp side"; ph=""
+    fi
+fi
 
 # shellcheck source=benches/support/git_env.sh
 . benches/support/git_env.sh
@@ -131,6 +156,7 @@ cp -a "$work/files" "$work/loose"
 done && rm packed-refs)
 # The packed layout's clone: the reftable clone in the same state.
 cp -a "$work/reftable" "$work/reftable-p"
+[ -n "$ph" ] && cp -a "$work/files" "$work/ph"
 [ "$uring" = 1 ] && cp -a "$work/reftable" "$work/reftable-u"
 nloose=$(find "$work/files/.git/refs" -type f | wc -l)
 fstype=$(findmnt -no FSTYPE -T "$work/files/.git" 2>/dev/null || stat -f -c %T "$work/files/.git")
@@ -158,6 +184,21 @@ mount_at() {
 }
 mount_at "$work/reftable/.git" "$mnt"
 mount_at "$work/reftable-p/.git" "$pmnt" --layout=packed
+if [ -n "$ph" ]; then
+    # passthrough_hp keeps a descriptor per inode the kernel knows: its limit raised when
+    # we may (as benches/floor_bench.sh does).
+    mkdir -p "$phmnt"
+    nofile=$(cat /proc/sys/fs/nr_open 2>/dev/null || echo 1048576)
+    prlimit --nofile="$nofile:$nofile" true 2>/dev/null || nofile=$(ulimit -Hn)
+    timeout "$limit" prlimit --nofile="$nofile:$nofile" "$ph" --foreground "$work/ph/.git" "$phmnt" 2>>"$work/ph.log" &
+    mount_pids+=("$!")
+    for _ in $(seq 300); do
+        grep -q " $phmnt " /proc/self/mountinfo && break
+        kill -0 "${mount_pids[-1]}" 2>/dev/null || { tail -5 "$work/ph.log"; echo "prune: passthrough_hp failed"; exit 1; }
+        sleep 0.1
+    done
+    grep -q " $phmnt " /proc/self/mountinfo || { echo "prune: passthrough_hp not ready after 30 s"; exit 1; }
+fi
 if [ "$uring" = 1 ]; then
     uring_param_on
     mount_at "$work/reftable-u/.git" "$umnt" --layout=packed --io-uring
@@ -173,6 +214,7 @@ run() {
     [ "$side" = mount ] && { gitdir="$mnt"; wt="$work/reftable"; }
     [ "$side" = packed ] && { gitdir="$pmnt"; wt="$work/reftable-p"; }
     [ "$side" = uring ] && { gitdir="$umnt"; wt="$work/reftable-u"; }
+    [ "$side" = ph ] && { gitdir="$phmnt"; wt="$work/ph"; }
     local t0 t1
     t0=$(now_us)
     if ! (cd "$wt" && GIT_DIR="$gitdir" timeout "$limit" "$oldgit" "$@" >"$work/out.$side" 2>&1); then
@@ -187,7 +229,11 @@ tracing=0
 if [ "${PRUNE_TRACE:-0}" = 1 ]; then
     if fuse_trace_open reftablefs-prune "$work"; then
         tracing=1
-        fuse_trace_filter "$(mountpoint -d "$pmnt" | cut -d: -f2)"
+        pconn=$(mountpoint -d "$pmnt" | cut -d: -f2)
+        phconn=""
+        [ -n "$ph" ] && phconn=$(mountpoint -d "$phmnt" | cut -d: -f2)
+        # shellcheck disable=SC2086 # phconn is empty or one word
+        fuse_trace_filter "$pconn" $phconn
     else
         echo "prune: PRUNE_TRACE=1 but no tracefs instance could be made: no request counts"
     fi
@@ -196,19 +242,26 @@ trace_on() {
     [ "$tracing" = 1 ] || return 0
     fuse_trace_on
 }
-# trace_off LABEL: the requests the packed mount answered since trace_on, by opcode.
+# trace_off LABEL [SIDE CONN]: the requests the packed mount (or SIDE on connection CONN)
+# answered since trace_on, by opcode.
 trace_off() {
     [ "$tracing" = 1 ] || return 0
     fuse_trace_off
-    awk -v label="$1" '
+    awk -v label="$1" -v side="${2:-packed layout}" -v conn="${3:-$pconn}" '
         / fuse_request_send: / {
+            c = ""
+            for (i = 1; i <= NF; i++) if ($i == "connection") c = $(i + 1)
+            if (c != conn) next
             for (i = 1; i <= NF; i++) if ($i == "req") r = $(i + 1); else if ($i == "opcode") op = $(i + 2)
             gsub(/[()]/, "", op); sub(/^FUSE_/, "", op); pending[r] = op }
         / fuse_request_end: / {
+            c = ""
+            for (i = 1; i <= NF; i++) if ($i == "connection") c = $(i + 1)
+            if (c != conn) next
             for (i = 1; i <= NF; i++) if ($i == "req") r = $(i + 1); else if ($i == "error") e = $(i + 1)
             if (r in pending) { n++; count[pending[r]]++; if (pending[r] == "LOOKUP" && e != 0) failed++; delete pending[r] } }
         END { line = ""; for (o in count) line = line " " o " " count[o]
-              printf "  packed layout, %s: %d requests (%d LOOKUPs answered ENOENT):%s\n", label, n, failed, line }
+              printf "  %s, %s: %d requests (%d LOOKUPs answered ENOENT):%s\n", side, label, n, failed, line }
     ' "$FT_INST/trace" >>"$work/requests"
 }
 
@@ -221,7 +274,17 @@ u_dry=0; u_fetch=0; u_del=0
 [ "$uring" = 1 ] && { run uring fetch -q --dry-run --prune origin; u_dry=$took; }
 run loose fetch -q --dry-run --prune origin; l_dry=$took
 run files fetch -q --dry-run --prune origin; f_dry=$took
+# ph_run LABEL VAR GIT-ARGS...: the passthrough_hp side (PRUNE_PH=1), traced as the packed
+# side is; its time in VAR.
+ph_dry=0; ph_fetch=0; ph_del=0
+ph_run() {
+    local label="$1" var="$2"; shift 2
+    [ -n "$ph" ] || return 0
+    trace_on; run ph "$@"; printf -v "$var" '%s' "$took"; trace_off "$label" passthrough_hp "$phconn"
+}
+ph_run "fetch --dry-run --prune" ph_dry fetch -q --dry-run --prune origin
 run files fetch -q --prune origin; f_fetch=$took
+ph_run "fetch --prune" ph_fetch fetch -q --prune origin
 run loose fetch -q --prune origin; l_fetch=$took
 trace_on; run packed fetch -q --prune origin; p_fetch=$took; trace_off "fetch --prune"
 [ "$uring" = 1 ] && { run uring fetch -q --prune origin; u_fetch=$took; }
@@ -236,12 +299,15 @@ trace_on; run packed branch -q -D $dels; p_del=$took; trace_off "branch -D"
 run loose branch -q -D $dels; l_del=$took
 # shellcheck disable=SC2086
 run files branch -q -D $dels; f_del=$took
+# shellcheck disable=SC2086
+ph_run "branch -D" ph_del branch -q -D $dels
 load_after=$(load)
 
 # Every side ends with the same refs (the mounts' written first).
 unmount_all
 sides="loose reftable reftable-p"
 [ "$uring" = 1 ] && sides="$sides reftable-u"
+[ -n "$ph" ] && sides="$sides ph"
 for f in files $sides; do
     git -C "$work/$f" for-each-ref --format='%(refname) %(objectname)' >"$work/refs.$f"
 done
@@ -272,6 +338,19 @@ if [ "$uring" = 1 ]; then
     urow "git 2.39 fetch --dry-run --prune (reads only)" "$p_dry" "$u_dry" "$f_dry"
     urow "git 2.39 fetch --prune, $nprune pruned" "$p_fetch" "$u_fetch" "$f_fetch"
     urow "git 2.39 branch -D, $ndel deleted" "$p_del" "$u_del" "$f_del"
+    echo
+fi
+if [ -n "$ph" ]; then
+    echo "| step ($nb branches) | files clone ($fstype) | files clone through passthrough_hp | **passthrough_hp / files** | mount, packed layout | packed / passthrough_hp | packed layout, io_uring | io_uring / passthrough_hp |"
+    echo "| --- | --- | --- | --- | --- | --- | --- | --- |"
+    prow() { # label files ph packed uring
+        local u="—" ur="—"
+        [ "$uring" = 1 ] && { u=$(ms "$5"); ur=$(ratio "$5" "$3"); }
+        echo "| $1 | $(ms "$2") | $(ms "$3") | **$(ratio "$3" "$2")** | $(ms "$4") | $(ratio "$4" "$3") | $u | $ur |"
+    }
+    prow "git 2.39 fetch --dry-run --prune (reads only)" "$f_dry" "$ph_dry" "$p_dry" "$u_dry"
+    prow "git 2.39 fetch --prune, $nprune pruned" "$f_fetch" "$ph_fetch" "$p_fetch" "$u_fetch"
+    prow "git 2.39 branch -D, $ndel deleted" "$f_del" "$ph_del" "$p_del" "$u_del"
     echo
 fi
 [ -s "$work/requests" ] && { echo; echo "FUSE requests (PRUNE_TRACE=1):"; cat "$work/requests"; }

@@ -24,11 +24,13 @@ fuse_trace_open() {
     echo 16384 >"$FT_INST/buffer_size_kb"
 }
 
-# fuse_trace_filter CONN: only the requests of connection CONN (a mount's device minor).
+# fuse_trace_filter CONN...: only the requests of these connections (mounts' device
+# minors; the trace lines name their connection).
 fuse_trace_filter() {
-    local e
+    local e c expr=""
+    for c in "$@"; do expr="${expr:+$expr || }connection == $c"; done
     for e in fuse_request_send fuse_request_end; do
-        echo "connection == $1" >"$FT_INST/events/fuse/$e/filter"
+        echo "$expr" >"$FT_INST/events/fuse/$e/filter"
     done
 }
 
