@@ -40,10 +40,13 @@
 #   PRUNE_MOUNT_OPTS="--batch-window 20"        more options for every mount (a lever
 #                                               measured beside the defaults' run)
 #   PRUNE_TRACE=1                               also count the FUSE requests of each step
-#                                               of the packed layout (the kernel's
+#                                               of the packed layout, and of the uring
+#                                               and ph sides when they run (the kernel's
 #                                               fuse:fuse_request_send/_end tracepoints
 #                                               in a tracefs instance of the run's own,
-#                                               benches/support/fuse_trace.sh; root)
+#                                               benches/support/fuse_trace.sh; root), by
+#                                               opcode, with each opcode's median time
+#                                               from send to end and their sum
 #
 # The mount runs with its defaults (fsync on, batch window 5 ms) unless PRUNE_MOUNT_OPTS. Every mount is removed
 # by the trap (reftablefs unmount, then fusermount3 -uz); every step is bounded by
@@ -230,10 +233,11 @@ if [ "${PRUNE_TRACE:-0}" = 1 ]; then
     if fuse_trace_open reftablefs-prune "$work"; then
         tracing=1
         pconn=$(mountpoint -d "$pmnt" | cut -d: -f2)
-        phconn=""
+        phconn="" uconn=""
         [ -n "$ph" ] && phconn=$(mountpoint -d "$phmnt" | cut -d: -f2)
-        # shellcheck disable=SC2086 # phconn is empty or one word
-        fuse_trace_filter "$pconn" $phconn
+        [ "$uring" = 1 ] && uconn=$(mountpoint -d "$umnt" | cut -d: -f2)
+        # shellcheck disable=SC2086 # phconn and uconn are empty or one word
+        fuse_trace_filter "$pconn" $phconn $uconn
     else
         echo "prune: PRUNE_TRACE=1 but no tracefs instance could be made: no request counts"
     fi
@@ -243,7 +247,8 @@ trace_on() {
     fuse_trace_on
 }
 # trace_off LABEL [SIDE CONN]: the requests the packed mount (or SIDE on connection CONN)
-# answered since trace_on, by opcode.
+# answered since trace_on, by opcode, then each opcode's median time from the request's
+# send to its end (µs) and the sum of those times.
 trace_off() {
     [ "$tracing" = 1 ] || return 0
     fuse_trace_off
@@ -253,16 +258,28 @@ trace_off() {
             for (i = 1; i <= NF; i++) if ($i == "connection") c = $(i + 1)
             if (c != conn) next
             for (i = 1; i <= NF; i++) if ($i == "req") r = $(i + 1); else if ($i == "opcode") op = $(i + 2)
-            gsub(/[()]/, "", op); sub(/^FUSE_/, "", op); pending[r] = op }
+            for (i = 2; i <= NF; i++) if ($i == "fuse_request_send:") { t = $(i - 1); sub(/:$/, "", t) }
+            gsub(/[()]/, "", op); sub(/^FUSE_/, "", op); pending[r] = op; sent[r] = t }
         / fuse_request_end: / {
             c = ""
             for (i = 1; i <= NF; i++) if ($i == "connection") c = $(i + 1)
             if (c != conn) next
             for (i = 1; i <= NF; i++) if ($i == "req") r = $(i + 1); else if ($i == "error") e = $(i + 1)
-            if (r in pending) { n++; count[pending[r]]++; if (pending[r] == "LOOKUP" && e != 0) failed++; delete pending[r] } }
+            for (i = 2; i <= NF; i++) if ($i == "fuse_request_end:") { t = $(i - 1); sub(/:$/, "", t) }
+            if (r in pending) {
+                n++; count[pending[r]]++; if (pending[r] == "LOOKUP" && e != 0) failed++
+                printf "%s %.1f\n", pending[r], (t - sent[r]) * 1e6 >lat
+                delete pending[r]; delete sent[r] } }
         END { line = ""; for (o in count) line = line " " o " " count[o]
               printf "  %s, %s: %d requests (%d LOOKUPs answered ENOENT):%s\n", side, label, n, failed, line }
-    ' "$FT_INST/trace" >>"$work/requests"
+    ' lat="$work/lat" "$FT_INST/trace" >>"$work/requests"
+    [ -s "$work/lat" ] || return 0
+    sort -k1,1 -k2,2n "$work/lat" | awk '
+        { v[$1, ++k[$1]] = $2; sum += $2 }
+        END { for (o in k) line = line sprintf(" %s %.0f", o, v[o, int((k[o] + 1) / 2)])
+              printf "    µs per request, median:%s; all requests %.1f ms\n", line, sum / 1000 }
+    ' >>"$work/requests"
+    rm -f "$work/lat"
 }
 
 load_before=$(load)
@@ -271,7 +288,7 @@ echo "== prune: fetch --prune ($nprune of $nb), then branch -D ($ndel of $nb) (l
 run mount fetch -q --dry-run --prune origin; m_dry=$took
 trace_on; run packed fetch -q --dry-run --prune origin; p_dry=$took; trace_off "fetch --dry-run --prune"
 u_dry=0; u_fetch=0; u_del=0
-[ "$uring" = 1 ] && { run uring fetch -q --dry-run --prune origin; u_dry=$took; }
+[ "$uring" = 1 ] && { trace_on; run uring fetch -q --dry-run --prune origin; u_dry=$took; trace_off "fetch --dry-run --prune" "io_uring" "$uconn"; }
 run loose fetch -q --dry-run --prune origin; l_dry=$took
 run files fetch -q --dry-run --prune origin; f_dry=$took
 # ph_run LABEL VAR GIT-ARGS...: the passthrough_hp side (PRUNE_PH=1), traced as the packed
@@ -287,14 +304,14 @@ run files fetch -q --prune origin; f_fetch=$took
 ph_run "fetch --prune" ph_fetch fetch -q --prune origin
 run loose fetch -q --prune origin; l_fetch=$took
 trace_on; run packed fetch -q --prune origin; p_fetch=$took; trace_off "fetch --prune"
-[ "$uring" = 1 ] && { run uring fetch -q --prune origin; u_fetch=$took; }
+[ "$uring" = 1 ] && { trace_on; run uring fetch -q --prune origin; u_fetch=$took; trace_off "fetch --prune" "io_uring" "$uconn"; }
 run mount fetch -q --prune origin; m_fetch=$took
 # shellcheck disable=SC2086
 run mount branch -q -D $dels; m_del=$took
 # shellcheck disable=SC2086
 trace_on; run packed branch -q -D $dels; p_del=$took; trace_off "branch -D"
 # shellcheck disable=SC2086
-[ "$uring" = 1 ] && { run uring branch -q -D $dels; u_del=$took; }
+[ "$uring" = 1 ] && { trace_on; run uring branch -q -D $dels; u_del=$took; trace_off "branch -D" "io_uring" "$uconn"; }
 # shellcheck disable=SC2086
 run loose branch -q -D $dels; l_del=$took
 # shellcheck disable=SC2086
