@@ -20,6 +20,10 @@
 #                      mount option.
 #   spin-dev-fuse      every /dev/fuse event-loop thread polls the device for 50 µs after
 #                      each request before it sleeps (no effect over io_uring).
+#   fresh-every-50ms   the freshness check of every request (a `statx` of `tables.list`,
+#                      a `pread` of it while racy) made at most every 50 ms: the ceiling
+#                      of a cheaper check. Another writer's update shows up to 50 ms late:
+#                      a measurement, never a mount option.
 #
 # Prints, per round and build, the `fetch --prune` and `branch -D` ratios to the files
 # clone (packed layout over /dev/fuse, and over io_uring with PRUNE_URING=1). Root for

@@ -14,8 +14,11 @@ fi
 # passthrough_hp (root only; it builds passthrough_hp once, or prints a SKIP line).
 if [ -e /dev/fuse ] && command -v fusermount3 >/dev/null 2>&1; then
     bash benches/mount_bench.sh
-    # Deletions at scale: fetch --prune and branch -D by git 2.39, beside files clones.
-    bash benches/prune_bench.sh
+    # Deletions at scale: fetch --prune and branch -D by git 2.39, beside files clones
+    # and (root) the files clone through passthrough_hp.
+    PRUNE_PH="${PRUNE_PH:-1}" bash benches/prune_bench.sh
+    # Python's open() through the mount, with its requests per file (root).
+    bash benches/pyopen_probe.sh
 else
     echo "SKIP mount benchmarks: /dev/fuse or fusermount3 missing"
 fi
