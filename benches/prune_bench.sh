@@ -252,6 +252,10 @@ trace_on() {
 trace_off() {
     [ "$tracing" = 1 ] || return 0
     fuse_trace_off
+    # A full buffer drops events: the counts would be short, so say so.
+    if cat "$FT_INST"/per_cpu/cpu*/stats 2>/dev/null | awk '/^overrun:/ { o += $2 } END { exit !(o > 0) }'; then
+        echo "  WARNING: the trace buffer overflowed during $1 (${2:-packed layout}): its counts are short" >>"$work/requests"
+    fi
     awk -v label="$1" -v side="${2:-packed layout}" -v conn="${3:-$pconn}" '
         / fuse_request_send: / {
             c = ""
