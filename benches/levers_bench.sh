@@ -25,35 +25,10 @@
 # the daemon runs under `timeout` too. Tracing uses its own tracefs instance, removed.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-root="$PWD"
 refs="${LEVERS_REFS:-4000}" rounds="${LEVERS_ROUNDS:-5}" idle="${LEVERS_IDLE:-11}"
-skip() { echo "SKIP levers benchmark: $*"; exit 0; }
-[ "$(id -u)" -eq 0 ] || skip "needs root (the tracepoint)"
-[ -e /dev/fuse ] && command -v fusermount3 >/dev/null || skip "no /dev/fuse or fusermount3"
-if [ -n "${MOUNT_BENCH_BIN:-}" ]; then bin="$MOUNT_BENCH_BIN"; else
-    timeout 3600 cargo build --release --quiet --bin reftablefs
-    bin="${CARGO_TARGET_DIR:-$root/target}/release/reftablefs"
-fi
-
-work=$(mktemp -d "${TMPDIR:-/tmp}/reftablefs-levers.XXXXXX")
-mnt="$work/mnt" pid="" conn=""
-# shellcheck source=benches/support/fuse_trace.sh
-. benches/support/fuse_trace.sh
-cleanup() {
-    set +e
-    fuse_trace_close
-    if mountpoint -q "$mnt"; then
-        timeout 20 fusermount3 -u "$mnt" || {
-            [ -n "$conn" ] && echo 1 >"/sys/fs/fuse/connections/$conn/abort"
-            timeout 10 fusermount3 -uz "$mnt"
-        }
-    fi
-    [ -n "$pid" ] && { timeout 20 tail --pid="$pid" -f /dev/null || kill -KILL "$pid"; }
-    rm -rf "$work"
-}
-trap cleanup EXIT
-trap 'exit 130' INT
-trap 'exit 143' TERM
+# shellcheck source=benches/support/one_mount.sh
+. benches/support/one_mount.sh
+one_mount_setup levers "levers benchmark"
 
 # shellcheck source=benches/support/git_env.sh
 . benches/support/git_env.sh
@@ -71,16 +46,7 @@ git -C "$work/rt" for-each-ref --format='%(objectname) %(refname)' refs/heads/ |
 cut -d' ' -f2 "$work/refs.txt" >"$work/names"
 n=$(wc -l <"$work/names")
 
-mkdir "$mnt"
-timeout -k 10 3600 "$bin" mount "$work/rt/.git" "$mnt" 2>"$work/mount.log" &
-pid=$!
-for _ in $(seq 300); do
-    conn=$(awk -v m="$mnt" '$5 == m { split($3, d, ":"); print d[2] }' /proc/self/mountinfo)
-    [ -n "$conn" ] && break
-    kill -0 "$pid" 2>/dev/null || { cat "$work/mount.log"; exit 1; }
-    sleep 0.1
-done
-[ -n "$conn" ] || { echo "levers: not mounted after 30 s"; exit 1; }
+one_mount "$work/rt/.git"
 
 fuse_trace_open reftablefs-levers "$work" || { echo "levers: no tracefs instance"; exit 1; }
 fuse_trace_filter "$conn"

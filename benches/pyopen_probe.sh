@@ -15,37 +15,12 @@
 # the daemon runs under `timeout` too. Tracing uses its own tracefs instance, removed.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-root="$PWD"
 refs="${PYOPEN_REFS:-1000}" rounds="${PYOPEN_ROUNDS:-5}"
 python="${PYTHON:-/usr/bin/python3}"
 [ -x "$python" ] || python=python3
-skip() { echo "SKIP pyopen probe: $*"; exit 0; }
-[ "$(id -u)" -eq 0 ] || skip "needs root (the tracepoint)"
-[ -e /dev/fuse ] && command -v fusermount3 >/dev/null || skip "no /dev/fuse or fusermount3"
-if [ -n "${MOUNT_BENCH_BIN:-}" ]; then bin="$MOUNT_BENCH_BIN"; else
-    timeout 3600 cargo build --release --quiet --bin reftablefs
-    bin="${CARGO_TARGET_DIR:-$root/target}/release/reftablefs"
-fi
-
-work=$(mktemp -d "${TMPDIR:-/tmp}/reftablefs-pyopen.XXXXXX")
-mnt="$work/mnt" pid="" conn=""
-# shellcheck source=benches/support/fuse_trace.sh
-. benches/support/fuse_trace.sh
-cleanup() {
-    set +e
-    fuse_trace_close
-    if mountpoint -q "$mnt"; then
-        timeout 20 fusermount3 -u "$mnt" || {
-            [ -n "$conn" ] && echo 1 >"/sys/fs/fuse/connections/$conn/abort"
-            timeout 10 fusermount3 -uz "$mnt"
-        }
-    fi
-    [ -n "$pid" ] && { timeout 20 tail --pid="$pid" -f /dev/null || kill -KILL "$pid"; }
-    rm -rf "$work"
-}
-trap cleanup EXIT
-trap 'exit 130' INT
-trap 'exit 143' TERM
+# shellcheck source=benches/support/one_mount.sh
+. benches/support/one_mount.sh
+one_mount_setup pyopen "pyopen probe"
 
 # shellcheck source=benches/support/git_env.sh
 . benches/support/git_env.sh
@@ -56,16 +31,7 @@ oid=$(git -C "$work/rt" rev-parse HEAD)
 awk -v n="$refs" -v o="$oid" 'BEGIN { for (i = 0; i < n; i++) printf "create refs/heads/p%07d %s\n", i, o }' |
     git -C "$work/rt" -c core.logAllRefUpdates=false update-ref --stdin
 
-mkdir "$mnt"
-timeout -k 10 3600 "$bin" mount --read-only "$work/rt/.git" "$mnt" 2>"$work/mount.log" &
-pid=$!
-for _ in $(seq 300); do
-    conn=$(awk -v m="$mnt" '$5 == m { split($3, d, ":"); print d[2] }' /proc/self/mountinfo)
-    [ -n "$conn" ] && break
-    kill -0 "$pid" 2>/dev/null || { cat "$work/mount.log"; exit 1; }
-    sleep 0.1
-done
-[ -n "$conn" ] || { echo "pyopen: not mounted after 30 s"; exit 1; }
+one_mount "$work/rt/.git" --read-only
 fuse_trace_open reftablefs-pyopen "$work" || { echo "pyopen: no tracefs instance"; exit 1; }
 fuse_trace_filter "$conn"
 
