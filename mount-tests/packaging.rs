@@ -19,7 +19,10 @@ fn contrib(name: &str) -> PathBuf {
 
 /// Runs the mount(8) helper `sh contrib/mount.fuse.reftablefs SRC MNT -o OPTS` with
 /// `REFTABLEFS` naming this build (mount(8) passes exactly these arguments).
-fn helper(src: &Path, mnt: &Path, opts: &str) -> TestResult<Output> {
+fn helper(ctx: &Ctx, src: &Path, mnt: &Path, opts: &str) -> TestResult<Output> {
+    // The daemon's default log goes to $TMPDIR: the test's own directory, not /tmp.
+    let tmp = ctx.path("helper-tmp");
+    fs::create_dir_all(&tmp)?;
     Ok(Command::new("timeout")
         .arg("40")
         .arg("sh")
@@ -29,6 +32,7 @@ fn helper(src: &Path, mnt: &Path, opts: &str) -> TestResult<Output> {
         .arg("-o")
         .arg(opts)
         .env("REFTABLEFS", BIN)
+        .env("TMPDIR", &tmp)
         .stdin(Stdio::null())
         .output()?)
 }
@@ -82,6 +86,7 @@ pub fn mount_helper_options(ctx: &Ctx) -> TestResult {
     fs::create_dir_all(&mnt)?;
 
     let out = helper(
+        ctx,
         &repo.gitdir,
         &mnt,
         "rw,nosuid,nodev,noauto,user,batch_window=5,batch_max=100,x-systemd.automount",
@@ -92,6 +97,19 @@ pub fn mount_helper_options(ctx: &Ctx) -> TestResult {
     ensure!(
         is_mounted(&mnt),
         "the helper returned before the mount was ready"
+    );
+    // The daemon logs to its default file in $TMPDIR (here the test's own directory).
+    let logs = fs::read_dir(ctx.path("helper-tmp"))?
+        .filter_map(Result::ok)
+        .filter(|e| {
+            e.file_name()
+                .to_string_lossy()
+                .starts_with("reftablefs-mount.")
+        })
+        .count();
+    ensure!(
+        logs == 1,
+        "{logs} daemon logs in the helper's TMPDIR, expected 1"
     );
     ensure!(
         fs::read_to_string(mnt.join("refs/heads/main"))? == format!("{head}\n"),
@@ -110,7 +128,7 @@ pub fn mount_helper_options(ctx: &Ctx) -> TestResult {
         "git 2.47 does not see the update made through the helper's mount"
     );
 
-    let out = helper(&repo.gitdir, &mnt, "ro")?;
+    let out = helper(ctx, &repo.gitdir, &mnt, "ro")?;
     let daemon = Daemon::find(&mnt, &mnt);
     check(&out, "mount.fuse.reftablefs -o ro")?;
     let daemon = daemon.ok_or("no mount process found after -o ro")?;
@@ -122,7 +140,7 @@ pub fn mount_helper_options(ctx: &Ctx) -> TestResult {
     unmount(&mnt, &daemon)?;
     drop(daemon);
 
-    let out = helper(&repo.gitdir, &mnt, "rw,frobnicate")?;
+    let out = helper(ctx, &repo.gitdir, &mnt, "rw,frobnicate")?;
     let daemon = Daemon::find(&mnt, &mnt);
     ensure!(
         out.status.code() == Some(1) && daemon.is_none() && !is_mounted(&mnt),
@@ -147,7 +165,7 @@ pub fn mount_helper_over(ctx: &Ctx) -> TestResult {
     let repo = Repo::init(&ctx.path("work"), "reftable")?;
     let head = repo.commit("one")?;
     let dotgit = repo.work.join(".git");
-    let out = helper(&repo.work, &dotgit, "over")?;
+    let out = helper(ctx, &repo.work, &dotgit, "over")?;
     let daemon = Daemon::find(&repo.work, &dotgit);
     check(&out, "mount.fuse.reftablefs -o over")?;
     let daemon = daemon.ok_or("no mount process found after -o over")?;
@@ -182,7 +200,7 @@ pub fn mount_helper_over(ctx: &Ctx) -> TestResult {
     // An fstab line whose MOUNTPOINT is not WORKTREE/.git is refused, and nothing mounts.
     let elsewhere = ctx.path("elsewhere");
     fs::create_dir_all(&elsewhere)?;
-    let out = helper(&repo.work, &elsewhere, "over")?;
+    let out = helper(ctx, &repo.work, &elsewhere, "over")?;
     ensure!(
         !out.status.success()
             && String::from_utf8_lossy(&out.stderr).contains("MOUNTPOINT must be")
