@@ -20,6 +20,7 @@ G=/usr/bin/git
 main=$($G rev-parse refs/heads/main)
 short=$($G rev-parse --short refs/heads/main)
 err=$(mktemp)
+trap 'rm -f "$err"' EXIT
 run() {
     out=$("$@" 2>"$err"); rc=$?
     echo "\$ $* -> $rc" | sed "s/$main/MAIN/g"

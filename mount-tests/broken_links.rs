@@ -146,6 +146,7 @@ G=/usr/bin/git
 main=$($G rev-parse refs/heads/main)
 zero=0000000000000000000000000000000000000000
 err=$(mktemp)
+trap 'rm -f "$err"' EXIT
 run() {
     out=$("$@" 2>"$err"); rc=$?
     echo "\$ $* -> $rc" | sed -e "s#$PWD#WORK#g" -e "s/$main/MAIN/g"

@@ -18,6 +18,7 @@ use crate::harness::{check, refs239, stage, steps239, Ctx, Mount, Repo, TestResu
 const PRELUDE: &str = r#"
 G=/usr/bin/git
 tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
 run() {
     out=$("$@" 2>"$tmp/err"); rc=$?
     echo "\$ $* -> $rc" | sed -E -e "s#$tmp#TMP#g" -e "s/[0-9a-f]{40}/ID/g"
