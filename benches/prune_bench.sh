@@ -37,6 +37,13 @@
 #                                               what any FUSE mount costs git 2.39 on these
 #                                               steps (root; a note and no such side when
 #                                               it cannot be built)
+#   PRUNE_PH_BIN=/path/to/passthrough_hp        that build for the ph side instead (e.g.
+#                                               libfuse's own, built with io_uring by
+#                                               benches/uring_probe.sh)
+#   PRUNE_PH_URING=1                            the ph side mounted with `-o io_uring`
+#                                               (with PRUNE_URING=1, which sets the
+#                                               module parameter; a libfuse built with
+#                                               liburing)
 #   PRUNE_MOUNT_OPTS="--batch-window 20"        more options for every mount (a lever
 #                                               measured beside the defaults' run)
 #   PRUNE_TRACE=1                               also count the FUSE requests of each step
@@ -121,8 +128,20 @@ ph=""
 if [ "${PRUNE_PH:-0}" = 1 ]; then
     if [ "$(id -u)" != 0 ]; then
         echo "prune: PRUNE_PH=1 needs root (passthrough_hp's kernel passthrough): no passthrough_hp side"
+    elif [ -n "${PRUNE_PH_BIN:-}" ]; then
+        ph="$PRUNE_PH_BIN"
+        [ -x "$ph" ] || { echo "prune: PRUNE_PH_BIN=$ph is no executable"; exit 2; }
     elif ! ph=$(timeout 3600 bash benches/support/passthrough_hp.sh); then
         echo "prune: passthrough_hp could not be built (above): no passthrough_hp side"; ph=""
+    fi
+fi
+
+ph_opts=() ph_label="passthrough_hp"
+if [ -n "$ph" ] && [ "${PRUNE_PH_URING:-0}" = 1 ]; then
+    if [ "$uring" = 1 ]; then
+        ph_opts=(-o io_uring) ph_label="passthrough_hp over io_uring"
+    else
+        echo "prune: PRUNE_PH_URING=1 needs PRUNE_URING=1 (the module parameter): passthrough_hp over /dev/fuse"
     fi
 fi
 
@@ -187,13 +206,19 @@ mount_at() {
 }
 mount_at "$work/reftable/.git" "$mnt"
 mount_at "$work/reftable-p/.git" "$pmnt" --layout=packed
+if [ "$uring" = 1 ]; then
+    uring_param_on
+    mount_at "$work/reftable-u/.git" "$umnt" --layout=packed --io-uring
+    "$bin" status "$umnt" | grep -q 'transport: *io_uring' ||
+        { "$bin" status "$umnt"; echo "prune: the io_uring mount does not serve io_uring"; exit 1; }
+fi
 if [ -n "$ph" ]; then
     # passthrough_hp keeps a descriptor per inode the kernel knows: its limit raised when
     # we may (as benches/floor_bench.sh does).
     mkdir -p "$phmnt"
     nofile=$(cat /proc/sys/fs/nr_open 2>/dev/null || echo 1048576)
     prlimit --nofile="$nofile:$nofile" true 2>/dev/null || nofile=$(ulimit -Hn)
-    timeout "$limit" prlimit --nofile="$nofile:$nofile" "$ph" --foreground "$work/ph/.git" "$phmnt" 2>>"$work/ph.log" &
+    timeout "$limit" prlimit --nofile="$nofile:$nofile" "$ph" --foreground "${ph_opts[@]}" "$work/ph/.git" "$phmnt" 2>>"$work/ph.log" &
     mount_pids+=("$!")
     for _ in $(seq 300); do
         grep -q " $phmnt " /proc/self/mountinfo && break
@@ -201,12 +226,6 @@ if [ -n "$ph" ]; then
         sleep 0.1
     done
     grep -q " $phmnt " /proc/self/mountinfo || { echo "prune: passthrough_hp not ready after 30 s"; exit 1; }
-fi
-if [ "$uring" = 1 ]; then
-    uring_param_on
-    mount_at "$work/reftable-u/.git" "$umnt" --layout=packed --io-uring
-    "$bin" status "$umnt" | grep -q 'transport: *io_uring' ||
-        { "$bin" status "$umnt"; echo "prune: the io_uring mount does not serve io_uring"; exit 1; }
 fi
 
 # side NAME: runs git 2.39 with the side's git directory; the elapsed µs in $took.
@@ -301,7 +320,7 @@ ph_dry=0; ph_fetch=0; ph_del=0
 ph_run() {
     local label="$1" var="$2"; shift 2
     [ -n "$ph" ] || return 0
-    trace_on; run ph "$@"; printf -v "$var" '%s' "$took"; trace_off "$label" passthrough_hp "$phconn"
+    trace_on; run ph "$@"; printf -v "$var" '%s' "$took"; trace_off "$label" "$ph_label" "$phconn"
 }
 ph_run "fetch --dry-run --prune" ph_dry fetch -q --dry-run --prune origin
 run files fetch -q --prune origin; f_fetch=$took
@@ -362,7 +381,7 @@ if [ "$uring" = 1 ]; then
     echo
 fi
 if [ -n "$ph" ]; then
-    echo "| step ($nb branches) | files clone ($fstype) | files clone through passthrough_hp | **passthrough_hp / files** | mount, packed layout | packed / passthrough_hp | packed layout, io_uring | io_uring / passthrough_hp |"
+    echo "| step ($nb branches) | files clone ($fstype) | files clone through $ph_label | **passthrough_hp / files** | mount, packed layout | packed / passthrough_hp | packed layout, io_uring | io_uring / passthrough_hp |"
     echo "| --- | --- | --- | --- | --- | --- | --- | --- |"
     prow() { # label files ph packed uring
         local u="—" ur="—"
