@@ -190,6 +190,16 @@ awk -v n="$nprune" -v s="$step" 'BEGIN { for (i = 0; i < n; i++) printf "delete 
 # The local branches deleted: ndel, offset from the pruned ones.
 dels=$(awk -v n="$ndel" -v s="$step" 'BEGIN { for (i = 0; i < n; i++) printf "b%05d ", i * s + 1 }')
 
+# ready MOUNTPOINT LOG WHAT: waits until the daemon started last serves MOUNTPOINT; exits
+# with its log's last lines when it died, or after 30 s.
+ready() {
+    for _ in $(seq 300); do
+        grep -q " $1 " /proc/self/mountinfo && return 0
+        kill -0 "${mount_pids[-1]}" 2>/dev/null || { tail -5 "$2"; echo "prune: $3 failed"; exit 1; }
+        sleep 0.1
+    done
+    echo "prune: $3 not ready after 30 s"; exit 1
+}
 # mount_at GITDIR MOUNTPOINT [OPTION...]: the mount in the background, ready.
 mount_at() {
     local gitdir="$1" at="$2"; shift 2
@@ -197,12 +207,7 @@ mount_at() {
     # shellcheck disable=SC2086 # PRUNE_MOUNT_OPTS is words on purpose
     timeout "$limit" "$bin" mount "$@" ${PRUNE_MOUNT_OPTS:-} "$gitdir" "$at" 2>>"$work/mount.log" &
     mount_pids+=("$!")
-    for _ in $(seq 300); do
-        grep -q " $at " /proc/self/mountinfo && return 0
-        kill -0 "${mount_pids[-1]}" 2>/dev/null || { tail -5 "$work/mount.log"; echo "prune: mount failed"; exit 1; }
-        sleep 0.1
-    done
-    echo "prune: mount not ready after 30 s"; exit 1
+    ready "$at" "$work/mount.log" mount
 }
 mount_at "$work/reftable/.git" "$mnt"
 mount_at "$work/reftable-p/.git" "$pmnt" --layout=packed
@@ -220,12 +225,7 @@ if [ -n "$ph" ]; then
     prlimit --nofile="$nofile:$nofile" true 2>/dev/null || nofile=$(ulimit -Hn)
     timeout "$limit" prlimit --nofile="$nofile:$nofile" "$ph" --foreground "${ph_opts[@]}" "$work/ph/.git" "$phmnt" 2>>"$work/ph.log" &
     mount_pids+=("$!")
-    for _ in $(seq 300); do
-        grep -q " $phmnt " /proc/self/mountinfo && break
-        kill -0 "${mount_pids[-1]}" 2>/dev/null || { tail -5 "$work/ph.log"; echo "prune: passthrough_hp failed"; exit 1; }
-        sleep 0.1
-    done
-    grep -q " $phmnt " /proc/self/mountinfo || { echo "prune: passthrough_hp not ready after 30 s"; exit 1; }
+    ready "$phmnt" "$work/ph.log" passthrough_hp
 fi
 
 # side NAME: runs git 2.39 with the side's git directory; the elapsed µs in $took.

@@ -18,24 +18,20 @@ struct Case {
     tables: Vec<PathBuf>,
 }
 
-/// Where the fixtures are, removed when the test process exits (a static is never
-/// dropped, so a `TempDir` held by one left a directory in /tmp behind every run).
-static FIXTURE_DIR: OnceLock<PathBuf> = OnceLock::new();
+/// The fixtures' directory and cases. The directory is removed when the test process
+/// exits: a static is never dropped, so a `TempDir` held by one left a directory in /tmp
+/// behind every run.
+static FIXTURES: OnceLock<(PathBuf, Vec<Case>)> = OnceLock::new();
 
-extern "C" fn remove_fixture_dir() {
-    if let Some(d) = FIXTURE_DIR.get() {
-        let _ = std::fs::remove_dir_all(d);
+extern "C" fn remove_fixtures() {
+    if let Some((dir, _)) = FIXTURES.get() {
+        let _ = std::fs::remove_dir_all(dir);
     }
 }
 
-fn fixtures() -> &'static (tempfile::TempDir, Vec<Case>) {
-    static F: OnceLock<(tempfile::TempDir, Vec<Case>)> = OnceLock::new();
-    F.get_or_init(|| {
+fn fixtures() -> &'static (PathBuf, Vec<Case>) {
+    FIXTURES.get_or_init(|| {
         let dir = tempfile::tempdir().unwrap();
-        if FIXTURE_DIR.set(dir.path().to_path_buf()).is_ok() {
-            // SAFETY: registers a plain function that only removes a directory.
-            unsafe { libc::atexit(remove_fixture_dir) };
-        }
         let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/make-tables.sh");
         let st = Command::new("sh")
             .arg(&script)
@@ -59,7 +55,9 @@ fn fixtures() -> &'static (tempfile::TempDir, Vec<Case>) {
                 tables,
             });
         }
-        (dir, cases)
+        // SAFETY: registers a plain function that only removes a directory.
+        unsafe { libc::atexit(remove_fixtures) };
+        (dir.keep(), cases)
     })
 }
 
